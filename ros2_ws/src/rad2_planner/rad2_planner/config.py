@@ -1,0 +1,89 @@
+"""Read the project's parameter files (params/*.yaml), the one source of truth for every value.
+
+Each file is a ROS 2 parameter file (``<node or /**>: ros__parameters: {...}``) so nodes can take it
+with ``--ros-args --params-file``; the core reads the same ``ros__parameters`` block through here.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ParameterError(ValueError):
+    """A parameter file is missing, malformed, or lacks a required value."""
+
+
+def params_dir() -> Path:
+    """The params/ directory: $RAD2_PARAMS_DIR if set, else the repository's params/."""
+    env = os.environ.get("RAD2_PARAMS_DIR")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        candidate = parent / "params"
+        if (candidate / "bev.yaml").is_file():
+            return candidate
+    raise ParameterError(
+        "cannot find the params/ directory above %s; set RAD2_PARAMS_DIR" % here
+    )
+
+
+def _nest_dotted(flat: dict[str, Any]) -> dict[str, Any]:
+    """Turn {'a.b': 1} into {'a': {'b': 1}} (ROS allows both spellings in YAML)."""
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        if isinstance(value, dict):
+            value = _nest_dotted(value)
+        node = out
+        parts = str(key).split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        if isinstance(value, dict) and isinstance(node.get(parts[-1]), dict):
+            node[parts[-1]].update(value)
+        else:
+            node[parts[-1]] = value
+    return out
+
+
+def load_params(name: str | os.PathLike, node: str | None = None) -> dict[str, Any]:
+    """Load the ``ros__parameters`` block of ``params/<name>.yaml`` (or a path) as a nested dict.
+
+    ``node`` picks a node-specific block; by default the wildcard ``/**`` block, or the only block.
+    """
+    path = Path(name)
+    if path.suffix not in (".yaml", ".yml"):
+        path = params_dir() / f"{name}.yaml"
+    if not path.is_file():
+        raise ParameterError(f"parameter file {path} does not exist")
+    with path.open() as f:
+        doc = yaml.safe_load(f)
+    if not isinstance(doc, dict) or not doc:
+        raise ParameterError(f"{path}: expected a mapping of node names to ros__parameters")
+    if node is not None:
+        key = node if node in doc else "/" + node.lstrip("/")
+        if key not in doc:
+            raise ParameterError(f"{path}: no block for node {node!r} (have {sorted(doc)})")
+    elif "/**" in doc:
+        key = "/**"
+    elif len(doc) == 1:
+        key = next(iter(doc))
+    else:
+        raise ParameterError(f"{path}: several node blocks {sorted(doc)}; pass node=")
+    block = doc[key]
+    if not isinstance(block, dict) or "ros__parameters" not in block:
+        raise ParameterError(f"{path}: block {key!r} has no ros__parameters")
+    return _nest_dotted(block["ros__parameters"] or {})
+
+
+def require(params: dict[str, Any], dotted: str) -> Any:
+    """Fetch ``a.b.c`` from a nested params dict, with an error naming the missing key."""
+    node: Any = params
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise ParameterError(f"missing parameter {dotted!r}")
+        node = node[part]
+    return node

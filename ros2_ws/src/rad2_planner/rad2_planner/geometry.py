@@ -1,0 +1,94 @@
+"""Planar rigid-body (SE(2)) helpers shared by the rasteriser, the simulator and the controller.
+
+Poses are (x, y, yaw) with yaw in radians CCW from +x. All functions broadcast over leading axes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def wrap_angle(angle):
+    """Wrap angles to (-pi, pi]."""
+    a = np.asarray(angle)
+    return np.pi - np.mod(np.pi - a, 2.0 * np.pi)
+
+
+def se2_matrix(pose) -> np.ndarray:
+    """(..., 3) pose -> (..., 3, 3) homogeneous transform from the pose's frame to its parent."""
+    pose = np.asarray(pose, dtype=np.float64)
+    c, s = np.cos(pose[..., 2]), np.sin(pose[..., 2])
+    m = np.zeros(pose.shape[:-1] + (3, 3))
+    m[..., 0, 0], m[..., 0, 1], m[..., 0, 2] = c, -s, pose[..., 0]
+    m[..., 1, 0], m[..., 1, 1], m[..., 1, 2] = s, c, pose[..., 1]
+    m[..., 2, 2] = 1.0
+    return m
+
+
+def se2_compose(a, b) -> np.ndarray:
+    """a ∘ b: pose b expressed in frame a, mapped to a's parent frame."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    c, s = np.cos(a[..., 2]), np.sin(a[..., 2])
+    x = a[..., 0] + c * b[..., 0] - s * b[..., 1]
+    y = a[..., 1] + s * b[..., 0] + c * b[..., 1]
+    return np.stack([x, y, wrap_angle(a[..., 2] + b[..., 2])], axis=-1)
+
+
+def se2_inverse(a) -> np.ndarray:
+    a = np.asarray(a, dtype=np.float64)
+    c, s = np.cos(a[..., 2]), np.sin(a[..., 2])
+    x = -(c * a[..., 0] + s * a[..., 1])
+    y = s * a[..., 0] - c * a[..., 1]
+    return np.stack([x, y, wrap_angle(-a[..., 2])], axis=-1)
+
+
+def relative_pose(reference, target) -> np.ndarray:
+    """Pose of ``target`` in the frame of ``reference`` (reference⁻¹ ∘ target)."""
+    return se2_compose(se2_inverse(reference), target)
+
+
+def world_to_ego(points, ego_pose) -> np.ndarray:
+    """(..., N, 2) world points -> ego frame of ``ego_pose`` (3,) or (..., 3)."""
+    points = np.asarray(points, dtype=np.float64)
+    ego_pose = np.asarray(ego_pose, dtype=np.float64)
+    c = np.cos(ego_pose[..., 2])[..., None]
+    s = np.sin(ego_pose[..., 2])[..., None]
+    dx = points[..., 0] - ego_pose[..., 0][..., None]
+    dy = points[..., 1] - ego_pose[..., 1][..., None]
+    return np.stack([c * dx + s * dy, -s * dx + c * dy], axis=-1)
+
+
+def ego_to_world(points, ego_pose) -> np.ndarray:
+    """(..., N, 2) ego-frame points -> world frame."""
+    points = np.asarray(points, dtype=np.float64)
+    ego_pose = np.asarray(ego_pose, dtype=np.float64)
+    c = np.cos(ego_pose[..., 2])[..., None]
+    s = np.sin(ego_pose[..., 2])[..., None]
+    x = ego_pose[..., 0][..., None] + c * points[..., 0] - s * points[..., 1]
+    y = ego_pose[..., 1][..., None] + s * points[..., 0] + c * points[..., 1]
+    return np.stack([x, y], axis=-1)
+
+
+def rotate_vectors(vectors, angle) -> np.ndarray:
+    """Rotate (..., 2) vectors by ``angle`` (broadcast over leading axes)."""
+    vectors = np.asarray(vectors, dtype=np.float64)
+    c, s = np.cos(angle), np.sin(angle)
+    return np.stack(
+        [c * vectors[..., 0] - s * vectors[..., 1], s * vectors[..., 0] + c * vectors[..., 1]], axis=-1
+    )
+
+
+def box_corners(x, y, yaw, length, width) -> np.ndarray:
+    """Corners (..., 4, 2) of oriented boxes (centre, heading, full length and width), CCW."""
+    x, y, yaw, length, width = np.broadcast_arrays(
+        *(np.asarray(v, dtype=np.float64) for v in (x, y, yaw, length, width))
+    )
+    c, s = np.cos(yaw), np.sin(yaw)
+    hl, hw = length / 2.0, width / 2.0
+    local = np.array([[1, 1], [-1, 1], [-1, -1], [1, -1]], dtype=np.float64)
+    lx = local[:, 0] * hl[..., None]
+    ly = local[:, 1] * hw[..., None]
+    cx = x[..., None] + c[..., None] * lx - s[..., None] * ly
+    cy = y[..., None] + s[..., None] * lx + c[..., None] * ly
+    return np.stack([cx, cy], axis=-1)
