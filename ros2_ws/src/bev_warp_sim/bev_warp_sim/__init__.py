@@ -1,0 +1,1 @@
+"""BEV-Warp closed-loop simulator: warping, safety, rewards, metrics. Imports no ROS."""

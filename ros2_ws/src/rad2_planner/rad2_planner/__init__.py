@@ -1,0 +1,1 @@
+"""rad2 planner core: clips, BEV features, networks, policy, control. Imports no ROS."""

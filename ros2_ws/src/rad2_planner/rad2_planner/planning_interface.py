@@ -1,0 +1,48 @@
+"""The small planner interface every policy implements (learned or rule-based).
+
+The simulator, the ROS planner node, the replay evaluator and the benchmarks all call ``plan`` the
+same way, so a policy can be swapped without touching them (in the spirit of nuPlan's AbstractPlanner).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+
+@dataclass
+class PlanResult:
+    """One planning cycle's output, everything in the ego frame of the observation.
+
+    candidates: [M, T_plan, 2] (x, y) at times (k+1)*plan_dt; scores: [M] in [0, 1] (NaN when the
+    policy does not score); selected: index of the trajectory to execute; timings: stage -> ms.
+    """
+
+    candidates: np.ndarray
+    scores: np.ndarray
+    selected: int
+    plan_dt: float
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def trajectory(self) -> np.ndarray:
+        """The selected [T_plan, 2] trajectory."""
+        return self.candidates[self.selected]
+
+
+@runtime_checkable
+class Planner(Protocol):
+    """What a policy offers. ``reset`` is called at the start of each clip/episode.
+
+    Privileged reference policies (expert replay) may read the clip passed to ``reset``; learned
+    policies must use only the observation.
+    """
+
+    name: str
+
+    def reset(self, clip: Any | None = None, start_step: int = 0, seed: int | None = None) -> None: ...
+
+    def plan(self, observation: Any) -> PlanResult: ...
