@@ -1,0 +1,241 @@
+"""Kinematic bicycle model referenced at the box centre, discretised with explicit midpoint (RK2).
+
+State ``x = (x, y, yaw, v, delta)`` (world frame, box centre, rad, m/s, front-wheel angle in rad);
+input ``u = (a, delta_dot)`` (m/s², rad/s). Continuous dynamics, with ``L`` the wheelbase and ``l_r``
+the distance from the rear axle to the box centre (``rho = l_r / L``)::
+
+    beta(delta)  = atan(rho * tan(delta))                  # slip angle of the centre
+    kappa(delta) = tan(delta) * cos(beta) / L              # path curvature of the centre
+    x' = v cos(yaw + beta),  y' = v sin(yaw + beta),  yaw' = v kappa(delta),  v' = a,  delta' = delta_dot
+
+One step of length ``dt`` uses the explicit midpoint rule with the input held constant. Because ``v``
+and ``delta`` are linear in time over a step, their update is exact; the midpoint only approximates
+the position and heading. All functions broadcast over any number of leading axes (batches,
+line-search candidates, time) and the Jacobians are analytic (tests compare them to finite
+differences).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+NX = 5
+NU = 2
+IX, IY, IYAW, IV, ISTEER = range(NX)
+IA, IRATE = range(NU)
+
+
+class VehicleParamsError(ValueError):
+    """A vehicle parameter is missing or out of its valid range."""
+
+
+@dataclass(frozen=True)
+class VehicleParams:
+    """Geometry and actuation limits of the ego (values come from ``params/vehicle.yaml``)."""
+
+    length: float
+    width: float
+    wheelbase: float
+    rear_axle_to_center: float
+    max_accel: float
+    min_accel: float
+    max_steer: float
+    max_steer_rate: float
+    max_speed: float
+
+    def __post_init__(self) -> None:
+        for name in ("length", "width", "wheelbase", "max_accel", "max_steer", "max_steer_rate", "max_speed"):
+            value = getattr(self, name)
+            if not np.isfinite(value) or value <= 0.0:
+                raise VehicleParamsError(f"vehicle.{name} must be a positive number, got {value!r}")
+        if not np.isfinite(self.min_accel) or self.min_accel >= 0.0:
+            raise VehicleParamsError(f"vehicle.min_accel must be negative, got {self.min_accel!r}")
+        if not 0.0 <= self.rear_axle_to_center <= self.wheelbase:
+            raise VehicleParamsError(
+                f"vehicle.rear_axle_to_center must lie in [0, wheelbase={self.wheelbase}], "
+                f"got {self.rear_axle_to_center!r}"
+            )
+        if self.max_steer >= np.pi / 2:
+            raise VehicleParamsError(f"vehicle.max_steer must be below pi/2, got {self.max_steer!r}")
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any] | None = None) -> VehicleParams:
+        """Build from the ``load_params("vehicle")`` dict (the ``vehicle`` block or the whole file)."""
+        if params is None:
+            from rad2_planner.config import load_params
+
+            params = load_params("vehicle")
+        block = params.get("vehicle", params)
+        values = {}
+        for name in cls.__dataclass_fields__:
+            if name not in block:
+                raise VehicleParamsError(f"missing parameter vehicle.{name}")
+            try:
+                values[name] = float(block[name])
+            except (TypeError, ValueError):
+                raise VehicleParamsError(f"vehicle.{name} must be a number, got {block[name]!r}") from None
+        return cls(**values)
+
+    @property
+    def rho(self) -> float:
+        return self.rear_axle_to_center / self.wheelbase
+
+    def control_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """Constant input box: (lower, upper) for (a, delta_dot)."""
+        lo = np.array([self.min_accel, -self.max_steer_rate])
+        hi = np.array([self.max_accel, self.max_steer_rate])
+        return lo, hi
+
+    def state_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """Bounds of (v, delta): no reversing, speed cap, steering-angle limit."""
+        return np.array([0.0, -self.max_steer]), np.array([self.max_speed, self.max_steer])
+
+
+def slip_and_curvature(delta, vehicle: VehicleParams, derivatives: bool = False):
+    """beta(delta), kappa(delta) and, if asked, their derivatives with respect to delta."""
+    t = np.tan(delta)
+    rho = vehicle.rho
+    q = 1.0 + (rho * t) ** 2
+    inv_sqrt_q = 1.0 / np.sqrt(q)
+    beta = np.arctan(rho * t)
+    kappa = t * inv_sqrt_q / vehicle.wheelbase
+    if not derivatives:
+        return beta, kappa
+    sec2 = 1.0 + t * t
+    dbeta = rho * sec2 / q
+    dkappa = sec2 * inv_sqrt_q / q / vehicle.wheelbase
+    return beta, kappa, dbeta, dkappa
+
+
+def steer_for_curvature(kappa, vehicle: VehicleParams):
+    """Front-wheel angle whose centre-path curvature is ``kappa`` (clipped to the steering limit)."""
+    kappa = np.asarray(kappa, dtype=np.float64)
+    kmax = slip_and_curvature(vehicle.max_steer, vehicle)[1]
+    k = np.clip(kappa, -kmax, kmax) * vehicle.wheelbase
+    t = k / np.sqrt(np.maximum(1.0 - (vehicle.rho * k) ** 2, 1e-9))
+    return np.arctan(t)
+
+
+def continuous_dynamics(state, control, vehicle: VehicleParams) -> np.ndarray:
+    """x' = f(x, u) (used by the CasADi comparison and by tests)."""
+    state = np.asarray(state, dtype=np.float64)
+    control = np.asarray(control, dtype=np.float64)
+    beta, kappa = slip_and_curvature(state[..., ISTEER], vehicle)
+    v = state[..., IV]
+    th = state[..., IYAW] + beta
+    return np.stack(
+        [v * np.cos(th), v * np.sin(th), v * kappa, control[..., IA], control[..., IRATE]], axis=-1
+    )
+
+
+def step(state, control, vehicle: VehicleParams, dt: float) -> np.ndarray:
+    """One midpoint (RK2) step. ``state`` (..., 5), ``control`` (..., 2) -> next state (..., 5).
+
+    The input is applied as given (no clamping; see ``clamp_controls``).
+    """
+    state = np.asarray(state, dtype=np.float64)
+    control = np.asarray(control, dtype=np.float64)
+    v, delta = state[..., IV], state[..., ISTEER]
+    a, rate = control[..., IA], control[..., IRATE]
+    half = 0.5 * dt
+    vm = v + half * a
+    dm = delta + half * rate
+    _, kappa0 = slip_and_curvature(delta, vehicle)
+    beta_m, kappa_m = slip_and_curvature(dm, vehicle)
+    yaw_m = state[..., IYAW] + half * v * kappa0
+    th = yaw_m + beta_m
+    dist = dt * vm
+    return np.stack(
+        [
+            state[..., IX] + dist * np.cos(th),
+            state[..., IY] + dist * np.sin(th),
+            state[..., IYAW] + dist * kappa_m,
+            v + dt * a,
+            delta + dt * rate,
+        ],
+        axis=-1,
+    )
+
+
+def clamp_controls(state, control, vehicle: VehicleParams, dt: float) -> np.ndarray:
+    """Project inputs onto the feasible set of the current state.
+
+    Acceleration and steering rate are clipped to their boxes, then further so that the next speed
+    stays in [0, max_speed] (no reversing) and the next steering angle within +-max_steer. Because
+    v and delta are exact linear updates, the clamped input keeps every later state inside bounds.
+    """
+    state = np.asarray(state, dtype=np.float64)
+    lo, hi = vehicle.control_bounds()
+    slo, shi = vehicle.state_bounds()
+    u = np.clip(control, lo, hi)
+    vd = state[..., IV : ISTEER + 1]
+    nxt = np.clip(vd + dt * u, slo, shi)
+    return (nxt - vd) / dt
+
+
+def rollout(x0, controls, vehicle: VehicleParams, dt: float, clamp: bool = True):
+    """Open-loop rollout: x0 (..., 5), controls (..., T, 2) -> (states (..., T+1, 5), applied inputs)."""
+    x0 = np.asarray(x0, dtype=np.float64)
+    controls = np.asarray(controls, dtype=np.float64)
+    horizon = controls.shape[-2]
+    states = np.empty(controls.shape[:-2] + (horizon + 1, NX))
+    applied = np.empty_like(controls)
+    states[..., 0, :] = x0
+    x = x0
+    for k in range(horizon):
+        u = controls[..., k, :]
+        if clamp:
+            u = clamp_controls(x, u, vehicle, dt)
+        applied[..., k, :] = u
+        x = step(x, u, vehicle, dt)
+        states[..., k + 1, :] = x
+    return states, applied
+
+
+def jacobians(state, control, vehicle: VehicleParams, dt: float) -> tuple[np.ndarray, np.ndarray]:
+    """Analytic Jacobians of ``step``: A = d x_next / d x (..., 5, 5), B = d x_next / d u (..., 5, 2)."""
+    state = np.asarray(state, dtype=np.float64)
+    control = np.asarray(control, dtype=np.float64)
+    v, delta = state[..., IV], state[..., ISTEER]
+    a, rate = control[..., IA], control[..., IRATE]
+    half = 0.5 * dt
+    vm = v + half * a
+    dm = delta + half * rate
+    _, kappa0, _, dkappa0 = slip_and_curvature(delta, vehicle, derivatives=True)
+    beta_m, kappa_m, dbeta_m, dkappa_m = slip_and_curvature(dm, vehicle, derivatives=True)
+    th = state[..., IYAW] + half * v * kappa0 + beta_m
+    c, s = np.cos(th), np.sin(th)
+    dist = dt * vm
+    # d th / d(v, delta, a, rate)
+    th_v = half * kappa0
+    th_d = half * v * dkappa0 + dbeta_m
+    th_r = half * dbeta_m
+
+    shape = state.shape[:-1]
+    A = np.zeros(shape + (NX, NX))
+    B = np.zeros(shape + (NX, NU))
+    A[..., IX, IX] = 1.0
+    A[..., IY, IY] = 1.0
+    A[..., IYAW, IYAW] = 1.0
+    A[..., IV, IV] = 1.0
+    A[..., ISTEER, ISTEER] = 1.0
+    A[..., IX, IYAW] = -dist * s
+    A[..., IY, IYAW] = dist * c
+    A[..., IX, IV] = dt * c - dist * s * th_v
+    A[..., IY, IV] = dt * s + dist * c * th_v
+    A[..., IX, ISTEER] = -dist * s * th_d
+    A[..., IY, ISTEER] = dist * c * th_d
+    A[..., IYAW, IV] = dt * kappa_m
+    A[..., IYAW, ISTEER] = dist * dkappa_m
+    B[..., IX, IA] = dt * half * c
+    B[..., IY, IA] = dt * half * s
+    B[..., IX, IRATE] = -dist * s * th_r
+    B[..., IY, IRATE] = dist * c * th_r
+    B[..., IYAW, IA] = dt * half * kappa_m
+    B[..., IYAW, IRATE] = dist * dkappa_m * half
+    B[..., IV, IA] = dt
+    B[..., ISTEER, IRATE] = dt
+    return A, B

@@ -1,0 +1,289 @@
+"""Controller node: tracks the selected trajectory with the iLQR tracker and publishes commands.
+
+Subscribes ``planning/trajectory`` (rad2_msgs/Trajectory, reliable keep-last-1) and
+``localization/odometry`` (nav_msgs/Odometry, best effort keep-last-1); publishes
+``control/command`` (rad2_msgs/ControlCommand) at ``controller.node.rate_hz`` and
+``control/diagnostics`` (rad2_msgs/PlanningDiagnostics) every cycle.
+
+Trajectories in ``controller.node.world_frame`` are used as they are; those in
+``controller.node.ego_frame`` are placed with the odometry pose nearest to their stamp. Every cycle
+the latest trajectory is turned into a reference starting at the current time and solved with the
+previous solution (shifted by the elapsed controller steps) as warm start. When there is no
+trajectory, it is older than ``stale_timeout_s`` (by receive time), it was invalid (non-finite,
+too short, unknown frame, no pose for its stamp) or the solve fails, the node commands a
+comfortable stop (``stop_decel``, steering held), sets ``emergency_stop`` and ``reason`` and
+reports the fallback in the diagnostics. Nothing from the outside can kill it: every callback
+catches, logs (throttled) and falls back.
+
+Run: ``controller_node --ros-args --params-file params/controller.yaml --params-file params/vehicle.yaml``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+
+import numpy as np
+from nav_msgs.msg import Odometry
+from rad2_msgs.msg import ControlCommand, PlanningDiagnostics, Trajectory
+from rclpy.node import Node
+
+from rad2_planner import ros_conversions as rc
+from rad2_planner.control import TrackingController, shift_controls
+from rad2_planner.control.reference import plan_to_world
+from rad2_planner.nodes.common import (
+    CycleStats,
+    ParamSpec,
+    Throttle,
+    command_qos,
+    declare_parameters,
+    report_qos,
+    run_node,
+    sensor_qos,
+)
+
+NODE_NAME = "controller"
+
+SPECS = {
+    "controller.dt": ParamSpec("controller step (s)", 0.01, 1.0, read_only=True),
+    "controller.horizon": ParamSpec("iLQR horizon (steps)", 2, 400, read_only=True),
+    "controller.weights.x": ParamSpec("weight of world-x position error (1/m^2)", 0.0, 1e6),
+    "controller.weights.y": ParamSpec("weight of world-y position error (1/m^2)", 0.0, 1e6),
+    "controller.weights.yaw": ParamSpec("weight of heading error (1/rad^2)", 0.0, 1e6),
+    "controller.weights.speed": ParamSpec("weight of speed error (s^2/m^2)", 0.0, 1e6),
+    "controller.weights.steer": ParamSpec("weight of steering deviation (1/rad^2)", 0.0, 1e6),
+    "controller.weights.accel": ParamSpec("weight of acceleration (s^4/m^2)", 1e-9, 1e6),
+    "controller.weights.steer_rate": ParamSpec("weight of steering rate (s^2/rad^2)", 1e-9, 1e6),
+    "controller.weights.terminal_scale": ParamSpec("multiplier of Q at the last step", 0.0, 1e6),
+    "controller.ilqr.max_iterations": ParamSpec("iLQR iteration cap, cold start", 1, 1000),
+    "controller.ilqr.max_iterations_warm": ParamSpec("iLQR iteration cap, warm start", 1, 1000),
+    "controller.ilqr.rel_tolerance": ParamSpec("relative cost-decrease tolerance", 1e-12, 1.0),
+    "controller.ilqr.step_tolerance": ParamSpec("feed-forward step tolerance (input units)", 1e-12, 10.0),
+    "controller.ilqr.reg_init": ParamSpec("initial Levenberg-Marquardt term", 0.0, 1e6),
+    "controller.ilqr.reg_min": ParamSpec("smallest non-zero LM term", 1e-15, 1.0),
+    "controller.ilqr.reg_max": ParamSpec("LM term at which a solve gives up", 1.0, 1e12),
+    "controller.ilqr.reg_increase": ParamSpec("LM factor after a rejected step", 1.0001, 1e3),
+    "controller.ilqr.reg_decrease": ParamSpec("LM factor after an accepted step", 1e-6, 0.9999),
+    "controller.reference.min_heading_speed": ParamSpec("slower reference samples keep the heading (m/s)",
+                                                        0.0, 10.0),
+    "controller.node.rate_hz": ParamSpec("command publication rate (Hz)", 20.0, 50.0, read_only=True),
+    "controller.node.stale_timeout_s": ParamSpec("trajectory age (receive time) that triggers a stop (s)",
+                                                 0.05, 10.0),
+    "controller.node.stop_decel": ParamSpec("deceleration of the minimal-risk stop (m/s^2)", 0.1, 10.0),
+    "controller.node.world_frame": ParamSpec("frame of world-frame trajectories"),
+    "controller.node.ego_frame": ParamSpec("frame of ego-frame trajectories (relative to the ego at stamp)"),
+    "controller.node.min_points": ParamSpec("shorter trajectories are rejected", 1, 1000),
+    "controller.node.odom_history_s": ParamSpec("odometry kept to place ego-frame trajectories (s)",
+                                                0.1, 60.0),
+    "vehicle.length": ParamSpec("ego box length (m)", 0.5, 30.0, read_only=True),
+    "vehicle.width": ParamSpec("ego box width (m)", 0.3, 5.0, read_only=True),
+    "vehicle.wheelbase": ParamSpec("wheelbase (m)", 0.3, 20.0, read_only=True),
+    "vehicle.rear_axle_to_center": ParamSpec("rear axle to box centre (m)", 0.0, 20.0, read_only=True),
+    "vehicle.max_accel": ParamSpec("largest acceleration (m/s^2)", 0.1, 20.0, read_only=True),
+    "vehicle.min_accel": ParamSpec("hardest braking (m/s^2, negative)", -30.0, -0.1, read_only=True),
+    "vehicle.max_steer": ParamSpec("front-wheel angle limit (rad)", 0.01, 1.5, read_only=True),
+    "vehicle.max_steer_rate": ParamSpec("front-wheel angle rate limit (rad/s)", 0.01, 10.0, read_only=True),
+    "vehicle.max_speed": ParamSpec("speed cap (m/s)", 0.1, 100.0, read_only=True),
+}
+
+
+class _Plan:
+    """A validated trajectory in the world frame."""
+
+    __slots__ = ("points", "dt", "origin", "stamp_ns", "received_ns")
+
+    def __init__(self, points, dt, origin, stamp_ns, received_ns):
+        self.points, self.dt, self.origin = points, dt, origin
+        self.stamp_ns, self.received_ns = stamp_ns, received_ns
+
+
+class ControllerNode(Node):
+    def __init__(self, **kwargs):
+        super().__init__(NODE_NAME, **kwargs)
+        values = declare_parameters(self, ["controller", "vehicle"], SPECS)
+        self.tracker = TrackingController(values, values)
+        cfg = values["controller"]["node"]
+        self.rate_hz = float(cfg["rate_hz"])
+        self.stale_ns = int(float(cfg["stale_timeout_s"]) * 1e9)
+        self.stop_decel = float(cfg["stop_decel"])
+        self.world_frame = str(cfg["world_frame"])
+        self.ego_frame = str(cfg["ego_frame"])
+        self.min_points = int(cfg["min_points"])
+        self.history_ns = int(float(cfg["odom_history_s"]) * 1e9)
+        self.odom: deque = deque()  # (stamp_ns, received_ns, EgoMotion)
+        self.plan: _Plan | None = None
+        self.fault = "no trajectory received"
+        self.warm: np.ndarray | None = None
+        self.warm_ns = 0
+        self.steer = 0.0
+        self.stats = CycleStats(deadline_ms=1e3 / self.rate_hz)
+        self.throttle = Throttle(2.0)
+        self.create_subscription(Trajectory, "planning/trajectory", self.on_trajectory, command_qos())
+        self.create_subscription(Odometry, "localization/odometry", self.on_odometry, sensor_qos())
+        self.pub_cmd = self.create_publisher(ControlCommand, "control/command", command_qos())
+        self.pub_diag = self.create_publisher(PlanningDiagnostics, "control/diagnostics", report_qos())
+        self.create_timer(1.0 / self.rate_hz, self.on_timer)
+        self.get_logger().info(
+            f"controller ready: {self.rate_hz:.0f} Hz, horizon {self.tracker.horizon} x {self.tracker.dt} s, "
+            f"stale timeout {self.stale_ns / 1e9:.2f} s"
+        )
+
+    def _now_ns(self) -> int:
+        return self.get_clock().now().nanoseconds
+
+    def _warn(self, key: str, text: str) -> None:
+        if self.throttle(key):
+            self.get_logger().warning(text)
+
+    # -- inputs ---------------------------------------------------------------------------------------
+    def on_odometry(self, msg: Odometry) -> None:
+        try:
+            motion = rc.odometry_from_msg(msg)
+        except Exception as exc:  # noqa: BLE001 -- bad input must never kill the node
+            self.stats.reject()
+            self._warn("odom", f"odometry rejected: {exc}")
+            return
+        now = self._now_ns()
+        self.odom.append((motion.stamp_ns, now, motion))
+        while self.odom and now - self.odom[0][1] > self.history_ns:
+            self.odom.popleft()
+
+    def _pose_at(self, stamp_ns: int):
+        if not self.odom:
+            return None
+        best = min(self.odom, key=lambda item: abs(item[0] - stamp_ns))
+        if abs(best[0] - stamp_ns) > self.history_ns:
+            return None
+        m = best[2]
+        return np.array([m.x, m.y, m.yaw])
+
+    def on_trajectory(self, msg: Trajectory) -> None:
+        now = self._now_ns()
+        try:
+            traj = rc.trajectory_from_msg(msg)
+            if traj.points.shape[0] < self.min_points:
+                raise ValueError(f"Trajectory.points: has {traj.points.shape[0]} points, "
+                                 f"need at least {self.min_points}")
+            if traj.frame_id == self.world_frame:
+                pts = traj.points
+                latest = self.odom[-1][2] if self.odom else None
+                origin = self._pose_at(traj.stamp_ns)
+                if origin is None:
+                    if latest is None:
+                        raise ValueError("no odometry yet to anchor the trajectory start")
+                    origin = np.array([latest.x, latest.y, latest.yaw])
+            elif traj.frame_id == self.ego_frame:
+                origin = self._pose_at(traj.stamp_ns)
+                if origin is None:
+                    raise ValueError(f"no odometry near the trajectory stamp {traj.stamp_ns} ns")
+                pts = plan_to_world(traj.points, origin)
+            else:
+                raise ValueError(f"Trajectory.header.frame_id: is {traj.frame_id!r}, expected "
+                                 f"{self.world_frame!r} or {self.ego_frame!r}")
+        except Exception as exc:  # noqa: BLE001 -- reject, stop, keep running
+            self.stats.reject()
+            self.plan = None
+            self.warm = None
+            self.fault = f"invalid trajectory: {exc}"
+            self._warn("trajectory", self.fault)
+            return
+        self.plan = _Plan(pts, traj.dt, origin, traj.stamp_ns, now)
+        self.fault = ""
+
+    # -- cycle ----------------------------------------------------------------------------------------
+    def _state(self) -> np.ndarray | None:
+        if not self.odom:
+            return None
+        m = self.odom[-1][2]
+        return np.array([m.x, m.y, m.yaw, max(m.speed, 0.0), self.steer])
+
+    def on_timer(self) -> None:
+        t0 = time.perf_counter()
+        now = self._now_ns()
+        stages: dict[str, float] = {}
+        reason = ""
+        accel = rate = 0.0
+        state = self._state()
+        try:
+            if state is None:
+                reason = "no odometry received"
+            elif self.plan is None:
+                reason = self.fault or "no trajectory received"
+            elif now - self.plan.received_ns > self.stale_ns:
+                reason = f"stale trajectory: {(now - self.plan.received_ns) / 1e9:.2f} s since reception"
+            if reason:
+                self.warm = None
+                u = self.tracker.stop_controls(state if state is not None else np.zeros(5), self.stop_decel)
+                accel, rate = float(u[0, 0, 0]), float(u[0, 0, 1])
+                steer_next = self.steer
+                speed_next = max(0.0, (state[3] if state is not None else 0.0) + accel * self.tracker.dt)
+            else:
+                plan = self.plan
+                age = (now - plan.stamp_ns) / 1e9
+                if not (0.0 <= age <= plan.dt * len(plan.points)):
+                    age = (now - plan.received_ns) / 1e9  # clocks disagree: fall back to receive time
+                ta = time.perf_counter()
+                ref = self.tracker.reference(plan.points, plan.dt, plan.origin, age=age, frame="world")
+                stages["reference"] = (time.perf_counter() - ta) * 1e3
+                warm = None
+                if self.warm is not None:
+                    steps = int(round((now - self.warm_ns) / 1e9 / self.tracker.dt))
+                    warm = shift_controls(self.warm, steps)
+                ta = time.perf_counter()
+                sol = self.tracker.solve(state, ref, warm_start=warm)
+                stages["solve"] = (time.perf_counter() - ta) * 1e3
+                if not np.isfinite(sol.controls).all():
+                    raise FloatingPointError("solver returned non-finite controls")
+                if steps_advance(self.warm_ns, now, self.tracker.dt) or self.warm is None:
+                    self.warm, self.warm_ns = sol.controls, now
+                accel, rate = float(sol.controls[0, 0, 0]), float(sol.controls[0, 0, 1])
+                steer_next = float(sol.states[0, 1, 4])
+                speed_next = float(sol.states[0, 1, 3])
+        except Exception as exc:  # noqa: BLE001 -- any failure ends in the stop manoeuvre
+            reason = f"controller failure: {type(exc).__name__}: {exc}"
+            self._warn("solve", reason)
+            self.warm = None
+            u = self.tracker.stop_controls(state if state is not None else np.zeros(5), self.stop_decel)
+            accel, rate = float(u[0, 0, 0]), float(u[0, 0, 1])
+            steer_next = self.steer
+            speed_next = max(0.0, (state[3] if state is not None else 0.0) + accel * self.tracker.dt)
+        # The steering angle the command leads to after one command period (the model's state).
+        period = 1.0 / self.rate_hz
+        self.steer = float(np.clip(self.steer + rate * period, -self.tracker.vehicle.max_steer,
+                                   self.tracker.vehicle.max_steer))
+        if reason:
+            self._warn("stop:" + reason.split(":")[0], f"minimal-risk stop: {reason}")
+        try:
+            cmd = rc.ControlCommandValues(
+                acceleration=accel, steering_angle=float(steer_next), steering_rate=rate,
+                target_speed=float(speed_next), emergency_stop=bool(reason), reason=reason[:500],
+                stamp_ns=now, frame_id=self.ego_frame,
+            )
+            self.pub_cmd.publish(rc.control_command_to_msg(cmd))
+            total_ms = (time.perf_counter() - t0) * 1e3
+            odom_stamp = self.odom[-1][0] if self.odom else 0
+            e2e = (now - odom_stamp) / 1e6 + total_ms if odom_stamp else math.nan
+            rep = self.stats.record(stages, total_ms, total_ms, fallback_reason=reason[:500])
+            self.pub_diag.publish(rc.planning_diagnostics_to_msg(
+                stages, node=NODE_NAME, backend="numpy-ilqr", stamp_ns=self._now_ns(),
+                input_stamp_ns=self.plan.stamp_ns if self.plan is not None else 0, total_ms=total_ms,
+                end_to_end_ms=e2e if math.isfinite(e2e) else total_ms, deadline_missed=rep.deadline_missed,
+                cycle_count=rep.cycle_count, deadline_miss_count=rep.deadline_miss_count,
+                rejected_input_count=rep.rejected_input_count, fallback_active=rep.fallback_active,
+                fallback_reason=rep.fallback_reason))
+        except Exception as exc:  # noqa: BLE001
+            self._warn("publish", f"publishing failed: {exc}")
+
+
+def steps_advance(last_ns: int, now_ns: int, dt: float) -> bool:
+    """Whether at least one controller step passed since the warm start was stored."""
+    return (now_ns - last_ns) / 1e9 >= dt
+
+
+def main(args=None) -> int:
+    return run_node(ControllerNode, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

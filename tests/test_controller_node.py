@@ -1,0 +1,140 @@
+"""Controller node as a real process over Fast DDS, driven closed-loop by a second process.
+
+The driver simulates the ego with the bicycle model from the commands it receives, publishes
+odometry at 50 Hz and a world-frame trajectory (straight, 0.5 m to the left, 5 m/s) at 10 Hz, then:
+a NaN trajectory at 3.0 s (must be rejected with a stop), valid trajectories again from 3.5 s, and
+none after 5.5 s (must stop as stale within the timeout plus one period).
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+from ros_process import ROOT, RosProcess, require_ros_build, ros_env
+
+DRIVER = textwrap.dedent("""
+    import json, math, sys, time
+    import numpy as np
+    import rclpy
+    from geometry_msgs.msg import Point
+    from nav_msgs.msg import Odometry
+    from rad2_msgs.msg import ControlCommand, Trajectory
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+    from rad2_planner import ros_conversions as rc
+    from rad2_planner.control.bicycle import VehicleParams, step
+
+    rclpy.init()
+    node = rclpy.create_node("controller_test_driver")
+    veh = VehicleParams.from_params()
+    odom_pub = node.create_publisher(Odometry, "localization/odometry",
+                                     QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT))
+    traj_pub = node.create_publisher(Trajectory, "planning/trajectory",
+                                     QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE))
+    cmds = []
+    latest = {"a": 0.0, "steer": 0.0}
+    t_start = time.monotonic()
+
+    def on_cmd(msg):
+        t = time.monotonic() - t_start
+        cmds.append((t, msg.acceleration, msg.steering_angle, msg.emergency_stop, msg.reason))
+        latest["a"], latest["steer"] = msg.acceleration, msg.steering_angle
+
+    node.create_subscription(ControlCommand, "control/command", on_cmd,
+                             QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE))
+    x = np.array([0.0, 0.0, 0.0, 5.0, 0.0])
+    last_traj = None
+    nan_sent = None
+    next_odom = next_traj = 0.0
+    poses = []
+    while True:
+        now = time.monotonic() - t_start
+        if now > 7.0:
+            break
+        rclpy.spin_once(node, timeout_sec=0.005)
+        if now >= next_odom:
+            dt = 0.02
+            rate = np.clip((latest["steer"] - x[4]) / dt, -veh.max_steer_rate, veh.max_steer_rate)
+            x = step(x, np.array([latest["a"], rate]), veh, dt)
+            x[3] = max(x[3], 0.0)
+            stamp = node.get_clock().now().nanoseconds
+            odom_pub.publish(rc.odometry_to_msg(rc.EgoMotion(float(x[0]), float(x[1]), float(x[2]),
+                                                            float(x[3]), 0.0, stamp)))
+            poses.append((now, float(x[0]), float(x[1]), float(x[3])))
+            next_odom += 0.02
+        if now >= next_traj and (now < 5.5):
+            stamp = node.get_clock().now().nanoseconds
+            k = np.arange(1, 9)
+            pts = np.stack([x[0] + 5.0 * 0.5 * k, np.full(8, 0.5)], -1)
+            if 3.0 <= now < 3.5 and nan_sent is None:
+                msg = rc.trajectory_to_msg(pts, 0.5, stamp, "map")
+                msg.points[3] = Point(x=float("nan"), y=0.0, z=0.0)
+                traj_pub.publish(msg)
+                nan_sent = now
+            elif not (3.0 <= now < 3.5):
+                traj_pub.publish(rc.trajectory_to_msg(pts, 0.5, stamp, "map"))
+                last_traj = now
+            next_traj += 0.1
+    print("RESULT " + json.dumps({"cmds": cmds, "last_traj": last_traj, "nan_sent": nan_sent,
+                                  "poses": poses}), flush=True)
+    node.destroy_node()
+    rclpy.shutdown()
+""")
+
+
+def test_controller_node_tracks_and_falls_back(tmp_path):
+    require_ros_build()
+    from rad2_planner.config import load_params
+
+    cfg = load_params("controller")["controller"]["node"]
+    rate, stale = float(cfg["rate_hz"]), float(cfg["stale_timeout_s"])
+    env = ros_env()
+    exe = ROOT / "ros2_ws" / "install" / "rad2_planner" / "lib" / "rad2_planner" / "controller_node"
+    args = [str(exe), "--ros-args", "--params-file", str(ROOT / "params" / "controller.yaml"),
+            "--params-file", str(ROOT / "params" / "vehicle.yaml")]
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    with RosProcess(args, env, name="controller", log_dir=tmp_path) as ctrl:
+        ctrl.wait_for_output("controller ready", timeout=30)
+        with RosProcess([str(script)], env, name="driver", log_dir=tmp_path) as drv:
+            assert drv.wait(timeout=40) == 0, drv.log()[-3000:]
+            out = drv.log()
+        assert ctrl.poll() is None, "controller node died:\n" + ctrl.log()[-3000:]
+    line = next(s for s in out.splitlines() if s.startswith("RESULT "))
+    res = json.loads(line[len("RESULT "):])
+    cmds = res["cmds"]
+    assert cmds, "no commands received:\n" + out[-2000:]
+
+    # Rate: commands during the steady tracking window 1-3 s.
+    window = [c for c in cmds if 1.0 <= c[0] < 3.0]
+    assert 0.7 * rate * 2.0 <= len(window) <= 1.3 * rate * 2.0, len(window)
+    assert not any(c[3] for c in window), [c[4] for c in window if c[3]][:3]
+
+    # Tracking: the ego moved to the 0.5 m lateral offset and keeps ~5 m/s.
+    poses = [p for p in res["poses"] if 2.5 <= p[0] < 3.0]
+    assert all(abs(p[2] - 0.5) < 0.2 for p in poses), poses[-1]
+    assert all(abs(p[3] - 5.0) < 0.5 for p in poses), poses[-1]
+
+    # NaN trajectory: rejected with a stop, node alive, normal again once valid plans return.
+    nan_t = res["nan_sent"]
+    after_nan = [c for c in cmds if nan_t <= c[0] < nan_t + 0.4]
+    assert any(c[3] and "invalid" in c[4] for c in after_nan), [c[4] for c in after_nan][:5]
+    assert any(c[3] for c in after_nan) and all(c[1] <= 0.0 for c in after_nan if c[3])
+    recovered = [c for c in cmds if 4.2 <= c[0] < 5.4]
+    assert recovered and not any(c[3] for c in recovered)
+
+    # Stale: first stop within timeout + one period (+ 0.15 s allowance for DDS and a loaded host).
+    last = res["last_traj"]
+    stops = [c for c in cmds if c[0] > last and c[3] and "stale" in c[4]]
+    assert stops, [c[4] for c in cmds if c[0] > last][:5]
+    delay = stops[0][0] - last
+    assert delay <= stale + 1.0 / rate + 0.15, delay
+    assert delay >= stale - 0.05, delay
+    assert all(c[3] for c in cmds if c[0] > last + stale + 1.0 / rate + 0.15)
+    decel = float(load_params("controller")["controller"]["node"]["stop_decel"])
+    assert all(c[1] >= -decel - 1e-6 for c in stops)
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))
