@@ -1,0 +1,224 @@
+"""Argoverse 2 motion-forecasting scenarios -> :class:`Clip`.
+
+A scenario directory holds ``scenario_<id>.parquet`` (one row per track and timestep: track_id,
+object_type, timestep, position_x/y, heading, velocity_x/y, ...) and
+``log_map_archive_<id>.json`` (lane_segments with centreline/boundaries/successors/lane_type,
+drivable_areas, pedestrian_crossings). The track named ``"AV"`` is the ego.
+
+What AV2 lacks is filled from ``params/bev.yaml`` (``adapters.*``), documented there:
+- box sizes: per ``object_type`` defaults (``adapters.default_box_sizes``) and the ego size
+  (``adapters.ego_box_size``);
+- speed limits: per ``lane_type`` defaults (``adapters.default_speed_limits``);
+- the route: the lanes the ego's logged path traverses (Viterbi lane matching, gaps bridged via
+  successors), extended ``adapters.route_extension_m`` along successors.
+Positions are AV2 city coordinates (metres, x east / y north); headings are radians CCW from +x.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..clip import AGENT_CYCLIST, AGENT_OTHER, AGENT_PEDESTRIAN, AGENT_VEHICLE, Clip, LaneMap
+from ..config import load_params, require
+from ..geometry import wrap_angle
+from . import accel_from_speed, build_route
+
+EGO_TRACK_ID = "AV"
+
+AV2_TYPE_MAP = {
+    "vehicle": AGENT_VEHICLE,
+    "bus": AGENT_VEHICLE,
+    "pedestrian": AGENT_PEDESTRIAN,
+    "cyclist": AGENT_CYCLIST,
+    "motorcyclist": AGENT_CYCLIST,
+}
+
+
+class AV2FormatError(ValueError):
+    """The files are not a readable AV2 scenario."""
+
+
+def _xy(points: list[dict[str, float]]) -> np.ndarray:
+    return np.array([[p["x"], p["y"]] for p in points], dtype=np.float64).reshape(-1, 2)
+
+
+def _track_int_id(track_id: str) -> int:
+    """AV2 track ids are strings (usually digits); non-numeric ones get a stable CRC-based id."""
+    try:
+        return int(track_id)
+    except ValueError:
+        return -int(zlib.crc32(track_id.encode()))
+
+
+def find_scenario_files(path: str | os.PathLike) -> tuple[Path, Path]:
+    """(parquet, map json) of a scenario directory (or given its parquet file)."""
+    path = Path(path)
+    directory = path.parent if path.is_file() else path
+    parquets = sorted(directory.glob("scenario_*.parquet"))
+    maps = sorted(directory.glob("log_map_archive_*.json"))
+    if path.is_file() and path.suffix == ".parquet":
+        parquets = [path]
+    if not parquets:
+        raise AV2FormatError(f"{directory}: no scenario_*.parquet file")
+    if not maps:
+        raise AV2FormatError(f"{directory}: no log_map_archive_*.json file")
+    return parquets[0], maps[0]
+
+
+def load_av2_map(
+    json_path: str | os.PathLike, params: dict[str, Any] | None = None
+) -> tuple[LaneMap, np.ndarray]:
+    """The map archive as a LaneMap, plus a [L] bool mask of vehicle-drivable lanes."""
+    params = params if params is not None else load_params("bev")
+    limits = require(params, "adapters.default_speed_limits")
+    with open(json_path) as f:
+        archive = json.load(f)
+    for key in ("lane_segments", "drivable_areas", "pedestrian_crossings"):
+        if key not in archive:
+            raise AV2FormatError(f"{json_path}: missing key {key!r}")
+    lanes = sorted(archive["lane_segments"].values(), key=lambda s: int(s["id"]))
+    ids = [int(s["id"]) for s in lanes]
+    known = set(ids)
+    speed, vehicle_lane = [], []
+    for s in lanes:
+        lane_type = str(s.get("lane_type", "")).lower()
+        speed.append(float(limits.get(lane_type, limits["default"])))
+        vehicle_lane.append(lane_type in ("vehicle", "bus"))
+    drivable = [_xy(a["area_boundary"]) for a in archive["drivable_areas"].values()]
+    crosswalks = []
+    for c in archive["pedestrian_crossings"].values():
+        e1, e2 = _xy(c["edge1"]), _xy(c["edge2"])
+        crosswalks.append(np.concatenate([e1, e2[::-1]]))
+    lane_map = LaneMap.build(
+        lane_ids=ids,
+        centerlines=[_xy(s["centerline"]) for s in lanes],
+        left_boundaries=[_xy(s["left_lane_boundary"]) for s in lanes],
+        right_boundaries=[_xy(s["right_lane_boundary"]) for s in lanes],
+        speed_limits=speed,
+        successors=[[int(v) for v in s.get("successors", []) if int(v) in known] for s in lanes],
+        drivable_areas=[d for d in drivable if len(d) >= 3],
+        crosswalks=[c for c in crosswalks if len(c) >= 3],
+    )
+    return lane_map, np.array(vehicle_lane, dtype=bool)
+
+
+def load_av2_scenario(
+    path: str | os.PathLike, params: dict[str, Any] | None = None, lane_map: LaneMap | None = None
+) -> Clip:
+    """Read one AV2 scenario directory into a validated :class:`Clip`."""
+    import pandas as pd
+
+    params = params if params is not None else load_params("bev")
+    sizes = require(params, "adapters.default_box_sizes")
+    ego_len, ego_wid = (float(v) for v in require(params, "adapters.ego_box_size"))
+    dt = float(require(params, "adapters.av2_dt"))
+    parquet, map_json = find_scenario_files(path)
+    df = pd.read_parquet(parquet)
+    needed = [
+        "track_id",
+        "object_type",
+        "timestep",
+        "position_x",
+        "position_y",
+        "heading",
+        "velocity_x",
+        "velocity_y",
+    ]
+    missing = [c for c in needed if c not in df.columns]
+    if missing:
+        raise AV2FormatError(f"{parquet}: missing columns {missing}")
+    vehicle_lanes = None
+    if lane_map is None:
+        lane_map, vehicle_lanes = load_av2_map(map_json, params)
+    t0 = int(df["timestep"].min())
+    num_steps = int(df["timestep"].max()) - t0 + 1
+    ego_df = df[df["track_id"] == EGO_TRACK_ID].sort_values("timestep")
+    if len(ego_df) != num_steps:
+        raise AV2FormatError(
+            f"{parquet}: ego track {EGO_TRACK_ID!r} has {len(ego_df)} rows,"
+            f" expected {num_steps} (one per step)"
+        )
+    ex = ego_df["position_x"].to_numpy(np.float64)
+    ey = ego_df["position_y"].to_numpy(np.float64)
+    eyaw = wrap_angle(ego_df["heading"].to_numpy(np.float64))
+    espeed = np.hypot(ego_df["velocity_x"].to_numpy(np.float64), ego_df["velocity_y"].to_numpy(np.float64))
+
+    agents = df[df["track_id"] != EGO_TRACK_ID]
+    track_ids = sorted(agents["track_id"].unique(), key=lambda s: (not str(s).isdigit(), str(s)))
+    n = len(track_ids)
+    row_of = {tid: i for i, tid in enumerate(track_ids)}
+    shape = (n, num_steps)
+    ax, ay, ayaw, avx, avy = (np.zeros(shape) for _ in range(5))
+    valid = np.zeros(shape, dtype=bool)
+    rows = agents["track_id"].map(row_of).to_numpy()
+    cols = agents["timestep"].to_numpy() - t0
+    ax[rows, cols] = agents["position_x"].to_numpy()
+    ay[rows, cols] = agents["position_y"].to_numpy()
+    ayaw[rows, cols] = wrap_angle(agents["heading"].to_numpy())
+    avx[rows, cols] = agents["velocity_x"].to_numpy()
+    avy[rows, cols] = agents["velocity_y"].to_numpy()
+    valid[rows, cols] = True
+    first_type = agents.groupby("track_id")["object_type"].first()
+    types, lengths, widths = [], [], []
+    for tid in track_ids:
+        obj = str(first_type[tid]).lower()
+        types.append(AV2_TYPE_MAP.get(obj, AGENT_OTHER))
+        ln, wd = sizes.get(obj, sizes["unknown"])
+        lengths.append(float(ln))
+        widths.append(float(wd))
+
+    route_ids, route_poly = build_route(
+        lane_map,
+        np.stack([ex, ey], axis=1),
+        eyaw,
+        extension_m=float(require(params, "adapters.route_extension_m")),
+        heading_weight=float(require(params, "adapters.lane_match_heading_weight_m_per_rad")),
+        change_penalty=float(require(params, "adapters.lane_change_penalty_m")),
+        lane_allowed=vehicle_lanes,
+    )
+    first = df.iloc[0]
+    scenario_id = (
+        str(first["scenario_id"]) if "scenario_id" in df.columns else parquet.stem[len("scenario_") :]
+    )
+    metadata = {
+        "source": "av2",
+        "scenario_kind": "logged",
+        "seed": None,
+        "network_kind": "real",
+        "scenario_id": scenario_id,
+        "city": str(first["city"]) if "city" in df.columns else None,
+        "focal_track_id": str(first["focal_track_id"]) if "focal_track_id" in df.columns else None,
+        "box_sizes": "defaults by object_type (params/bev.yaml adapters.default_box_sizes)",
+        "speed_limits": "defaults by lane_type (params/bev.yaml adapters.default_speed_limits)",
+    }
+    return Clip.build(
+        clip_id=f"av2_{scenario_id}",
+        dt=dt,
+        ego_x=ex,
+        ego_y=ey,
+        ego_yaw=eyaw,
+        ego_speed=espeed,
+        ego_accel=accel_from_speed(espeed, dt),
+        ego_length=ego_len,
+        ego_width=ego_wid,
+        agent_ids=[_track_int_id(str(t)) for t in track_ids],
+        agent_types=types,
+        agent_length=lengths,
+        agent_width=widths,
+        agent_x=ax,
+        agent_y=ay,
+        agent_yaw=ayaw,
+        agent_vx=avx,
+        agent_vy=avy,
+        agent_valid=valid,
+        map=lane_map,
+        route_lane_ids=route_ids,
+        route_polyline=route_poly,
+        metadata=metadata,
+    ).validate()

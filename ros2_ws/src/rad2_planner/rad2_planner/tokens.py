@@ -1,0 +1,291 @@
+"""Token tensors the networks consume, all in the ego frame, float32, fixed sizes with masks.
+
+- map polylines ``[N_map, P, 6]``: nearest lane centrelines (within ``tokens.map.range_m``), each
+  cropped to ``tokens.map.max_length_m`` around its closest point and resampled to P points evenly
+  in arc length; per point x, y, cos h, sin h, speed limit (m/s), on_route (0/1);
+- agents ``[N_agents, 10]``: nearest valid agents within ``tokens.agents.range_m``: x, y, cos yaw,
+  sin yaw, vx, vy (ego frame), length, width, is_vehicle, is_vru;
+- route ``[N_route, 4]``: points every ``tokens.route.spacing_m`` along the route polyline from the
+  ego's projection onto it: x, y, cos h, sin h (masked past the route's end).
+Padding rows are zero and masked False; valid rows come first, nearest first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .clip import AGENT_CYCLIST, AGENT_PEDESTRIAN, AGENT_VEHICLE, LaneMap
+from .config import load_params, require
+
+MAP_FEATURES = 6
+AGENT_FEATURES = 10
+ROUTE_FEATURES = 4
+
+
+class TokenError(ValueError):
+    """Bad token input or configuration."""
+
+
+@dataclass(frozen=True)
+class TokenConfig:
+    n_map: int
+    points: int
+    map_range: float
+    max_length: float
+    n_agents: int
+    agent_range: float
+    n_route: int
+    route_spacing: float
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any] | None = None) -> TokenConfig:
+        params = params if params is not None else load_params("bev")
+        cfg = cls(
+            n_map=int(require(params, "tokens.map.num_polylines")),
+            points=int(require(params, "tokens.map.points_per_polyline")),
+            map_range=float(require(params, "tokens.map.range_m")),
+            max_length=float(require(params, "tokens.map.max_length_m")),
+            n_agents=int(require(params, "tokens.agents.num_agents")),
+            agent_range=float(require(params, "tokens.agents.range_m")),
+            n_route=int(require(params, "tokens.route.num_points")),
+            route_spacing=float(require(params, "tokens.route.spacing_m")),
+        )
+        for name, v in (
+            ("tokens.map.num_polylines", cfg.n_map),
+            ("tokens.map.points_per_polyline", cfg.points),
+            ("tokens.agents.num_agents", cfg.n_agents),
+            ("tokens.route.num_points", cfg.n_route),
+        ):
+            if v < 1 or (name.endswith("points_per_polyline") and v < 2):
+                raise TokenError(f"{name}: {v} is too small")
+        return cfg
+
+
+_CACHE: dict[str, TokenConfig] = {}
+
+
+def get_token_config(params: dict[str, Any] | TokenConfig | None) -> TokenConfig:
+    """TokenConfig of a params dict (cached by the content of its ``tokens`` block)."""
+    if isinstance(params, TokenConfig):
+        return params
+    if params is None:
+        from .bev import _default_params
+
+        params = _default_params()
+    key = repr(params.get("tokens"))
+    cfg = _CACHE.get(key)
+    if cfg is None:
+        cfg = TokenConfig.from_params(params)
+        if len(_CACHE) > 16:
+            _CACHE.clear()
+        _CACHE[key] = cfg
+    return cfg
+
+
+# ----------------------------------------------------------------------------------------------
+# polyline helpers
+# ----------------------------------------------------------------------------------------------
+def arc_lengths(poly: np.ndarray) -> np.ndarray:
+    seg = np.linalg.norm(np.diff(poly, axis=0), axis=1)
+    return np.concatenate([[0.0], np.cumsum(seg)])
+
+
+def resample_polyline(poly: np.ndarray, s: np.ndarray, cum: np.ndarray | None = None) -> np.ndarray:
+    """Points at arc lengths ``s`` (clamped to the polyline) -> [len(s), 4] x, y, cos h, sin h."""
+    poly = np.asarray(poly, np.float64)
+    cum = arc_lengths(poly) if cum is None else cum
+    s = np.clip(s, 0.0, cum[-1])
+    x = np.interp(s, cum, poly[:, 0])
+    y = np.interp(s, cum, poly[:, 1])
+    d = np.diff(poly, axis=0)
+    k = np.clip(np.searchsorted(cum, s, side="right") - 1, 0, len(d) - 1)
+    # skip zero-length segments for headings
+    h = np.arctan2(d[k, 1], d[k, 0])
+    return np.stack([x, y, np.cos(h), np.sin(h)], axis=-1)
+
+
+def project_onto_polyline(poly: np.ndarray, point: np.ndarray, cum: np.ndarray | None = None):
+    """(arc length of the closest point, distance) of ``point`` to the polyline."""
+    poly = np.asarray(poly, np.float64)
+    cum = arc_lengths(poly) if cum is None else cum
+    a, d = poly[:-1], np.diff(poly, axis=0)
+    l2 = np.maximum(np.sum(d * d, axis=1), 1e-12)
+    u = np.clip(np.sum((point - a) * d, axis=1) / l2, 0.0, 1.0)
+    proj = a + u[:, None] * d
+    dist = np.linalg.norm(proj - point, axis=1)
+    k = int(np.argmin(dist))
+    return float(cum[k] + u[k] * np.sqrt(l2[k])), float(dist[k])
+
+
+class PreparedLanes:
+    """Per-map cache: deduplicated centrelines with arc lengths and bounding boxes."""
+
+    def __init__(self, lane_map: LaneMap):
+        self.map_id = lane_map.map_id
+        self.lines, self.cums = [], []
+        for cl in lane_map.centerlines:
+            cl = np.asarray(cl, np.float64)
+            keep = np.concatenate([[True], np.linalg.norm(np.diff(cl, axis=0), axis=1) > 1e-6])
+            cl = cl[keep]
+            if len(cl) < 2:
+                cl = np.vstack([cl[:1], cl[:1] + [1e-3, 0.0]])
+            self.lines.append(cl)
+            self.cums.append(arc_lengths(cl))
+        self.points = np.concatenate(self.lines)
+        self.owner = np.concatenate([np.full(len(c), k) for k, c in enumerate(self.lines)])
+        self.speed = np.asarray(lane_map.speed_limits, np.float64)
+        self.lane_ids = np.asarray(lane_map.lane_ids, np.int64)
+        # segments for distance queries
+        self.seg_a = np.concatenate([c[:-1] for c in self.lines])
+        self.seg_d = np.concatenate([np.diff(c, axis=0) for c in self.lines])
+        self.seg_owner = np.concatenate([np.full(len(c) - 1, k) for k, c in enumerate(self.lines)])
+        self.seg_s0 = np.concatenate([cu[:-1] for cu in self.cums])
+        self.seg_l2 = np.maximum(np.sum(self.seg_d**2, axis=1), 1e-12)
+
+
+_LANES_CACHE: dict[str, PreparedLanes] = {}
+
+
+def prepare_lanes(lane_map: LaneMap) -> PreparedLanes:
+    pl = _LANES_CACHE.get(lane_map.map_id)
+    if pl is None:
+        if len(_LANES_CACHE) > 32:
+            _LANES_CACHE.clear()
+        pl = PreparedLanes(lane_map)
+        _LANES_CACHE[lane_map.map_id] = pl
+    return pl
+
+
+def _to_ego(xy: np.ndarray, pose: np.ndarray) -> np.ndarray:
+    c, s = np.cos(pose[2]), np.sin(pose[2])
+    dx, dy = xy[..., 0] - pose[0], xy[..., 1] - pose[1]
+    return np.stack([c * dx + s * dy, -s * dx + c * dy], axis=-1)
+
+
+def _rot_dirs(cs: np.ndarray, yaw: float) -> np.ndarray:
+    """World (cos, sin) directions -> ego frame of heading ``yaw``."""
+    c, s = np.cos(yaw), np.sin(yaw)
+    return np.stack([c * cs[..., 0] + s * cs[..., 1], -s * cs[..., 0] + c * cs[..., 1]], axis=-1)
+
+
+# ----------------------------------------------------------------------------------------------
+# token builders
+# ----------------------------------------------------------------------------------------------
+def map_tokens(
+    lane_map: LaneMap,
+    ego_pose,
+    route_lane_ids=None,
+    route_polyline=None,
+    params: dict[str, Any] | TokenConfig | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """([N_map, P, 6] float32, [N_map] bool) nearest-lane polylines in the ego frame."""
+    cfg = get_token_config(params)
+    pose = np.asarray(ego_pose, np.float64)
+    pl = prepare_lanes(lane_map)
+    out = np.zeros((cfg.n_map, cfg.points, MAP_FEATURES), np.float32)
+    mask = np.zeros(cfg.n_map, bool)
+    p = pose[:2]
+    u = np.clip(np.sum((p - pl.seg_a) * pl.seg_d, axis=1) / pl.seg_l2, 0.0, 1.0)
+    dist = np.linalg.norm(pl.seg_a + u[:, None] * pl.seg_d - p, axis=1)
+    n_lanes = len(pl.lines)
+    lane_dist = np.full(n_lanes, np.inf)
+    np.minimum.at(lane_dist, pl.seg_owner, dist)
+    order = np.argsort(lane_dist, kind="stable")
+    order = order[lane_dist[order] <= cfg.map_range][: cfg.n_map]
+    if len(order) == 0:
+        return out, mask
+    # arc length of the closest point on each chosen lane
+    s_closest = np.zeros(n_lanes)
+    for k in order:
+        sel = np.flatnonzero(pl.seg_owner == k)
+        j = sel[np.argmin(dist[sel])]
+        s_closest[k] = pl.seg_s0[j] + u[j] * np.sqrt(pl.seg_l2[j])
+    on_route = _on_route(pl, order, route_lane_ids, route_polyline)
+    frac = np.linspace(0.0, 1.0, cfg.points)
+    for row, k in enumerate(order):
+        total = pl.cums[k][-1]
+        if total > cfg.max_length:
+            a = min(max(s_closest[k] - 0.25 * cfg.max_length, 0.0), total - cfg.max_length)
+            s = a + frac * cfg.max_length
+        else:
+            s = frac * total
+        pts = resample_polyline(pl.lines[k], s, pl.cums[k])
+        out[row, :, 0:2] = _to_ego(pts[:, :2], pose)
+        out[row, :, 2:4] = _rot_dirs(pts[:, 2:4], pose[2])
+        out[row, :, 4] = pl.speed[k]
+        out[row, :, 5] = on_route[row]
+        mask[row] = True
+    return out, mask
+
+
+def _on_route(pl: PreparedLanes, order: np.ndarray, route_lane_ids, route_polyline) -> np.ndarray:
+    if route_lane_ids is not None and len(route_lane_ids):
+        ids = set(int(v) for v in np.asarray(route_lane_ids).reshape(-1))
+        return np.array([1.0 if int(pl.lane_ids[k]) in ids else 0.0 for k in order])
+    if route_polyline is None or len(route_polyline) < 2:
+        return np.zeros(len(order))
+    rp = np.asarray(route_polyline, np.float64)
+    flags = []
+    for k in order:
+        pts = pl.lines[k][:: max(1, len(pl.lines[k]) // 5)]
+        d = [project_onto_polyline(rp, q)[1] for q in pts]
+        flags.append(1.0 if np.mean(d) < 1.0 else 0.0)
+    return np.array(flags)
+
+
+def agent_tokens(agents, ego_pose, params: dict[str, Any] | TokenConfig | None = None):
+    """([N_agents, 10] float32, [N_agents] bool) from an AgentFrame-like object (world frame)."""
+    cfg = get_token_config(params)
+    pose = np.asarray(ego_pose, np.float64)
+    out = np.zeros((cfg.n_agents, AGENT_FEATURES), np.float32)
+    mask = np.zeros(cfg.n_agents, bool)
+    if len(agents.x) == 0:
+        return out, mask
+    xy = _to_ego(np.stack([agents.x, agents.y], axis=-1), pose)
+    d = np.linalg.norm(xy, axis=1)
+    order = np.argsort(d, kind="stable")
+    order = order[d[order] <= cfg.agent_range][: cfg.n_agents]
+    n = len(order)
+    if n == 0:
+        return out, mask
+    yaw = agents.yaw[order] - pose[2]
+    vel = _rot_dirs(np.stack([agents.vx[order], agents.vy[order]], axis=-1), pose[2])
+    types = agents.types[order]
+    out[:n, 0:2] = xy[order]
+    out[:n, 2] = np.cos(yaw)
+    out[:n, 3] = np.sin(yaw)
+    out[:n, 4:6] = vel
+    out[:n, 6] = agents.length[order]
+    out[:n, 7] = agents.width[order]
+    out[:n, 8] = types == AGENT_VEHICLE
+    out[:n, 9] = (types == AGENT_PEDESTRIAN) | (types == AGENT_CYCLIST)
+    mask[:n] = True
+    return out, mask
+
+
+def route_tokens(route_polyline, ego_pose, params: dict[str, Any] | TokenConfig | None = None):
+    """([N_route, 4] float32, [N_route] bool): route points ahead of the ego's projection."""
+    cfg = get_token_config(params)
+    pose = np.asarray(ego_pose, np.float64)
+    out = np.zeros((cfg.n_route, ROUTE_FEATURES), np.float32)
+    mask = np.zeros(cfg.n_route, bool)
+    rp = np.asarray(route_polyline, np.float64)
+    if rp.ndim != 2 or rp.shape[0] < 2 or rp.shape[1] != 2:
+        raise TokenError(f"route_polyline: shape {rp.shape} is not [Pr >= 2, 2]")
+    keep = np.concatenate([[True], np.linalg.norm(np.diff(rp, axis=0), axis=1) > 1e-6])
+    rp = rp[keep]
+    if len(rp) < 2:
+        return out, mask
+    cum = arc_lengths(rp)
+    s0, _ = project_onto_polyline(rp, pose[:2], cum)
+    s = s0 + np.arange(cfg.n_route) * cfg.route_spacing
+    valid = s <= cum[-1] + 1e-9
+    pts = resample_polyline(rp, s, cum)
+    out[:, 0:2] = _to_ego(pts[:, :2], pose)
+    out[:, 2:4] = _rot_dirs(pts[:, 2:4], pose[2])
+    out[~valid] = 0.0
+    mask[:] = valid
+    return out, mask

@@ -1,0 +1,110 @@
+"""Real-data adapters: Argoverse 2 and CommonRoad fixtures -> validated clips with sane units."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rad2_planner.adapters.av2 import load_av2_scenario
+from rad2_planner.adapters.commonroad import CommonRoadAdapterError, load_commonroad_scenario
+from rad2_planner.clip import AGENT_OTHER, AGENT_PEDESTRIAN, AGENT_VEHICLE, load_clip, save_clip
+from rad2_planner.config import load_params
+from rad2_planner.tokens import project_onto_polyline
+
+FIXTURES = Path(__file__).parent / "fixtures"
+AV2_DIR = FIXTURES / "av2" / "0a1e6f0a-1817-4a98-b02e-db8c9327d151"
+CR_FILE = FIXTURES / "commonroad" / "USA_US101-5_1_T-1.xml"
+
+
+@pytest.fixture(scope="module")
+def av2_clip():
+    return load_av2_scenario(AV2_DIR)
+
+
+@pytest.fixture(scope="module")
+def cr_clip():
+    return load_commonroad_scenario(CR_FILE)
+
+
+def _check_units(clip, max_speed):
+    v = np.hypot(clip.agent_vx, clip.agent_vy)[clip.agent_valid]
+    assert np.all(v < max_speed), "agent speeds must be m/s"
+    assert np.all(clip.ego_speed >= 0) and clip.ego_speed.max() < max_speed
+    yaw = clip.agent_yaw[clip.agent_valid]
+    assert np.all(np.abs(yaw) <= np.pi + 1e-6), "yaw must be radians"
+    assert np.all(np.abs(clip.ego_yaw) <= np.pi + 1e-6)
+    # logged displacement agrees with logged speed (units are consistent)
+    step = np.hypot(np.diff(clip.ego_x), np.diff(clip.ego_y)) / clip.dt
+    moving = clip.ego_speed[1:] > 2.0
+    if moving.any():
+        ratio = np.median(step[moving] / clip.ego_speed[1:][moving])
+        assert 0.8 < ratio < 1.2
+    # the ego heading follows its direction of travel
+    fast = np.flatnonzero(step > 2.0)
+    if len(fast):
+        travel = np.arctan2(np.diff(clip.ego_y), np.diff(clip.ego_x))[fast]
+        err = np.abs((clip.ego_yaw[fast] - travel + np.pi) % (2 * np.pi) - np.pi)
+        assert np.median(err) < 0.2
+
+
+def test_av2_counts_and_units(av2_clip):
+    c = av2_clip.validate()
+    assert c.num_steps == 110 and c.dt == pytest.approx(0.1)
+    assert c.duration_s == pytest.approx(10.9)
+    assert c.num_agents == 57  # 58 tracks minus the ego "AV"
+    assert c.map.num_lanes == 71
+    assert len(c.map.crosswalks) > 0 and len(c.map.drivable_areas) > 0
+    assert c.metadata["source"] == "av2"
+    _check_units(c, max_speed=40.0)
+    # box sizes come from the documented per-type defaults
+    sizes = load_params("bev")["adapters"]["default_box_sizes"]
+    veh = c.agent_types == AGENT_VEHICLE
+    assert veh.any() and np.allclose(c.agent_length[veh], sizes["vehicle"][0])
+    ped = c.agent_types == AGENT_PEDESTRIAN
+    assert ped.any() and np.allclose(c.agent_width[ped], sizes["pedestrian"][1])
+    assert (c.agent_types == AGENT_OTHER).any()  # static / background / riderless bicycles
+    ego_len, ego_wid = load_params("bev")["adapters"]["ego_box_size"]
+    assert c.ego_length == pytest.approx(ego_len) and c.ego_width == pytest.approx(ego_wid)
+
+
+def test_av2_route_follows_the_ego(av2_clip):
+    c = av2_clip
+    rp = c.route_polyline
+    d = np.array([project_onto_polyline(rp, np.array(p))[1] for p in zip(c.ego_x, c.ego_y)])
+    assert d.max() < 1.5, "every logged ego pose lies near the route"
+    idx = c.map.lane_index()
+    for a, b in zip(c.route_lane_ids[:-1], c.route_lane_ids[1:]):
+        assert int(b) in c.map.successors[idx[int(a)]]
+    ahead = np.linalg.norm(rp[-1] - [c.ego_x[-1], c.ego_y[-1]])
+    assert ahead > 20.0, "the route extends past the log"
+
+
+def test_commonroad_promotes_an_ego(cr_clip):
+    c = cr_clip.validate()
+    assert c.metadata["source"] == "commonroad" and c.metadata["promoted_ego"]
+    assert c.dt == pytest.approx(0.1)
+    assert c.num_steps == 101 and c.duration_s == pytest.approx(10.0)
+    assert c.num_agents == 24  # 25 obstacles, one promoted
+    assert c.map.num_lanes == 5 and len(c.map.drivable_areas) == 5
+    assert c.metadata["ego_obstacle_id"] not in set(c.agent_ids.tolist())
+    assert 3.0 < c.ego_length < 20.0 and 1.0 < c.ego_width < 3.0  # recorded sizes (NGSIM), not defaults
+    assert len(set(np.round(c.agent_length, 3))) > 3
+    _check_units(c, max_speed=45.0)
+    assert np.all(c.map.speed_limits > 5.0)
+    rp = c.route_polyline
+    d = np.array([project_onto_polyline(rp, np.array(p))[1] for p in zip(c.ego_x, c.ego_y)])
+    assert d.max() < 1.5
+
+
+def test_commonroad_explicit_ego_and_bad_id():
+    c = load_commonroad_scenario(CR_FILE, ego_obstacle_id=438)
+    assert c.metadata["ego_obstacle_id"] == 438
+    assert c.num_steps == 38  # that vehicle's 1 + 37 states
+    with pytest.raises(CommonRoadAdapterError, match="ego_obstacle_id"):
+        load_commonroad_scenario(CR_FILE, ego_obstacle_id=123456)
+
+
+def test_adapted_clips_round_trip(av2_clip, cr_clip, tmp_path):
+    for clip in (av2_clip, cr_clip):
+        back = load_clip(save_clip(clip, tmp_path / f"{clip.clip_id}.npz")).validate()
+        assert back.map.map_id == clip.map.map_id
+        np.testing.assert_allclose(back.agent_x[clip.agent_valid], clip.agent_x[clip.agent_valid], atol=1e-3)

@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""Render a clip (a dataset clip, a clip .npz, an AV2 scenario directory or a CommonRoad XML) to
+PNG (one frame: world view + BEV channels) and/or GIF (the whole clip).
+
+  render_clip.py data/eval_safety --clip-id <id> --step 30 --png out/frame.png
+  render_clip.py tests/fixtures/av2/0a1e6f0a-1817-4a98-b02e-db8c9327d151 --gif out/av2.gif --stride 3
+  render_clip.py tests/fixtures/commonroad/USA_US101-5_1_T-1.xml --png out/cr.png --step 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+_p = str(ROOT / "ros2_ws" / "src" / "rad2_planner")
+if _p not in sys.path:
+    sys.path.insert(0, _p)
+
+
+def load_any(source: Path, clip_id: str | None, index: int):
+    from rad2_planner.clip import iter_dataset, load_clip, read_index
+
+    if source.is_file() and source.suffix == ".npz":
+        return load_clip(source)
+    if source.is_file() and source.suffix == ".xml":
+        from rad2_planner.adapters.commonroad import load_commonroad_scenario
+
+        return load_commonroad_scenario(source)
+    if source.is_dir() and (source / "index.json").is_file():
+        entries = read_index(source)["clips"]
+        if clip_id is not None:
+            if clip_id not in {e["clip_id"] for e in entries}:
+                raise SystemExit(f"--clip-id: {clip_id!r} not in {source}/index.json")
+        elif not 0 <= index < len(entries):
+            raise SystemExit(f"--index: {index} outside 0..{len(entries) - 1}")
+        want = clip_id if clip_id is not None else entries[index]["clip_id"]
+        kinds = None
+        for c in iter_dataset(source, kinds):
+            if c.clip_id == want:
+                return c
+    if source.is_dir() and list(source.glob("scenario_*.parquet")):
+        from rad2_planner.adapters.av2 import load_av2_scenario
+
+        return load_av2_scenario(source)
+    raise SystemExit(
+        f"source: {source} is not a dataset directory, clip .npz, AV2 scenario or CommonRoad XML"
+    )
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "source", type=Path, help="dataset dir, clip .npz, AV2 scenario dir or CommonRoad .xml"
+    )
+    parser.add_argument("--clip-id", help="clip to pick from a dataset directory")
+    parser.add_argument("--index", type=int, default=0, help="clip index in a dataset (default 0)")
+    parser.add_argument("--step", type=int, default=None, help="step for --png (default: middle of the clip)")
+    parser.add_argument("--png", type=Path, help="write one frame here")
+    parser.add_argument("--gif", type=Path, help="write the whole clip as an animated GIF here")
+    parser.add_argument("--stride", type=int, default=2, help="GIF: render every N-th step (default 2)")
+    parser.add_argument("--radius", type=float, default=40.0, help="world view half-width in m (default 40)")
+    parser.add_argument("--no-bev", action="store_true", help="omit the BEV channel panels")
+    args = parser.parse_args(argv)
+    if args.png is None and args.gif is None:
+        parser.error("give --png and/or --gif")
+    from rad2_planner.render import save_clip_gif, save_frame_png
+
+    clip = load_any(args.source, args.clip_id, args.index)
+    kw = dict(view_radius=args.radius, show_bev=not args.no_bev)
+    if args.png is not None:
+        step = clip.num_steps // 2 if args.step is None else args.step
+        if not 0 <= step < clip.num_steps:
+            parser.error(f"--step: {step} outside 0..{clip.num_steps - 1}")
+        print(save_frame_png(clip, step, args.png, **kw))
+    if args.gif is not None:
+        print(save_clip_gif(clip, args.gif, stride=args.stride, **kw))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
