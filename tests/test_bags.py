@@ -1,0 +1,310 @@
+"""Bag I/O (rad2_planner.bags) and the bag tools: clip_to_bag, record_bag, latency_report.
+
+Real MCAP files throughout; the record test runs a real rclpy publisher process over DDS.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rad2_planner import bags
+from rad2_planner.geometry import wrap_angle
+from synthetic_scenes import make_clip
+
+ROOT = Path(__file__).resolve().parents[1]
+TOOLS = ROOT / "tools"
+sys.path.insert(0, str(TOOLS))
+
+import clip_to_bag  # noqa: E402
+import latency_report  # noqa: E402
+from rad2_planner.clip import save_clip  # noqa: E402
+
+PY = sys.executable
+START_S = 1_700_000_000.0
+
+
+@pytest.fixture(scope="module")
+def clip_bag(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("clipbag")
+    clip = make_clip(num_steps=41)
+    clip_file = save_clip(clip, tmp / "clip.npz")
+    source = clip_to_bag.load_clip_source(None, None, None, str(clip_file))
+    counts = clip_to_bag.clip_to_bag(source, tmp / "bag", start_time_s=START_S)
+    return source.clip, clip_file, tmp / "bag", counts  # the clip as read back from disk
+
+
+def test_clip_to_bag_counts_stamps_and_content(clip_bag):
+    clip, clip_file, bag, counts = clip_bag
+    t = clip.num_steps
+    assert counts == {"/viz/ego_log": 1, "/clock": t, "/localization/odometry": t,
+                      "/perception/objects": t, "/viz/scene": t}
+    with bags.BagReader(bag) as reader:
+        topics = reader.topics
+        assert topics["/localization/odometry"] == bags.TopicInfo("nav_msgs/msg/Odometry", t)
+        assert topics["/perception/objects"].msgtype == "rad2_msgs/msg/PerceptionInputs"
+        assert topics["/viz/scene"].msgtype == "visualization_msgs/msg/MarkerArray"
+        assert topics["/clock"].msgtype == "rosgraph_msgs/msg/Clock"
+        meta = reader.custom_data
+        assert meta["map_file"] == str(clip_file.resolve())
+        assert meta["clip_id"] == clip.clip_id
+        assert float(meta["dt"]) == clip.dt
+        msgs = list(reader.messages(["/localization/odometry", "/perception/objects", "/clock"]))
+    start_ns = int(START_S * 1e9)
+    odom = [m for m in msgs if m.topic == "/localization/odometry"]
+    objs = [m for m in msgs if m.topic == "/perception/objects"]
+    clocks = [m for m in msgs if m.topic == "/clock"]
+    expected = [start_ns + round(k * clip.dt * 1e9) for k in range(t)]
+    assert [m.log_time_ns for m in odom] == expected
+    assert [bags.time_to_ns(m.msg.header.stamp) for m in objs] == expected
+    assert [bags.time_to_ns(m.msg.clock) for m in clocks] == expected
+    for k in (0, 17, t - 1):
+        o = odom[k].msg
+        assert o.header.frame_id == "map" and o.child_frame_id == "base_link"
+        assert o.pose.pose.position.x == pytest.approx(clip.ego_x[k])
+        assert o.pose.pose.position.y == pytest.approx(clip.ego_y[k])
+        q = o.pose.pose.orientation
+        assert wrap_angle(2 * np.arctan2(q.z, q.w) - clip.ego_yaw[k]) == pytest.approx(0.0, abs=1e-9)
+        assert o.twist.twist.linear.x == pytest.approx(clip.ego_speed[k])
+        agents = clip.agents_at(k)
+        got = objs[k].msg.agents
+        assert [a.id for a in got] == agents.ids.tolist()
+        assert len(got) == len(agents) > 0
+        np.testing.assert_allclose([a.pose.x for a in got], agents.x, rtol=1e-9)
+        np.testing.assert_allclose([a.velocity_y for a in got], agents.vy, atol=1e-5)
+        np.testing.assert_allclose([a.length for a in got], agents.length, rtol=1e-6)
+
+
+def test_mcap_readable_by_mcap_ros2_with_embedded_schemas(clip_bag):
+    """What Foxglove does: decode every message from the schemas stored in the MCAP file alone."""
+    from mcap.reader import make_reader
+    from mcap_ros2.decoder import DecoderFactory
+
+    clip, _, bag, counts = clip_bag
+    (mcap_file,) = bag.glob("*.mcap")
+    with mcap_file.open("rb") as f:
+        reader = make_reader(f, decoder_factories=[DecoderFactory()])
+        schemas = {s.name: s for s in reader.get_summary().schemas.values()}
+        assert set(schemas) == {"nav_msgs/msg/Odometry", "rad2_msgs/msg/PerceptionInputs",
+                                "visualization_msgs/msg/MarkerArray", "rosgraph_msgs/msg/Clock",
+                                "nav_msgs/msg/Path"}
+        assert all(s.encoding == "ros2msg" for s in schemas.values())
+        assert "MSG: rad2_msgs/AgentState" in schemas["rad2_msgs/msg/PerceptionInputs"].data.decode()
+        seen: dict[str, int] = {}
+        for _, channel, _, decoded in reader.iter_decoded_messages():
+            seen[channel.topic] = seen.get(channel.topic, 0) + 1
+            if channel.topic == "/perception/objects" and seen[channel.topic] == 5:
+                agents = clip.agents_at(4)
+                assert [a.id for a in decoded.agents] == agents.ids.tolist()
+                assert decoded.agents[0].pose.theta == pytest.approx(agents.yaw[0])
+            if channel.topic == "/viz/scene" and seen[channel.topic] == 1:
+                ns = {m.ns for m in decoded.markers}
+                assert {"lane_centerline", "route", "agents", "ego"} <= ns
+                assert all(m.header.frame_id == "map" for m in decoded.markers)
+    assert seen == counts
+
+
+def test_typestore_roundtrip_custom_and_standard_messages(tmp_path):
+    store = bags.typestore()
+    stage = bags.new_message("rad2_msgs/StageLatency", name="encode", milliseconds=3.0)
+    diag = bags.new_message("rad2_msgs/msg/PlanningDiagnostics", node="planner", total_ms=12.5,
+                            stages=[stage])
+    bev = bags.new_message("rad2_msgs/msg/BevFeatures", height=2, width=3,
+                           data=np.arange(6, dtype=np.float32), channel_names=["a"])
+    path = bags.new_message("nav_msgs/msg/Path", header=bags.header(42, "base_link"))
+    with bags.BagWriter(tmp_path / "b") as w:
+        w.write("/d", diag, 10)
+        w.write("/bev", bev, 20)
+        w.write("/path", bags.serialize(path), 30, msgtype="nav_msgs/Path")
+        w.set_metadata("note", "x")
+    with bags.BagReader(tmp_path / "b") as r:
+        got = {m.topic: m for m in r.messages()}
+        assert r.custom_data == {"note": "x"}
+    assert got["/d"].msg.stages[0].name == "encode" and got["/d"].msg.total_ms == 12.5
+    np.testing.assert_array_equal(got["/bev"].msg.data, np.arange(6))
+    assert got["/path"].msgtype == "nav_msgs/msg/Path" and got["/path"].msg.header.frame_id == "base_link"
+    assert got["/path"].log_time_ns == 30
+    assert "rad2_msgs/msg/SceneTokens" in store.fielddefs
+    with pytest.raises(bags.BagError, match="exists already"):
+        bags.BagWriter(tmp_path / "b")
+
+
+def test_bad_bags_give_clear_errors(clip_bag, tmp_path):
+    _, _, bag, _ = clip_bag
+    with pytest.raises(bags.BagError, match="does not exist"):
+        bags.BagReader(tmp_path / "missing")
+    (tmp_path / "notabag").mkdir()
+    with pytest.raises(bags.BagError, match="no metadata.yaml"):
+        bags.BagReader(tmp_path / "notabag")
+    with bags.BagReader(bag) as reader, pytest.raises(bags.BagError, match="no topic.*holds"):
+        list(reader.messages(["/nope"]))
+    # a truncated MCAP file (recording cut off mid-write)
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (mcap,) = bag.glob("*.mcap")
+    (broken / "metadata.yaml").write_text((bag / "metadata.yaml").read_text())
+    (broken / mcap.name).write_bytes(mcap.read_bytes()[: mcap.stat().st_size // 2])
+    with pytest.raises(bags.BagError, match="corrupt|truncated"):
+        with bags.BagReader(broken) as reader:
+            list(reader.messages())
+    # garbage metadata
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    (junk / "metadata.yaml").write_text("rosbag2_bagfile_information: [1, 2\n")
+    with pytest.raises(bags.BagError):
+        with bags.BagReader(junk) as reader:
+            list(reader.messages())
+    # the CLIs: clear message, non-zero exit
+    missing_clip = str(tmp_path / "no.npz")
+    for cmd in ([str(TOOLS / "latency_report.py"), "--bag", str(broken)],
+                [str(TOOLS / "latency_report.py"), "--bag", str(bag)],  # no diagnostics topic
+                [str(TOOLS / "clip_to_bag.py"), "--clip", missing_clip, "--out", str(tmp_path / "o")]):
+        res = subprocess.run([PY, *cmd], capture_output=True, text=True, timeout=60)
+        assert res.returncode == 2, res.stderr
+        assert "error:" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_cli_help():
+    for tool in ("clip_to_bag.py", "record_bag.py", "replay_eval.py", "latency_report.py"):
+        res = subprocess.run([PY, str(TOOLS / tool), "--help"], capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0 and "usage:" in res.stdout, tool
+
+
+def _write_diagnostics_bag(path: Path, n: int = 100) -> list[float]:
+    e2e = [float(k + 1) for k in range(n)]  # 1..100 ms, shuffled order in the bag
+    order = np.random.default_rng(0).permutation(n)
+    stage = lambda name, ms: bags.new_message("rad2_msgs/msg/StageLatency", name=name, milliseconds=ms)  # noqa: E731
+    with bags.BagWriter(path) as w:
+        for i, k in enumerate(order):
+            msg = bags.new_message(
+                "rad2_msgs/msg/PlanningDiagnostics", header=bags.header(10**9 + i * 10**8, "base_link"),
+                node="planner", backend="onnxruntime", total_ms=e2e[k] - 0.5, end_to_end_ms=e2e[k],
+                stages=[stage("preprocess", 1.0), stage("encode", 2.0 * (k % 2)),
+                        stage("denoise_0", 3.0), stage("denoise_1", 4.0)],
+                deadline_missed=bool(k >= 93), cycle_count=i + 1,
+                deadline_miss_count=0, fallback_active=False)
+            w.write("/planning/diagnostics", msg, 10**9 + i * 10**8)
+    return e2e
+
+
+def test_latency_report_percentiles_from_bag(tmp_path):
+    e2e = _write_diagnostics_bag(tmp_path / "diag")
+    records = latency_report.records_from_bag(tmp_path / "diag")
+    summary = latency_report.summarise(records)["planner"]
+    row = summary["stages"]["end_to_end"]
+    assert row["count"] == 100
+    assert row["p50"] == pytest.approx(50.5)
+    assert row["p90"] == pytest.approx(90.1)
+    assert row["p99"] == pytest.approx(99.01)
+    assert row["max"] == 100.0 and row["mean"] == pytest.approx(np.mean(e2e))
+    assert summary["stages"]["total"]["max"] == 99.5
+    assert summary["stages"]["encode"]["p50"] == pytest.approx(1.0)
+    assert summary["stages"]["denoise_all"]["max"] == 7.0
+    assert list(summary["stages"])[:4] == ["preprocess", "encode", "denoise_0", "denoise_1"]
+    assert summary["deadline_missed"] == 7 and summary["deadline_miss_rate"] == pytest.approx(0.07)
+    assert summary["cycles_by_counter"] == 100 and summary["dropped_diagnostics"] == 0
+    res = subprocess.run([PY, str(TOOLS / "latency_report.py"), "--bag", str(tmp_path / "diag"),
+                          "--json", str(tmp_path / "lat.json"), "--png", str(tmp_path / "lat.png")],
+                         capture_output=True, text=True, timeout=90)
+    assert res.returncode == 0, res.stderr
+    assert "end_to_end" in res.stdout and "7/100" in res.stdout
+    doc = json.loads((tmp_path / "lat.json").read_text())
+    assert doc["nodes"]["planner"]["stages"]["end_to_end"]["p99"] == pytest.approx(99.01)
+    assert (tmp_path / "lat.png").stat().st_size > 10_000
+
+
+# --------------------------------------------------------------------------------------------------
+# record_bag against a live rclpy publisher process
+# --------------------------------------------------------------------------------------------------
+
+_PUBLISHER = textwrap.dedent("""
+    import sys, time
+    import rclpy
+    from nav_msgs.msg import Odometry
+    from rad2_msgs.msg import PlanningDiagnostics, StageLatency
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+    rclpy.init()
+    node = rclpy.create_node("bag_test_publisher")
+    odom_pub = node.create_publisher(
+        Odometry, "localization/odometry", QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT))
+    diag_pub = node.create_publisher(PlanningDiagnostics, "planning/diagnostics", 10)
+    end = time.monotonic() + float(sys.argv[1])
+    i = 0
+    while time.monotonic() < end:
+        o = Odometry()
+        o.header.frame_id = "map"
+        o.header.stamp.sec = 1000 + i
+        o.pose.pose.position.x = float(i)
+        odom_pub.publish(o)
+        d = PlanningDiagnostics(node="planner", cycle_count=i, total_ms=float(i))
+        d.stages = [StageLatency(name="encode", milliseconds=1.5)]
+        diag_pub.publish(d)
+        i += 1
+        rclpy.spin_once(node, timeout_sec=0.05)
+    print("published", i, flush=True)
+    node.destroy_node()
+    rclpy.shutdown()
+""")
+
+
+def _ros_env(domain_id: int) -> dict[str, str]:
+    sys.path.insert(0, str(TOOLS))
+    from rosenv import ros_environment
+
+    return ros_environment(domain_id, require_build=True)
+
+
+requires_build = pytest.mark.skipif(
+    not (ROOT / "ros2_ws" / "install" / "rad2_msgs").is_dir(),
+    reason="ros2_ws is not built (run tools/bootstrap.sh): rad2_msgs Python types are needed")
+
+
+@requires_build
+def test_record_bag_records_live_publisher(tmp_path):
+    domain = 150 + os.getpid() % 50
+    env = _ros_env(domain)
+    script = tmp_path / "pub.py"
+    script.write_text(_PUBLISHER)
+    venv_py = str(Path(env["RAD2_VENV"]) / "bin" / "python")
+    pub = subprocess.Popen([venv_py, str(script), "12"], env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        t0 = time.monotonic()
+        res = subprocess.run([venv_py, str(TOOLS / "record_bag.py"), "--out", str(tmp_path / "rec"),
+                              "--topics", "/localization/odometry", "planning/diagnostics",
+                              "--duration", "3", "--wait-topics", "20"],
+                             env=env, capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, res.stderr
+        assert time.monotonic() - t0 < 45
+        # unknown topic: clear error, non-zero exit, no empty bag left behind
+        bad = subprocess.run([venv_py, str(TOOLS / "record_bag.py"), "--out", str(tmp_path / "bad"),
+                              "--topics", "/no/such/topic", "--duration", "1", "--wait-topics", "1"],
+                             env=env, capture_output=True, text=True, timeout=60)
+        assert bad.returncode == 2 and "/no/such/topic" in bad.stderr and "Traceback" not in bad.stderr
+        assert not (tmp_path / "bad").exists()
+    finally:
+        pub.wait(timeout=30)
+    with bags.BagReader(tmp_path / "rec") as reader:
+        topics = reader.topics
+        assert set(topics) == {"/localization/odometry", "/planning/diagnostics"}
+        assert topics["/localization/odometry"].msgtype == "nav_msgs/msg/Odometry"
+        assert topics["/planning/diagnostics"].msgtype == "rad2_msgs/msg/PlanningDiagnostics"
+        msgs = list(reader.messages())
+    odom = [m for m in msgs if m.topic == "/localization/odometry"]
+    diag = [m for m in msgs if m.topic == "/planning/diagnostics"]
+    # ~20 Hz for 3 s; allow for a slow, shared machine
+    assert len(odom) >= 20 and len(diag) >= 20
+    xs = [m.msg.pose.pose.position.x for m in odom]
+    assert xs == sorted(xs) and all(m.msg.header.frame_id == "map" for m in odom)
+    assert all(m.msg.header.stamp.sec == 1000 + int(m.msg.pose.pose.position.x) for m in odom)
+    assert diag[-1].msg.stages[0].name == "encode" and diag[-1].msg.node == "planner"
+    assert diag[-1].msg.cycle_count - diag[0].msg.cycle_count == len(diag) - 1  # reliable: none lost
+    span = (msgs[-1].log_time_ns - msgs[0].log_time_ns) * 1e-9
+    assert 2.0 < span < 4.0  # wall-clock log times over the --duration window
