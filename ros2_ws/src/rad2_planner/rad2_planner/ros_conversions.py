@@ -1,0 +1,1020 @@
+"""The one place where rad2_msgs / standard ROS messages are converted to and from numpy arrays.
+
+Encoders take the arrays the core produces (conventions.md: Observation, planner output) and return
+messages; decoders validate a received message before returning arrays and raise
+``MessageValidationError`` naming the message type, the field and the offending value or sizes, so a
+node can reject the input (and count it) instead of feeding garbage to the planner.
+
+Large float arrays (the BEV tensor) are assigned through ``array.array`` built from the numpy buffer
+and read back with ``np.frombuffer``: building a Python list element by element costs ~30x more.
+Times are integer nanoseconds (``stamp_ns``) on the numpy side.
+"""
+
+from __future__ import annotations
+
+import array
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from builtin_interfaces.msg import Time
+from geometry_msgs.msg import Point, Pose2D, PoseStamped
+from nav_msgs.msg import Odometry, Path
+from rad2_msgs.msg import (
+    AgentState,
+    BevFeatures,
+    CandidateSet,
+    ControlCommand,
+    MapPolyline,
+    PerceptionInputs,
+    PlanningDiagnostics,
+    SceneTokens,
+    StageLatency,
+    Trajectory,
+)
+from std_msgs.msg import Header
+
+EGO_FRAME = "base_link"
+WORLD_FRAME = "map"
+_NS_PER_S = 1_000_000_000
+# Points closer than this give no usable direction; the previous heading is kept.
+_MIN_HEADING_STEP_M = 1e-3
+
+AGENT_TYPES = (
+    AgentState.TYPE_VEHICLE,
+    AgentState.TYPE_PEDESTRIAN,
+    AgentState.TYPE_CYCLIST,
+    AgentState.TYPE_OTHER,
+)
+MAP_POLYLINE_TYPES = (MapPolyline.TYPE_CENTERLINE, MapPolyline.TYPE_BOUNDARY, MapPolyline.TYPE_CROSSWALK)
+
+
+class MessageValidationError(ValueError):
+    """A message (or the arrays to encode into one) violates the rad2 interface contract."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Small helpers
+# --------------------------------------------------------------------------------------------------
+
+
+def _fail(message_type: str, field_name: str, detail: str) -> MessageValidationError:
+    return MessageValidationError(f"{message_type}.{field_name} {detail}")
+
+
+def _check_finite(message_type: str, field_name: str, values: np.ndarray) -> None:
+    values = np.asarray(values)
+    if values.size and not np.all(np.isfinite(values)):
+        bad = np.argwhere(~np.isfinite(values))
+        first = tuple(int(i) for i in bad[0])
+        raise _fail(
+            message_type,
+            field_name,
+            f"has {len(bad)} non-finite values (first {values[first]!r} at index {first})",
+        )
+
+
+def _check_scalar(message_type: str, field_name: str, value: float) -> float:
+    value = float(value)
+    if not math.isfinite(value):
+        raise _fail(message_type, field_name, f"is {value!r}, expected a finite number")
+    return value
+
+
+def _as_array(message_type: str, field_name: str, value: Any, shape: tuple, dtype=np.float32) -> np.ndarray:
+    """`value` as an array of `shape` (None = any size on that axis), finite if floating."""
+    try:
+        arr = np.asarray(value, dtype=dtype)
+    except (TypeError, ValueError) as err:
+        raise _fail(message_type, field_name, f"cannot be read as {np.dtype(dtype).name}: {err}") from err
+    if arr.ndim != len(shape) or any(want is not None and got != want for got, want in zip(arr.shape, shape)):
+        expected = "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
+        raise _fail(message_type, field_name, f"has shape {list(arr.shape)}, expected {expected}")
+    if np.issubdtype(arr.dtype, np.floating):
+        _check_finite(message_type, field_name, arr)
+    return arr
+
+
+def _f32(value: float) -> float:
+    """A value for a float32 field, rounded now so that an unserialized message (intra-process
+    delivery, composed nodes) decodes to exactly what one that crossed DDS does."""
+    return float(np.float32(value))
+
+
+def _float32_array(values: np.ndarray) -> array.array:
+    out = array.array("f")
+    out.frombytes(np.ascontiguousarray(values, dtype=np.float32).tobytes())
+    return out
+
+
+def ns_to_time(stamp_ns: int) -> Time:
+    stamp_ns = int(stamp_ns)
+    if stamp_ns < 0:
+        raise MessageValidationError(f"builtin_interfaces/Time: stamp_ns {stamp_ns} is negative")
+    return Time(sec=stamp_ns // _NS_PER_S, nanosec=stamp_ns % _NS_PER_S)
+
+
+def time_to_ns(stamp: Time) -> int:
+    return int(stamp.sec) * _NS_PER_S + int(stamp.nanosec)
+
+
+def make_header(stamp_ns: int, frame_id: str) -> Header:
+    return Header(stamp=ns_to_time(stamp_ns), frame_id=str(frame_id))
+
+
+def headings_from_points(
+    points: np.ndarray, start_xy: Sequence[float] | None = (0.0, 0.0), start_yaw: float = 0.0
+) -> np.ndarray:
+    """Heading (rad) at each of `points` [T, 2] by central finite differences.
+
+    `start_xy` is the position before the first point (the ego origin for an ego-frame plan; None
+    when unknown: forward difference at the first point). Where consecutive points nearly coincide
+    (a stop) the previous heading is held, starting from `start_yaw`.
+    """
+    pts = np.asarray(points, dtype=np.float64).reshape(-1, 2)
+    if len(pts) == 0:
+        return np.zeros(0)
+    padded = pts if start_xy is None else np.vstack([np.asarray(start_xy, dtype=np.float64)[None], pts])
+    offset = 0 if start_xy is None else 1
+    headings = np.empty(len(pts))
+    previous = float(start_yaw)
+    for k in range(len(pts)):
+        i = k + offset
+        before = padded[max(i - 1, 0)]
+        after = padded[min(i + 1, len(padded) - 1)]
+        delta = after - before
+        if math.hypot(delta[0], delta[1]) >= _MIN_HEADING_STEP_M:
+            previous = math.atan2(delta[1], delta[0])
+        headings[k] = previous
+    return headings
+
+
+# --------------------------------------------------------------------------------------------------
+# BEV features
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BevGrid:
+    """Grid geometry of a BEV raster (BevFeatures.msg convention, ego frame, metres)."""
+
+    resolution: float
+    height: int
+    width: int
+    origin_x: float
+    origin_y: float
+
+    def as_float32(self) -> BevGrid:
+        """The geometry as a BevFeatures message carries it (float32 resolution and origin)."""
+        return BevGrid(
+            _f32(self.resolution), self.height, self.width, _f32(self.origin_x), _f32(self.origin_y)
+        )
+
+    @classmethod
+    def from_params(cls, bev_params: Mapping[str, Any]) -> BevGrid:
+        """From the `bev` block of params/bev.yaml (load_params("bev")["bev"])."""
+        return cls(
+            resolution=float(bev_params["resolution_m"]),
+            height=int(bev_params["height"]),
+            width=int(bev_params["width"]),
+            origin_x=float(bev_params["origin_x"]),
+            origin_y=float(bev_params["origin_y"]),
+        )
+
+
+@dataclass
+class BevFrame:
+    """A decoded BevFeatures message."""
+
+    features: np.ndarray  # [C, H, W] float32
+    grid: BevGrid
+    channel_names: tuple[str, ...]
+    stamp_ns: int
+    frame_id: str
+
+
+def _check_grid(message_type: str, grid: BevGrid) -> None:
+    if not (math.isfinite(grid.resolution) and grid.resolution > 0):
+        raise _fail(message_type, "resolution", f"is {grid.resolution!r}, expected a positive finite number")
+    if grid.height <= 0 or grid.width <= 0:
+        raise _fail(message_type, "height/width", f"are {grid.height}x{grid.width}, expected positive sizes")
+    for name in ("origin_x", "origin_y"):
+        _check_scalar(message_type, name, getattr(grid, name))
+
+
+def bev_to_msg(
+    features: np.ndarray,
+    grid: BevGrid,
+    channel_names: Sequence[str],
+    stamp_ns: int = 0,
+    frame_id: str = EGO_FRAME,
+) -> BevFeatures:
+    """Encode a [C, H, W] raster with its grid geometry and channel names."""
+    kind = "BevFeatures"
+    _check_grid(kind, grid)
+    names = [str(n) for n in channel_names]
+    feats = _as_array(kind, "data", features, (len(names), grid.height, grid.width))
+    msg = BevFeatures()
+    msg.header = make_header(stamp_ns, frame_id)
+    msg.resolution = _f32(grid.resolution)
+    msg.height = int(grid.height)
+    msg.width = int(grid.width)
+    msg.origin_x = _f32(grid.origin_x)
+    msg.origin_y = _f32(grid.origin_y)
+    msg.channel_names = names
+    msg.data = _float32_array(feats)
+    return msg
+
+
+def bev_from_msg(
+    msg: BevFeatures, expected_channels: Sequence[str] | None = None, expected_grid: BevGrid | None = None
+) -> BevFrame:
+    """Decode and validate: data size against the declared grid and channels, finiteness, and (when
+    given) the channel names and grid the consumer was configured for."""
+    kind = "BevFeatures"
+    grid = BevGrid(
+        float(msg.resolution), int(msg.height), int(msg.width), float(msg.origin_x), float(msg.origin_y)
+    )
+    _check_grid(kind, grid)
+    names = tuple(str(n) for n in msg.channel_names)
+    if not names:
+        raise _fail(kind, "channel_names", "is empty, expected at least one channel")
+    if len(set(names)) != len(names):
+        raise _fail(kind, "channel_names", f"has duplicates: {list(names)}")
+    if expected_channels is not None and tuple(expected_channels) != names:
+        raise _fail(
+            kind,
+            "channel_names",
+            f"has {len(names)} channels {list(names)}, expected {len(expected_channels)} "
+            f"{list(expected_channels)}",
+        )
+    # The message carries float32 geometry: compare with the configured grid at that precision.
+    if expected_grid is not None and grid != expected_grid.as_float32():
+        raise _fail(kind, "grid", f"is {grid}, expected {expected_grid}")
+    num_values = len(msg.data)
+    expected = len(names) * grid.height * grid.width
+    if num_values != expected:
+        raise _fail(
+            kind,
+            "data",
+            f"has {num_values} values, expected {len(names)}*{grid.height}*{grid.width}={expected} "
+            f"for the declared grid and {len(names)} channel names",
+        )
+    data = msg.data
+    if not isinstance(data, array.array) or data.typecode != "f":
+        data = array.array("f", data)
+    features = np.frombuffer(data, dtype=np.float32).reshape(len(names), grid.height, grid.width)
+    if not np.all(np.isfinite(features)):
+        bad = np.argwhere(~np.isfinite(features))
+        c, i, j = (int(v) for v in bad[0])
+        raise _fail(
+            kind,
+            "data",
+            f"has {len(bad)} non-finite values (first {features[c, i, j]!r} in channel '{names[c]}' "
+            f"at row {i}, column {j})",
+        )
+    return BevFrame(features, grid, names, time_to_ns(msg.header.stamp), str(msg.header.frame_id))
+
+
+# --------------------------------------------------------------------------------------------------
+# Agents (shared by SceneTokens and PerceptionInputs)
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class AgentList:
+    """Agents as parallel arrays [N]: box centre pose, box size, velocity, id and type."""
+
+    ids: np.ndarray  # int64
+    types: np.ndarray  # uint8, AgentState.TYPE_*
+    x: np.ndarray
+    y: np.ndarray
+    yaw: np.ndarray
+    length: np.ndarray
+    width: np.ndarray
+    vx: np.ndarray
+    vy: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def _agent_list_to_states(kind: str, agents: AgentList) -> list[AgentState]:
+    n = len(agents.ids)
+    cols = {}
+    for name in ("x", "y", "yaw", "length", "width", "vx", "vy"):
+        cols[name] = _as_array(kind, f"agents.{name}", getattr(agents, name), (n,), np.float64)
+    types = _as_array(kind, "agents.types", agents.types, (n,), np.int64)
+    bad_types = [int(t) for t in types if int(t) not in AGENT_TYPES]
+    if bad_types:
+        raise _fail(kind, "agents.type", f"has unknown values {bad_types[:5]}, expected one of {AGENT_TYPES}")
+    ids = _as_array(kind, "agents.id", agents.ids, (n,), np.int64)
+    states = []
+    for k in range(n):
+        states.append(
+            AgentState(
+                id=int(ids[k]),
+                type=int(types[k]),
+                pose=Pose2D(x=float(cols["x"][k]), y=float(cols["y"][k]), theta=float(cols["yaw"][k])),
+                length=_f32(cols["length"][k]),
+                width=_f32(cols["width"][k]),
+                velocity_x=_f32(cols["vx"][k]),
+                velocity_y=_f32(cols["vy"][k]),
+            )
+        )
+    return states
+
+
+def _agent_states_to_list(kind: str, states: Sequence[AgentState]) -> AgentList:
+    n = len(states)
+    out = AgentList(
+        ids=np.array([s.id for s in states], dtype=np.int64),
+        types=np.array([s.type for s in states], dtype=np.uint8),
+        x=np.array([s.pose.x for s in states], dtype=np.float64),
+        y=np.array([s.pose.y for s in states], dtype=np.float64),
+        yaw=np.array([s.pose.theta for s in states], dtype=np.float64),
+        length=np.array([s.length for s in states], dtype=np.float64),
+        width=np.array([s.width for s in states], dtype=np.float64),
+        vx=np.array([s.velocity_x for s in states], dtype=np.float64),
+        vy=np.array([s.velocity_y for s in states], dtype=np.float64),
+    )
+    for name in ("x", "y", "yaw", "length", "width", "vx", "vy"):
+        _check_finite(kind, f"agents.{name}", getattr(out, name))
+    bad = [int(t) for t in out.types if int(t) not in AGENT_TYPES]
+    if bad:
+        raise _fail(kind, "agents.type", f"has unknown values {bad[:5]}, expected one of {AGENT_TYPES}")
+    if n and (np.any(out.length <= 0) or np.any(out.width <= 0)):
+        k = int(np.argmax((out.length <= 0) | (out.width <= 0)))
+        raise _fail(
+            kind, f"agents[{k}]", f"has box {out.length[k]}x{out.width[k]} m, expected positive sizes"
+        )
+    return out
+
+
+def perception_inputs_to_msg(
+    agents: AgentList, stamp_ns: int = 0, frame_id: str = WORLD_FRAME
+) -> PerceptionInputs:
+    msg = PerceptionInputs()
+    msg.header = make_header(stamp_ns, frame_id)
+    msg.agents = _agent_list_to_states("PerceptionInputs", agents)
+    return msg
+
+
+def perception_inputs_from_msg(msg: PerceptionInputs) -> tuple[AgentList, int, str]:
+    """-> (agents, stamp_ns, frame_id)."""
+    agents = _agent_states_to_list("PerceptionInputs", msg.agents)
+    ids = agents.ids.tolist()
+    if len(set(ids)) != len(ids):
+        raise _fail("PerceptionInputs", "agents.id", f"has duplicate ids {sorted(ids)}")
+    return agents, time_to_ns(msg.header.stamp), str(msg.header.frame_id)
+
+
+# --------------------------------------------------------------------------------------------------
+# Scene tokens
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TokenSizes:
+    """Fixed token counts the planner networks expect (the `tokens` block of params/bev.yaml)."""
+
+    num_map_polylines: int
+    points_per_polyline: int
+    num_agents: int
+    num_route_points: int
+
+    @classmethod
+    def from_params(cls, tokens_params: Mapping[str, Any]) -> TokenSizes:
+        return cls(
+            num_map_polylines=int(tokens_params["map"]["num_polylines"]),
+            points_per_polyline=int(tokens_params["map"]["points_per_polyline"]),
+            num_agents=int(tokens_params["agents"]["num_agents"]),
+            num_route_points=int(tokens_params["route"]["num_points"]),
+        )
+
+
+@dataclass
+class SceneTokenArrays:
+    """The token part of an Observation (conventions.md), ego frame, float32, fixed sizes + masks."""
+
+    map_polylines: np.ndarray  # [N_map, P, 6]: x, y, cos h, sin h, speed limit, on_route
+    map_mask: np.ndarray  # [N_map] bool
+    agents: np.ndarray  # [N_agents, 10]: x, y, cos, sin, vx, vy, length, width, is_vehicle, is_vru
+    agents_mask: np.ndarray  # [N_agents] bool
+    route: np.ndarray  # [N_route, 4]: x, y, cos h, sin h
+    route_mask: np.ndarray  # [N_route] bool
+    ego_state: np.ndarray  # [4]: speed, accel, yaw rate, steering
+    stamp_ns: int = 0
+    frame_id: str = EGO_FRAME
+    # Optional identities the fixed arrays do not carry (aligned with the rows; -1 / derived if None).
+    lane_ids: np.ndarray | None = None
+    agent_ids: np.ndarray | None = None
+    agent_types: np.ndarray | None = None
+
+    @classmethod
+    def from_observation(cls, obs: Any, stamp_ns: int = 0, frame_id: str = EGO_FRAME) -> SceneTokenArrays:
+        return cls(
+            obs.map_polylines,
+            obs.map_mask,
+            obs.agents,
+            obs.agents_mask,
+            obs.route,
+            obs.route_mask,
+            obs.ego_state,
+            stamp_ns,
+            frame_id,
+        )
+
+    @property
+    def sizes(self) -> TokenSizes:
+        return TokenSizes(
+            self.map_polylines.shape[0],
+            self.map_polylines.shape[1],
+            self.agents.shape[0],
+            self.route.shape[0],
+        )
+
+
+def scene_tokens_to_msg(tokens: SceneTokenArrays) -> SceneTokens:
+    """Encode the valid (masked) rows; the fixed sizes are restored on decode with TokenSizes."""
+    kind = "SceneTokens"
+    polylines = _as_array(kind, "map_polylines", tokens.map_polylines, (None, None, 6))
+    n_map = polylines.shape[0]
+    map_mask = _as_array(kind, "map_mask", tokens.map_mask, (n_map,), bool)
+    agents = _as_array(kind, "agents", tokens.agents, (None, 10))
+    agents_mask = _as_array(kind, "agents_mask", tokens.agents_mask, (agents.shape[0],), bool)
+    route = _as_array(kind, "route", tokens.route, (None, 4))
+    route_mask = _as_array(kind, "route_mask", tokens.route_mask, (route.shape[0],), bool)
+    ego = _as_array(kind, "ego_state", tokens.ego_state, (4,))
+
+    msg = SceneTokens()
+    msg.header = make_header(tokens.stamp_ns, tokens.frame_id)
+    lane_ids = (
+        None if tokens.lane_ids is None else _as_array(kind, "lane_ids", tokens.lane_ids, (n_map,), np.int64)
+    )
+    for m in np.flatnonzero(map_mask):
+        rows = polylines[m]
+        # Speed limit and route membership are per lane in the message; the arrays repeat them per
+        # point, so a polyline that mixes values cannot be represented and is refused.
+        for col, name in ((4, "speed limit"), (5, "on_route")):
+            if np.ptp(rows[:, col]) > 1e-6:
+                raise _fail(
+                    kind,
+                    f"map_polylines[{m}]",
+                    f"has {name} varying along the polyline "
+                    f"({rows[:, col].min()}..{rows[:, col].max()}); the message holds one per lane",
+                )
+        poly = MapPolyline()
+        poly.type = MapPolyline.TYPE_CENTERLINE
+        poly.lane_id = -1 if lane_ids is None else int(lane_ids[m])
+        poly.speed_limit = _f32(rows[0, 4])
+        poly.on_route = bool(rows[0, 5] > 0.5)
+        poly.points = [Point(x=float(x), y=float(y), z=0.0) for x, y in rows[:, :2]]
+        poly.headings = _float32_array(np.arctan2(rows[:, 3], rows[:, 2]))
+        msg.map_polylines.append(poly)
+
+    valid_agents = np.flatnonzero(agents_mask)
+    rows = agents[valid_agents]
+    if tokens.agent_types is not None:
+        types = _as_array(kind, "agent_types", tokens.agent_types, (agents.shape[0],), np.int64)[valid_agents]
+    else:
+        types = np.where(
+            rows[:, 8] > 0.5,
+            AgentState.TYPE_VEHICLE,
+            np.where(rows[:, 9] > 0.5, AgentState.TYPE_PEDESTRIAN, AgentState.TYPE_OTHER),
+        )
+    if tokens.agent_ids is not None:
+        ids = _as_array(kind, "agent_ids", tokens.agent_ids, (agents.shape[0],), np.int64)[valid_agents]
+    else:
+        ids = np.full(len(valid_agents), -1, dtype=np.int64)
+    msg.agents = _agent_list_to_states(
+        kind,
+        AgentList(
+            ids=ids,
+            types=types,
+            x=rows[:, 0],
+            y=rows[:, 1],
+            yaw=np.arctan2(rows[:, 3], rows[:, 2]),
+            length=rows[:, 6],
+            width=rows[:, 7],
+            vx=rows[:, 4],
+            vy=rows[:, 5],
+        ),
+    )
+
+    msg.route = [
+        Pose2D(x=float(r[0]), y=float(r[1]), theta=float(math.atan2(r[3], r[2]))) for r in route[route_mask]
+    ]
+    msg.ego_speed, msg.ego_acceleration, msg.ego_yaw_rate, msg.ego_steering = (_f32(v) for v in ego)
+    return msg
+
+
+def scene_tokens_from_msg(msg: SceneTokens, sizes: TokenSizes) -> SceneTokenArrays:
+    """Decode into fixed-size arrays (valid rows first, then zero padding with mask False)."""
+    kind = "SceneTokens"
+    for field_name, count, limit in (
+        ("map_polylines", len(msg.map_polylines), sizes.num_map_polylines),
+        ("agents", len(msg.agents), sizes.num_agents),
+        ("route", len(msg.route), sizes.num_route_points),
+    ):
+        if count > limit:
+            raise _fail(kind, field_name, f"has {count} entries, more than the {limit} the planner takes")
+
+    polylines = np.zeros((sizes.num_map_polylines, sizes.points_per_polyline, 6), dtype=np.float32)
+    map_mask = np.zeros(sizes.num_map_polylines, dtype=bool)
+    lane_ids = np.full(sizes.num_map_polylines, -1, dtype=np.int64)
+    for m, poly in enumerate(msg.map_polylines):
+        name = f"map_polylines[{m}]"
+        if len(poly.points) != sizes.points_per_polyline:
+            raise _fail(
+                kind, f"{name}.points", f"has {len(poly.points)} points, expected {sizes.points_per_polyline}"
+            )
+        if poly.type not in MAP_POLYLINE_TYPES:
+            raise _fail(kind, f"{name}.type", f"is {poly.type}, expected one of {MAP_POLYLINE_TYPES}")
+        xy = np.array([(p.x, p.y) for p in poly.points], dtype=np.float64)
+        _check_finite(kind, f"{name}.points", xy)
+        if len(poly.headings) == 0:
+            headings = headings_from_points(xy, start_xy=None)
+        elif len(poly.headings) == len(poly.points):
+            headings = np.asarray(poly.headings, dtype=np.float64)
+            _check_finite(kind, f"{name}.headings", headings)
+        else:
+            raise _fail(
+                kind,
+                f"{name}.headings",
+                f"has {len(poly.headings)} values for {len(poly.points)} points (expected equal or 0)",
+            )
+        speed_limit = _check_scalar(kind, f"{name}.speed_limit", poly.speed_limit)
+        polylines[m, :, 0:2] = xy
+        polylines[m, :, 2] = np.cos(headings)
+        polylines[m, :, 3] = np.sin(headings)
+        polylines[m, :, 4] = speed_limit
+        polylines[m, :, 5] = 1.0 if poly.on_route else 0.0
+        map_mask[m] = True
+        lane_ids[m] = poly.lane_id
+
+    agent_list = _agent_states_to_list(kind, msg.agents)
+    n = len(agent_list)
+    agents = np.zeros((sizes.num_agents, 10), dtype=np.float32)
+    agents_mask = np.zeros(sizes.num_agents, dtype=bool)
+    agent_ids = np.full(sizes.num_agents, -1, dtype=np.int64)
+    agent_types = np.full(sizes.num_agents, AgentState.TYPE_OTHER, dtype=np.uint8)
+    if n:
+        agents[:n] = np.stack(
+            [
+                agent_list.x,
+                agent_list.y,
+                np.cos(agent_list.yaw),
+                np.sin(agent_list.yaw),
+                agent_list.vx,
+                agent_list.vy,
+                agent_list.length,
+                agent_list.width,
+                agent_list.types == AgentState.TYPE_VEHICLE,
+                (agent_list.types == AgentState.TYPE_PEDESTRIAN)
+                | (agent_list.types == AgentState.TYPE_CYCLIST),
+            ],
+            axis=1,
+        )
+        agents_mask[:n] = True
+        agent_ids[:n] = agent_list.ids
+        agent_types[:n] = agent_list.types
+
+    route = np.zeros((sizes.num_route_points, 4), dtype=np.float32)
+    route_mask = np.zeros(sizes.num_route_points, dtype=bool)
+    if msg.route:
+        poses = np.array([(p.x, p.y, p.theta) for p in msg.route], dtype=np.float64)
+        _check_finite(kind, "route", poses)
+        k = len(poses)
+        route[:k] = np.stack([poses[:, 0], poses[:, 1], np.cos(poses[:, 2]), np.sin(poses[:, 2])], axis=1)
+        route_mask[:k] = True
+
+    ego = np.array(
+        [msg.ego_speed, msg.ego_acceleration, msg.ego_yaw_rate, msg.ego_steering], dtype=np.float32
+    )
+    for value, name in zip(ego, ("ego_speed", "ego_acceleration", "ego_yaw_rate", "ego_steering")):
+        _check_scalar(kind, name, value)
+    return SceneTokenArrays(
+        polylines,
+        map_mask,
+        agents,
+        agents_mask,
+        route,
+        route_mask,
+        ego,
+        time_to_ns(msg.header.stamp),
+        str(msg.header.frame_id),
+        lane_ids,
+        agent_ids,
+        agent_types,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Trajectories, candidate sets, paths
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TrajectoryArrays:
+    """A decoded Trajectory: points [T, 2] at stamp + (k+1)*dt; yaw/speed [T] or None when absent."""
+
+    points: np.ndarray
+    dt: float
+    stamp_ns: int = 0
+    frame_id: str = EGO_FRAME
+    yaw: np.ndarray | None = None
+    speed: np.ndarray | None = None
+    score: float = float("nan")
+
+
+def _check_dt(kind: str, dt: float) -> float:
+    dt = _check_scalar(kind, "dt", dt)
+    if dt <= 0:
+        raise _fail(kind, "dt", f"is {dt}, expected > 0 s")
+    return dt
+
+
+def _check_score(kind: str, field_name: str, score: float) -> float:
+    score = float(score)
+    if not (math.isnan(score) or 0.0 <= score <= 1.0):
+        raise _fail(kind, field_name, f"is {score}, expected a value in [0, 1] or NaN (not scored)")
+    return score
+
+
+def trajectory_to_msg(
+    points: np.ndarray,
+    dt: float,
+    stamp_ns: int = 0,
+    frame_id: str = EGO_FRAME,
+    yaw: np.ndarray | None = None,
+    speed: np.ndarray | None = None,
+    score: float = float("nan"),
+) -> Trajectory:
+    kind = "Trajectory"
+    pts = _as_array(kind, "points", points, (None, 2), np.float64)
+    msg = Trajectory()
+    msg.header = make_header(stamp_ns, frame_id)
+    msg.dt = _f32(_check_dt(kind, dt))
+    msg.points = [Point(x=float(x), y=float(y), z=0.0) for x, y in pts]
+    if yaw is not None:
+        msg.yaw = _float32_array(_as_array(kind, "yaw", yaw, (len(pts),)))
+    if speed is not None:
+        msg.speed = _float32_array(_as_array(kind, "speed", speed, (len(pts),)))
+    msg.score = _f32(_check_score(kind, "score", score))
+    return msg
+
+
+def trajectory_from_msg(msg: Trajectory, kind: str = "Trajectory") -> TrajectoryArrays:
+    dt = _check_dt(kind, msg.dt)
+    pts = np.array([(p.x, p.y) for p in msg.points], dtype=np.float64).reshape(-1, 2)
+    _check_finite(kind, "points", pts)
+    optional = {}
+    for name in ("yaw", "speed"):
+        values = getattr(msg, name)
+        if len(values) == 0:
+            optional[name] = None
+            continue
+        if len(values) != len(pts):
+            raise _fail(kind, name, f"has {len(values)} values for {len(pts)} points (expected equal or 0)")
+        arr = np.asarray(values, dtype=np.float32)
+        _check_finite(kind, name, arr)
+        optional[name] = arr
+    score = _check_score(kind, "score", msg.score)
+    return TrajectoryArrays(
+        pts,
+        dt,
+        time_to_ns(msg.header.stamp),
+        str(msg.header.frame_id),
+        optional["yaw"],
+        optional["speed"],
+        score,
+    )
+
+
+@dataclass
+class CandidateSetArrays:
+    """A planning cycle's candidates [M, T, 2], scores [M], selected index (-1: fallback), dt."""
+
+    candidates: np.ndarray
+    scores: np.ndarray
+    selected: int
+    dt: float
+    stamp_ns: int = 0
+    frame_id: str = EGO_FRAME
+    denoising_steps: int = 0
+
+
+def candidate_set_to_msg(
+    candidates: np.ndarray,
+    scores: np.ndarray,
+    selected: int,
+    dt: float,
+    stamp_ns: int = 0,
+    frame_id: str = EGO_FRAME,
+    denoising_steps: int = 0,
+) -> CandidateSet:
+    kind = "CandidateSet"
+    cands = _as_array(kind, "candidates", candidates, (None, None, 2), np.float64)
+    num = cands.shape[0]
+    score_arr = np.asarray(scores, dtype=np.float64)
+    if score_arr.shape != (num,):
+        raise _fail(
+            kind, "scores", f"has shape {list(score_arr.shape)}, expected [{num}] (one per candidate)"
+        )
+    selected = int(selected)
+    if not -1 <= selected < num:
+        raise _fail(kind, "selected_index", f"is {selected}, expected -1..{num - 1}")
+    if int(denoising_steps) < 0:
+        raise _fail(kind, "denoising_steps", f"is {denoising_steps}, expected >= 0")
+    msg = CandidateSet()
+    msg.header = make_header(stamp_ns, frame_id)
+    msg.candidates = [
+        trajectory_to_msg(cands[m], dt, stamp_ns, frame_id, score=float(score_arr[m])) for m in range(num)
+    ]
+    msg.selected_index = selected
+    msg.denoising_steps = int(denoising_steps)
+    return msg
+
+
+def candidate_set_from_msg(msg: CandidateSet) -> CandidateSetArrays:
+    kind = "CandidateSet"
+    num = len(msg.candidates)
+    if not -1 <= msg.selected_index < num:
+        raise _fail(
+            kind, "selected_index", f"is {msg.selected_index}, expected -1..{num - 1} for {num} candidates"
+        )
+    trajectories = [
+        trajectory_from_msg(t, kind=f"{kind}.candidates[{m}]") for m, t in enumerate(msg.candidates)
+    ]
+    lengths = {len(t.points) for t in trajectories}
+    if len(lengths) > 1:
+        raise _fail(kind, "candidates", f"have different point counts {sorted(lengths)}, expected one T")
+    dts = {t.dt for t in trajectories}
+    if len(dts) > 1:
+        raise _fail(kind, "candidates.dt", f"differ {sorted(dts)}, expected one dt")
+    length = lengths.pop() if lengths else 0
+    cands = np.stack([t.points for t in trajectories]) if num else np.zeros((0, length, 2))
+    scores = np.array([t.score for t in trajectories], dtype=np.float64)
+    dt = dts.pop() if dts else float("nan")
+    return CandidateSetArrays(
+        cands,
+        scores,
+        int(msg.selected_index),
+        dt,
+        time_to_ns(msg.header.stamp),
+        str(msg.header.frame_id),
+        int(msg.denoising_steps),
+    )
+
+
+def _yaw_to_quaternion(yaw: float) -> tuple[float, float, float, float]:
+    """Planar rotation about +z as (x, y, z, w)."""
+    return 0.0, 0.0, math.sin(yaw / 2.0), math.cos(yaw / 2.0)
+
+
+def _quaternion_to_yaw(kind: str, field_name: str, q: Any) -> float:
+    values = np.array([q.x, q.y, q.z, q.w], dtype=np.float64)
+    _check_finite(kind, field_name, values)
+    norm = float(np.linalg.norm(values))
+    if abs(norm - 1.0) > 1e-3:
+        raise _fail(kind, field_name, f"has norm {norm:.6f}, expected a unit quaternion")
+    x, y, z, w = values / norm
+    return math.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
+
+
+def trajectory_to_path(
+    points: np.ndarray,
+    dt: float,
+    stamp_ns: int = 0,
+    frame_id: str = EGO_FRAME,
+    start_xy: Sequence[float] | None = (0.0, 0.0),
+    start_yaw: float = 0.0,
+) -> Path:
+    """nav_msgs/Path of a trajectory (for RViz and standard consumers): pose k stamped
+    stamp + (k+1)*dt, orientation from finite differences (see headings_from_points)."""
+    kind = "Path"
+    pts = _as_array(kind, "poses", points, (None, 2), np.float64)
+    dt = _check_dt(kind, dt)
+    yaws = headings_from_points(pts, start_xy=start_xy, start_yaw=start_yaw)
+    msg = Path()
+    msg.header = make_header(stamp_ns, frame_id)
+    for k, ((x, y), yaw) in enumerate(zip(pts, yaws)):
+        pose = PoseStamped()
+        pose.header = make_header(int(stamp_ns) + round((k + 1) * dt * _NS_PER_S), frame_id)
+        pose.pose.position.x = float(x)
+        pose.pose.position.y = float(y)
+        qx, qy, qz, qw = _yaw_to_quaternion(float(yaw))
+        pose.pose.orientation.x, pose.pose.orientation.y = qx, qy
+        pose.pose.orientation.z, pose.pose.orientation.w = qz, qw
+        msg.poses.append(pose)
+    return msg
+
+
+def path_to_trajectory(msg: Path) -> TrajectoryArrays:
+    """Points and yaw of a Path; dt from the pose stamps (which must be evenly spaced after the header
+    stamp, as trajectory_to_path writes them)."""
+    kind = "Path"
+    num = len(msg.poses)
+    pts = np.array([(p.pose.position.x, p.pose.position.y) for p in msg.poses], dtype=np.float64).reshape(
+        -1, 2
+    )
+    _check_finite(kind, "poses", pts)
+    yaw = np.array(
+        [
+            _quaternion_to_yaw(kind, f"poses[{k}].pose.orientation", p.pose.orientation)
+            for k, p in enumerate(msg.poses)
+        ],
+        dtype=np.float32,
+    )
+    stamp_ns = time_to_ns(msg.header.stamp)
+    dt = float("nan")
+    if num:
+        stamps = np.array([time_to_ns(p.header.stamp) for p in msg.poses], dtype=np.int64)
+        offsets = stamps - stamp_ns
+        dt_ns = offsets[0]
+        expected = np.round(np.arange(1, num + 1) * (dt_ns / _NS_PER_S) * _NS_PER_S)
+        if dt_ns <= 0 or np.max(np.abs(offsets - expected)) > 1000:
+            raise _fail(
+                kind,
+                "poses[].header.stamp",
+                f"offsets {offsets[:4].tolist()}... ns from header.stamp are not (k+1)*dt with dt > 0",
+            )
+        dt = dt_ns / _NS_PER_S
+    return TrajectoryArrays(pts, dt, stamp_ns, str(msg.header.frame_id), yaw, None)
+
+
+# --------------------------------------------------------------------------------------------------
+# Control command
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ControlCommandValues:
+    acceleration: float  # m/s^2
+    steering_angle: float  # rad
+    steering_rate: float  # rad/s
+    target_speed: float  # m/s
+    emergency_stop: bool = False
+    reason: str = ""
+    stamp_ns: int = 0
+    frame_id: str = EGO_FRAME
+
+
+_COMMAND_FIELDS = ("acceleration", "steering_angle", "steering_rate", "target_speed")
+
+
+def control_command_to_msg(cmd: ControlCommandValues) -> ControlCommand:
+    msg = ControlCommand()
+    msg.header = make_header(cmd.stamp_ns, cmd.frame_id)
+    for name in _COMMAND_FIELDS:
+        setattr(msg, name, _f32(_check_scalar("ControlCommand", name, getattr(cmd, name))))
+    msg.emergency_stop = bool(cmd.emergency_stop)
+    msg.reason = str(cmd.reason)
+    return msg
+
+
+def control_command_from_msg(msg: ControlCommand) -> ControlCommandValues:
+    values = {name: _check_scalar("ControlCommand", name, getattr(msg, name)) for name in _COMMAND_FIELDS}
+    return ControlCommandValues(
+        **values,
+        emergency_stop=bool(msg.emergency_stop),
+        reason=str(msg.reason),
+        stamp_ns=time_to_ns(msg.header.stamp),
+        frame_id=str(msg.header.frame_id),
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Planning diagnostics
+# --------------------------------------------------------------------------------------------------
+
+
+def planning_diagnostics_to_msg(
+    stage_ms: Mapping[str, float],
+    *,
+    node: str,
+    backend: str,
+    stamp_ns: int = 0,
+    input_stamp_ns: int = 0,
+    total_ms: float | None = None,
+    end_to_end_ms: float = 0.0,
+    deadline_missed: bool = False,
+    cycle_count: int = 0,
+    deadline_miss_count: int = 0,
+    rejected_input_count: int = 0,
+    fallback_active: bool = False,
+    fallback_reason: str = "",
+) -> PlanningDiagnostics:
+    """Encode a cycle report; stage order is kept; total_ms defaults to the sum of the stages."""
+    kind = "PlanningDiagnostics"
+    msg = PlanningDiagnostics()
+    msg.header = make_header(stamp_ns, "")
+    msg.input_stamp = ns_to_time(input_stamp_ns)
+    msg.node = str(node)
+    msg.backend = str(backend)
+    stages = []
+    for name, ms in stage_ms.items():
+        ms = _check_scalar(kind, f"stages[{name!r}].milliseconds", ms)
+        if ms < 0:
+            raise _fail(kind, f"stages[{name!r}].milliseconds", f"is {ms}, expected >= 0")
+        stages.append(StageLatency(name=str(name), milliseconds=_f32(ms)))
+    msg.stages = stages
+    msg.total_ms = _f32(
+        _check_scalar(kind, "total_ms", sum(s.milliseconds for s in stages) if total_ms is None else total_ms)
+    )
+    msg.end_to_end_ms = _f32(_check_scalar(kind, "end_to_end_ms", end_to_end_ms))
+    msg.deadline_missed = bool(deadline_missed)
+    for name, value in (
+        ("cycle_count", cycle_count),
+        ("deadline_miss_count", deadline_miss_count),
+        ("rejected_input_count", rejected_input_count),
+    ):
+        if int(value) < 0:
+            raise _fail(kind, name, f"is {value}, expected >= 0")
+        setattr(msg, name, int(value))
+    msg.fallback_active = bool(fallback_active)
+    msg.fallback_reason = str(fallback_reason)
+    return msg
+
+
+def planning_diagnostics_from_msg(msg: PlanningDiagnostics) -> dict[str, Any]:
+    """-> dict with `stages` (name -> ms, in order) and every other field under its message name."""
+    kind = "PlanningDiagnostics"
+    stages: dict[str, float] = {}
+    for k, stage in enumerate(msg.stages):
+        if stage.name in stages:
+            raise _fail(kind, f"stages[{k}].name", f"repeats stage {stage.name!r}")
+        stages[stage.name] = _check_scalar(kind, f"stages[{k}].milliseconds", stage.milliseconds)
+    return {
+        "stamp_ns": time_to_ns(msg.header.stamp),
+        "input_stamp_ns": time_to_ns(msg.input_stamp),
+        "node": str(msg.node),
+        "backend": str(msg.backend),
+        "stages": stages,
+        "total_ms": _check_scalar(kind, "total_ms", msg.total_ms),
+        "end_to_end_ms": _check_scalar(kind, "end_to_end_ms", msg.end_to_end_ms),
+        "deadline_missed": bool(msg.deadline_missed),
+        "cycle_count": int(msg.cycle_count),
+        "deadline_miss_count": int(msg.deadline_miss_count),
+        "rejected_input_count": int(msg.rejected_input_count),
+        "fallback_active": bool(msg.fallback_active),
+        "fallback_reason": str(msg.fallback_reason),
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# Odometry
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class EgoMotion:
+    """Ego pose (box centre, world frame) and motion: speed along the heading, yaw rate."""
+
+    x: float
+    y: float
+    yaw: float
+    speed: float
+    yaw_rate: float
+    stamp_ns: int = 0
+    frame_id: str = WORLD_FRAME
+    child_frame_id: str = EGO_FRAME
+
+
+def odometry_to_msg(motion: EgoMotion) -> Odometry:
+    kind = "Odometry"
+    msg = Odometry()
+    msg.header = make_header(motion.stamp_ns, motion.frame_id)
+    msg.child_frame_id = str(motion.child_frame_id)
+    msg.pose.pose.position.x = _check_scalar(kind, "pose.pose.position.x", motion.x)
+    msg.pose.pose.position.y = _check_scalar(kind, "pose.pose.position.y", motion.y)
+    qx, qy, qz, qw = _yaw_to_quaternion(_check_scalar(kind, "pose.pose.orientation(yaw)", motion.yaw))
+    msg.pose.pose.orientation.x, msg.pose.pose.orientation.y = qx, qy
+    msg.pose.pose.orientation.z, msg.pose.pose.orientation.w = qz, qw
+    # Twist is expressed in child_frame_id (REP-105): forward speed is linear.x.
+    msg.twist.twist.linear.x = _check_scalar(kind, "twist.twist.linear.x", motion.speed)
+    msg.twist.twist.angular.z = _check_scalar(kind, "twist.twist.angular.z", motion.yaw_rate)
+    return msg
+
+
+def odometry_from_msg(msg: Odometry) -> EgoMotion:
+    kind = "Odometry"
+    pos = msg.pose.pose.position
+    x = _check_scalar(kind, "pose.pose.position.x", pos.x)
+    y = _check_scalar(kind, "pose.pose.position.y", pos.y)
+    yaw = _quaternion_to_yaw(kind, "pose.pose.orientation", msg.pose.pose.orientation)
+    speed = _check_scalar(kind, "twist.twist.linear.x", msg.twist.twist.linear.x)
+    yaw_rate = _check_scalar(kind, "twist.twist.angular.z", msg.twist.twist.angular.z)
+    return EgoMotion(
+        x,
+        y,
+        yaw,
+        speed,
+        yaw_rate,
+        time_to_ns(msg.header.stamp),
+        str(msg.header.frame_id),
+        str(msg.child_frame_id),
+    )

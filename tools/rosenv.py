@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""The ROS 2 environment of a rad2 checkout, defined once for shells, tests and tools.
+
+`ros_environment()` returns os.environ plus what a process needs to run rad2 nodes from the colcon
+build: the project virtualenv (which holds ROS 2 Kilted from PyPI), the venv prefix on
+AMENT_PREFIX_PATH/CMAKE_PREFIX_PATH, the colcon install/setup.bash, Fast DDS restricted to this
+machine (tools/fastdds_localhost.xml) and the RAD2_* variables. `tools/env.sh` evaluates
+`python tools/rosenv.py --shell`, so the list below is the only place these values are written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# Variables bash sets by itself; never part of what install/setup.bash contributes.
+_SHELL_BOOKKEEPING = {"_", "SHLVL", "PWD", "OLDPWD"}
+
+
+class RosEnvironmentError(RuntimeError):
+    """The checkout is not bootstrapped, or install/setup.bash could not be sourced."""
+
+
+def venv_dir(root: Path = REPO_ROOT) -> Path:
+    return Path(os.environ.get("RAD2_VENV", str(root / ".venv")))
+
+
+def install_dir(root: Path = REPO_ROOT) -> Path:
+    return root / "ros2_ws" / "install"
+
+
+def _prepend_path(value: str | None, entry: str) -> str:
+    parts = [p for p in (value or "").split(os.pathsep) if p and p != entry]
+    return os.pathsep.join([entry, *parts])
+
+
+def rad2_variables(root: Path = REPO_ROOT) -> dict[str, str]:
+    """The fixed variables (no path lists): middleware, DDS profile, discovery range, RAD2_*."""
+    profile = str(root / "tools" / "fastdds_localhost.xml")
+    return {
+        "RAD2_ROOT": str(root),
+        "RAD2_VENV": str(venv_dir(root)),
+        "RAD2_WS": str(root / "ros2_ws"),
+        "RMW_IMPLEMENTATION": "rmw_fastrtps_cpp",
+        # Fast DDS 3 reads FASTDDS_*; FASTRTPS_* is the name older releases (and docs) use.
+        "FASTDDS_DEFAULT_PROFILES_FILE": profile,
+        "FASTRTPS_DEFAULT_PROFILES_FILE": profile,
+        # Keep discovery on this machine (the Kilted replacement of ROS_LOCALHOST_ONLY).
+        "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
+        # Node log files go to the (ignored) workspace log dir instead of piling up in ~/.ros/log.
+        "ROS_LOG_DIR": str(root / "ros2_ws" / "log" / "ros"),
+        "PYTHONNOUSERSITE": "1",
+    }
+
+
+@functools.lru_cache(maxsize=8)
+def _source_setup_bash(setup_bash: str, env_items: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    # install/setup.bash is not `set -u` safe and prints nothing useful: source it in a throwaway
+    # bash and read back the resulting environment (NUL separated, so values may contain newlines).
+    script = 'set +u; source "$1" >/dev/null || exit 3; env -0'
+    result = subprocess.run(
+        ["bash", "-c", script, "rosenv", setup_bash],
+        env=dict(env_items),
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise RosEnvironmentError(
+            f"sourcing {setup_bash} failed with exit code {result.returncode}: "
+            f"{result.stderr.decode(errors='replace').strip()[-2000:]}"
+        )
+    sourced = {}
+    for entry in result.stdout.split(b"\0"):
+        if not entry:
+            continue
+        key, _, value = entry.decode(errors="surrogateescape").partition("=")
+        if key not in _SHELL_BOOKKEEPING:
+            sourced[key] = value
+    return sourced
+
+
+def ros_environment(
+    domain_id: int | None = None,
+    base: dict[str, str] | None = None,
+    root: Path = REPO_ROOT,
+    require_build: bool = False,
+) -> dict[str, str]:
+    """os.environ (or `base`) plus everything needed to run rad2 ROS processes.
+
+    domain_id: ROS_DOMAIN_ID for the result (tests pass a unique one so parallel runs never meet);
+    None keeps whatever the base has. require_build: raise if ros2_ws/install is missing instead of
+    returning an environment that only has the venv.
+    """
+    if domain_id is not None and not (0 <= int(domain_id) <= 232):
+        raise ValueError(f"domain_id must be in 0..232 (a valid ROS_DOMAIN_ID), got {domain_id}")
+    env = dict(os.environ if base is None else base)
+    venv = venv_dir(root)
+    if not (venv / "bin" / "python").exists():
+        raise RosEnvironmentError(f"no virtualenv at {venv}: run `bash tools/bootstrap.sh` first")
+    env["VIRTUAL_ENV"] = str(venv)
+    env["PATH"] = _prepend_path(env.get("PATH"), str(venv / "bin"))
+    # CMake, rosidl and rclpy's ament_index find the wheel-installed ROS packages only through these.
+    env["AMENT_PREFIX_PATH"] = _prepend_path(env.get("AMENT_PREFIX_PATH"), str(venv))
+    env["CMAKE_PREFIX_PATH"] = _prepend_path(env.get("CMAKE_PREFIX_PATH"), str(venv))
+    # The ROS wheels load their shared libraries from these directories (the venv python sets them
+    # up by re-executing itself; children that inherit its guard variable need them already set).
+    lib_dirs = [str(venv / "lib")]
+    # (globbed, not derived from sys.version: env.sh runs this file with `python -S`.)
+    lib_dirs += sorted(str(p) for p in venv.glob("lib/python3*/site-packages/ros_*.libs") if p.is_dir())
+    for lib_dir in reversed(lib_dirs):
+        env["LD_LIBRARY_PATH"] = _prepend_path(env.get("LD_LIBRARY_PATH"), lib_dir)
+    env.update(rad2_variables(root))
+    if domain_id is not None:
+        env["ROS_DOMAIN_ID"] = str(int(domain_id))
+
+    setup_bash = install_dir(root) / "setup.bash"
+    if setup_bash.exists():
+        env = dict(_source_setup_bash(str(setup_bash), tuple(sorted(env.items()))))
+    elif require_build:
+        raise RosEnvironmentError(f"{setup_bash} is missing: run `bash tools/bootstrap.sh` to build ros2_ws")
+    return env
+
+
+def python_path_entries(env: dict[str, str]) -> list[str]:
+    """PYTHONPATH of a ros_environment() as a list, for processes that cannot restart themselves."""
+    return [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+
+
+def shell_exports(env: dict[str, str], current: dict[str, str]) -> str:
+    """`export K=V` lines for every variable of env that differs from the current environment."""
+    lines = [
+        f"export {key}={shlex.quote(value)}"
+        for key, value in sorted(env.items())
+        if current.get(key) != value and key.isidentifier()
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Print the rad2 ROS 2 environment (venv, colcon install, Fast DDS on localhost).",
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--shell", action="store_true", help="print bash `export` lines (used by tools/env.sh)")
+    mode.add_argument(
+        "--show", action="store_true", help="print only the rad2/ROS variables as K=V (default)"
+    )
+    parser.add_argument("--domain-id", type=int, default=None, help="also set ROS_DOMAIN_ID (0..232)")
+    args = parser.parse_args(argv)
+    try:
+        env = ros_environment(domain_id=args.domain_id)
+    except (RosEnvironmentError, ValueError) as err:
+        print(f"rosenv: {err}", file=sys.stderr)
+        return 1
+    if args.shell:
+        print(shell_exports(env, dict(os.environ)))
+        return 0
+    interesting = (
+        "RAD2_",
+        "ROS_",
+        "RMW_",
+        "FAST",
+        "AMENT_",
+        "CMAKE_PREFIX",
+        "PYTHONPATH",
+        "LD_LIBRARY",
+        "COLCON_",
+        "VIRTUAL_ENV",
+    )
+    for key in sorted(env):
+        if key.startswith(interesting):
+            print(f"{key}={env[key]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
