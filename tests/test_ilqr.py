@@ -279,3 +279,88 @@ def test_stop_controls_brake_comfortably(tc):
     assert u[0, :, 0].min() >= -2.5 - 1e-9
     xs, _ = tc.rollout([[0, 0, 0, 10.0, 0.1]], u)
     assert xs[0, -1, 3] == pytest.approx(0.0, abs=1e-9)
+
+
+def _stop_and_go_plan(v, plan_dt=PLAN_DT, points=T_PLAN):
+    """Brake from v to a standstill over 1.5 s, wait 1 s, drive off at 2 m/s² (ego frame)."""
+    t = plan_dt * np.arange(1, points + 1)
+    speed = np.where(t < 1.5, v * (1.0 - t / 1.5), np.where(t < 2.5, 0.0, 2.0 * (t - 2.5)))
+    return np.stack([np.cumsum(speed * plan_dt), np.zeros_like(t)], -1)
+
+
+def _mixed_problems(tc, n=16, seed=7):
+    """Straight, curve, stop-and-go and lane-change references with offsets, plus limit cases."""
+    rng = np.random.default_rng(seed)
+    t = PLAN_DT * np.arange(1, T_PLAN + 1)
+    plans, states = [], []
+    for i in range(n):
+        v = rng.uniform(3.0, 14.0)
+        kind = i % 4
+        if kind == 0:
+            plan = np.stack([v * t, np.zeros_like(t)], -1)
+        elif kind == 1:
+            radius = rng.uniform(15.0, 50.0) * rng.choice([-1.0, 1.0])
+            plan = np.stack([radius * np.sin(v * t / radius), radius * (1 - np.cos(v * t / radius))], -1)
+        elif kind == 2:
+            v = rng.uniform(2.0, 6.0)
+            plan = _stop_and_go_plan(v)
+        else:
+            s = np.clip(t / 3.0, 0.0, 1.0)
+            plan = np.stack([v * t, 3.5 * (10 * s**3 - 15 * s**4 + 6 * s**5)], -1)
+        plans.append(plan)
+        states.append([0.0, rng.normal(0, 0.4), rng.normal(0, 0.05), max(0.0, v + rng.normal(0, 1.0)), 0.0])
+    # Limits: an infeasible jump, a hard stop, standing still at a stop.
+    plans.append(np.stack([30.0 * t, np.full(T_PLAN, 10.0)], -1))
+    states.append([0.0, 0.0, 0.0, 5.0, 0.0])
+    plans.append(np.zeros((T_PLAN, 2)))
+    states.append([0.0, 0.0, 0.0, 10.0, 0.0])
+    plans.append(np.zeros((T_PLAN, 2)))
+    states.append([0.0, 0.2, 0.0, 0.0, 0.3])
+    plans, states = np.array(plans), np.array(states)
+    return states, tc.reference(plans, PLAN_DT, np.zeros((len(plans), 3)))
+
+
+@pytest.mark.parametrize("max_iterations", [None, 2])
+def test_small_batch_kernel_equals_batched_kernel(tc, max_iterations):
+    """The per-problem float kernel (small batches) and the batched numpy kernel are one algorithm."""
+    states, ref = _mixed_problems(tc)
+    a = tc.solve(states, ref, max_iterations=max_iterations, kernel="numpy")
+    b = tc.solve(states, ref, max_iterations=max_iterations, kernel="small")
+    np.testing.assert_allclose(b.controls, a.controls, atol=1e-9)
+    np.testing.assert_allclose(b.states, a.states, atol=1e-9)
+    np.testing.assert_allclose(b.report.final_cost, a.report.final_cost, rtol=1e-10)
+    np.testing.assert_allclose(b.report.initial_cost, a.report.initial_cost, rtol=1e-12)
+    np.testing.assert_array_equal(b.report.iterations, a.report.iterations)
+    np.testing.assert_array_equal(b.report.converged, a.report.converged)
+    np.testing.assert_allclose(b.report.regularization, a.report.regularization, rtol=1e-12)
+    if max_iterations is None:  # all but the infeasible jump (index -3) converge within the cap
+        assert a.report.converged[:-3].all() and a.report.converged[-2:].all()
+    # Warm start from the shifted solution, one step later, through the default (auto) kernel choice.
+    ws = shift_controls(a.controls, 1)
+    for kernel in ("numpy", "small"):
+        w = tc.solve(a.states[:, 1], ref.states, warm_start=ws, kernel=kernel)
+        if kernel == "numpy":
+            w_numpy = w
+    np.testing.assert_allclose(w.controls, w_numpy.controls, atol=1e-9)
+    np.testing.assert_array_equal(w.report.iterations, w_numpy.report.iterations)
+    single = tc.solve(states[2], ref.states[2])  # a single problem takes the small kernel
+    assert single.report.extra["kernel"] == "small"
+    np.testing.assert_allclose(single.controls[0], a.controls[2], atol=1e-9)
+    assert tc.solve(states, ref).report.extra["kernel"] == "numpy"  # 19 problems: batched
+    with pytest.raises(ValueError, match="kernel"):
+        tc.solve(states, ref, kernel="fast")
+
+
+def test_line_search_does_not_stall_at_a_stop(tc):
+    """Braking to a standstill: a held acceleration stays on the no-reversing limit in the model, so
+    every step the local model predicts is attainable (no rejected steps, quick convergence)."""
+    for v, dy in ((3.0, 0.3), (4.5, -0.2), (5.5, 0.1)):
+        ref = tc.reference(_stop_and_go_plan(v, 0.5, 8), 0.5, [0.0, 0.0, 0.0])
+        for kernel in ("numpy", "small"):
+            sol = tc.solve([0.0, dy, 0.0, v + 0.3, 0.0], ref, kernel=kernel)
+            rep = sol.report
+            assert rep.converged[0]
+            assert rep.iterations[0] <= 8
+            # mu only grows after a rejected step; it starts at reg_init and shrinks on acceptance.
+            assert rep.regularization[0] <= tc.settings.reg_init
+            assert sol.states[0, :, 3].min() >= 0.0

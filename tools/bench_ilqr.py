@@ -8,12 +8,15 @@ with random initial offsets. Reported: solve time median / p99 (single problem c
 warm-started from the previous step's solution, batch of 64 in one call) and the final cost relative
 to IPOPT's (IPOPT solved to tolerance 1e-9 on every problem).
 
-Run single-core figures with ``taskset -c 0 .venv/bin/python tools/bench_ilqr.py``.
+Run single-core figures with ``taskset -c 0 .venv/bin/python tools/bench_ilqr.py``; the load average
+is printed with them (timings on a busy machine are not comparable). ``--kernel`` forces the iLQR
+kernel (default: the per-problem one for small batches, the batched numpy one otherwise).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -145,6 +148,9 @@ def main(argv=None) -> int:
         help="where to save the figure",
     )
     ap.add_argument("--no-ipopt", action="store_true", help="skip the CasADi/IPOPT side")
+    ap.add_argument(
+        "--kernel", choices=("auto", "numpy", "small"), default="auto", help="iLQR kernel (default auto)"
+    )
     args = ap.parse_args(argv)
     if args.problems < 1 or args.batch < 1:
         ap.error(f"--problems and --batch must be >= 1 (got {args.problems}, {args.batch})")
@@ -157,6 +163,8 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(args.seed)
     plans, states, kinds = make_plans(args.problems, rng, plan_dt, points)
     origin = np.zeros(3)
+    load_start = os.getloadavg()
+    kern = args.kernel
 
     # Cold single solves.
     cold_t, cold_cost, cold_it, cold_conv, warm_t, warm_cost, warm_it = [], [], [], [], [], [], []
@@ -165,7 +173,7 @@ def main(argv=None) -> int:
         ref = tc.reference(plans[i], plan_dt, origin)
         for _ in range(args.repeats):
             t0 = time.perf_counter()
-            sol = tc.solve(states[i], ref)
+            sol = tc.solve(states[i], ref, kernel=kern)
             cold_t.append((time.perf_counter() - t0) * 1e3)
         cold_cost.append(sol.report.final_cost[0])
         cold_it.append(sol.report.iterations[0])
@@ -176,7 +184,7 @@ def main(argv=None) -> int:
         ws = shift_controls(sol.controls, 1)
         for _ in range(args.repeats):
             t0 = time.perf_counter()
-            sol1 = tc.solve(x1, ref1, warm_start=ws)
+            sol1 = tc.solve(x1, ref1, warm_start=ws, kernel=kern)
             warm_t.append((time.perf_counter() - t0) * 1e3)
         warm_cost.append(sol1.report.final_cost[0])
         warm_it.append(sol1.report.iterations[0])
@@ -188,9 +196,10 @@ def main(argv=None) -> int:
     batch_t = []
     for _ in range(args.batch_repeats):
         t0 = time.perf_counter()
-        sol_b = tc.solve(states[idx], ref_b)
+        sol_b = tc.solve(states[idx], ref_b, kernel=kern)
         batch_t.append((time.perf_counter() - t0) * 1e3)
     batch_cost = sol_b.report.final_cost
+    load_end = os.getloadavg()
 
     rows = [
         ("iLQR single, cold", cold_t, np.mean(cold_it)),
@@ -215,6 +224,13 @@ def main(argv=None) -> int:
         rows.append((f"CasADi + IPOPT {args.batch} sequential", [np.mean(ip_t) * args.batch], float("nan")))
 
     print(f"problems: {args.problems} ({', '.join(sorted(set(kinds)))}), horizon {tc.horizon} x {tc.dt} s")
+    print(
+        f"iLQR kernel: {kern}; load average (1/5/15 min) during the iLQR timings: start "
+        + "/".join(f"{v:.2f}" for v in load_start)
+        + ", end "
+        + "/".join(f"{v:.2f}" for v in load_end)
+        + f" ({os.cpu_count()} CPUs)"
+    )
     print(f"{'solver':34s} {'median ms':>10s} {'p99 ms':>10s} {'mean iters':>10s}")
     for name, times, its in rows:
         print(f"{name:34s} {np.median(times):10.3f} {pct(times, 99):10.3f} {its:10.2f}")

@@ -195,47 +195,71 @@ def rollout(x0, controls, vehicle: VehicleParams, dt: float, clamp: bool = True)
     return states, applied
 
 
-def jacobians(state, control, vehicle: VehicleParams, dt: float) -> tuple[np.ndarray, np.ndarray]:
-    """Analytic Jacobians of ``step``: A = d x_next / d x (..., 5, 5), B = d x_next / d u (..., 5, 2)."""
+# Entries of the step Jacobians that are neither 0 nor 1 (A = I + these; B also has B[IV, IA] =
+# B[ISTEER, IRATE] = dt), in the order ``jacobian_entries`` returns them.
+JAC_A_INDEX = (
+    (IX, IYAW),
+    (IY, IYAW),
+    (IX, IV),
+    (IY, IV),
+    (IYAW, IV),
+    (IX, ISTEER),
+    (IY, ISTEER),
+    (IYAW, ISTEER),
+)
+JAC_B_INDEX = ((IX, IA), (IY, IA), (IYAW, IA), (IX, IRATE), (IY, IRATE), (IYAW, IRATE))
+
+
+def jacobian_entries(state, control, vehicle: VehicleParams, dt: float) -> np.ndarray:
+    """The non-trivial entries of ``jacobians`` (..., 14): A at ``JAC_A_INDEX``, then B at ``JAC_B_INDEX``."""
     state = np.asarray(state, dtype=np.float64)
     control = np.asarray(control, dtype=np.float64)
     v, delta = state[..., IV], state[..., ISTEER]
-    a, rate = control[..., IA], control[..., IRATE]
     half = 0.5 * dt
-    vm = v + half * a
-    dm = delta + half * rate
+    vm = v + half * control[..., IA]
+    dm = delta + half * control[..., IRATE]
     _, kappa0, _, dkappa0 = slip_and_curvature(delta, vehicle, derivatives=True)
     beta_m, kappa_m, dbeta_m, dkappa_m = slip_and_curvature(dm, vehicle, derivatives=True)
     th = state[..., IYAW] + half * v * kappa0 + beta_m
-    c, s = np.cos(th), np.sin(th)
     dist = dt * vm
-    # d th / d(v, delta, a, rate)
+    dc, ds = dist * np.cos(th), dist * np.sin(th)
+    # d th / d(v, delta, rate); d th / d a = 0 and d dist / d a = dt * half.
     th_v = half * kappa0
     th_d = half * v * dkappa0 + dbeta_m
     th_r = half * dbeta_m
+    c_over = np.cos(th) * dt
+    s_over = np.sin(th) * dt
+    out = np.empty(state.shape[:-1] + (14,))
+    out[..., 0] = -ds
+    out[..., 1] = dc
+    out[..., 2] = c_over - ds * th_v
+    out[..., 3] = s_over + dc * th_v
+    out[..., 4] = dt * kappa_m
+    out[..., 5] = -ds * th_d
+    out[..., 6] = dc * th_d
+    out[..., 7] = dist * dkappa_m
+    out[..., 8] = half * c_over
+    out[..., 9] = half * s_over
+    out[..., 10] = dt * half * kappa_m
+    out[..., 11] = -ds * th_r
+    out[..., 12] = dc * th_r
+    out[..., 13] = half * dist * dkappa_m
+    return out
 
-    shape = state.shape[:-1]
+
+_A_ROWS, _A_COLS = (np.array(ix) for ix in zip(*JAC_A_INDEX))
+_B_ROWS, _B_COLS = (np.array(ix) for ix in zip(*JAC_B_INDEX))
+
+
+def jacobians(state, control, vehicle: VehicleParams, dt: float) -> tuple[np.ndarray, np.ndarray]:
+    """Analytic Jacobians of ``step``: A = d x_next / d x (..., 5, 5), B = d x_next / d u (..., 5, 2)."""
+    e = jacobian_entries(state, control, vehicle, dt)
+    shape = e.shape[:-1]
     A = np.zeros(shape + (NX, NX))
     B = np.zeros(shape + (NX, NU))
-    A[..., IX, IX] = 1.0
-    A[..., IY, IY] = 1.0
-    A[..., IYAW, IYAW] = 1.0
-    A[..., IV, IV] = 1.0
-    A[..., ISTEER, ISTEER] = 1.0
-    A[..., IX, IYAW] = -dist * s
-    A[..., IY, IYAW] = dist * c
-    A[..., IX, IV] = dt * c - dist * s * th_v
-    A[..., IY, IV] = dt * s + dist * c * th_v
-    A[..., IX, ISTEER] = -dist * s * th_d
-    A[..., IY, ISTEER] = dist * c * th_d
-    A[..., IYAW, IV] = dt * kappa_m
-    A[..., IYAW, ISTEER] = dist * dkappa_m
-    B[..., IX, IA] = dt * half * c
-    B[..., IY, IA] = dt * half * s
-    B[..., IX, IRATE] = -dist * s * th_r
-    B[..., IY, IRATE] = dist * c * th_r
-    B[..., IYAW, IA] = dt * half * kappa_m
-    B[..., IYAW, IRATE] = dist * dkappa_m * half
+    A[..., np.arange(NX), np.arange(NX)] = 1.0
+    A[..., _A_ROWS, _A_COLS] = e[..., :8]
+    B[..., _B_ROWS, _B_COLS] = e[..., 8:]
     B[..., IV, IA] = dt
     B[..., ISTEER, IRATE] = dt
     return A, B

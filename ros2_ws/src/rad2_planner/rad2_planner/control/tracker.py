@@ -97,12 +97,18 @@ class TrackingController:
 
     # -- solve ------------------------------------------------------------------------------------
     def solve(
-        self, states, references, warm_start=None, max_iterations: int | None = None
+        self,
+        states,
+        references,
+        warm_start=None,
+        max_iterations: int | None = None,
+        kernel: str = "auto",
     ) -> TrackingSolution:
         """Track ``references`` (``Reference`` or ``[B, H, 5]``) from ``states`` ``[B, 5]``.
 
         ``warm_start``: ``[B, H, 2]`` initial inputs (e.g. ``shift_controls`` of the previous
-        solution); otherwise a feed-forward guess from the reference.
+        solution); otherwise a feed-forward guess from the reference. ``kernel``: see
+        ``ilqr.ilqr_solve`` (the default picks the faster one; results are the same).
         """
         x0 = self._check_states(states)
         ref = (
@@ -136,7 +142,7 @@ class TrackingController:
         if max_iterations is not None:
             cap = int(max_iterations)
         controls, xs, report = ilqr_solve(
-            x0, ref, u0, self.vehicle, self.dt, self.weights, self.settings, cap
+            x0, ref, u0, self.vehicle, self.dt, self.weights, self.settings, cap, kernel=kernel
         )
         return TrackingSolution(controls, xs, report)
 
