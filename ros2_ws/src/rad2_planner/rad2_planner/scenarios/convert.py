@@ -1,0 +1,178 @@
+"""Conversion of a SUMO run (:class:`runner.RawRecord`) and network into the project's Clip format."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ..clip import AGENT_VEHICLE, Clip, LaneMap
+from .networks import LaneGeometry
+
+ACTOR_ID_BASE = 10_000_000
+_BG = re.compile(r"^bg(\d+)$")
+_ACTOR = re.compile(r"^actor(\d+)$")
+
+
+def lane_map_from_geometry(geom: LaneGeometry) -> LaneMap:
+    return LaneMap.build(
+        lane_ids=geom.lane_ids,
+        centerlines=geom.centerlines,
+        left_boundaries=geom.left_boundaries,
+        right_boundaries=geom.right_boundaries,
+        speed_limits=geom.speed_limits,
+        successors=geom.successors,
+        drivable_areas=geom.drivable_areas,
+        crosswalks=geom.crosswalks,
+    )
+
+
+def agent_int_id(sumo_id: str, fallback: int) -> int:
+    """Stable integer id: background ``bg<n>`` -> n + 1, event actors ``actor<k>`` -> 10_000_000 + k."""
+    m = _BG.match(sumo_id)
+    if m:
+        return int(m.group(1)) + 1
+    m = _ACTOR.match(sumo_id)
+    if m:
+        return ACTOR_ID_BASE + int(m.group(1))
+    return 2 * ACTOR_ID_BASE + fallback
+
+
+def _edge_of(lane_id: str) -> str:
+    return lane_id.rsplit("_", 1)[0]
+
+
+def _arc(poly: np.ndarray) -> np.ndarray:
+    return np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(poly, axis=0), axis=1))])
+
+
+def cut_polyline(poly: np.ndarray, s0: float, s1: float) -> np.ndarray:
+    """Part of a polyline between arc lengths s0 < s1 (clamped to the polyline)."""
+    s = _arc(poly)
+    s0, s1 = float(np.clip(s0, 0.0, s[-1])), float(np.clip(s1, 0.0, s[-1]))
+    if s1 - s0 < 1e-6:
+        p = np.array([np.interp(s0, s, poly[:, 0]), np.interp(s0, s, poly[:, 1])])
+        return np.stack([p, p])
+    inner = (s > s0) & (s < s1)
+    start = [np.interp(s0, s, poly[:, 0]), np.interp(s0, s, poly[:, 1])]
+    end = [np.interp(s1, s, poly[:, 0]), np.interp(s1, s, poly[:, 1])]
+    return np.vstack([start, poly[inner], end])
+
+
+def route_from_lanes(
+    geom: LaneGeometry,
+    lanes: list[tuple[int, str, float]],
+    remaining_edges: list[str],
+    extension_m: float,
+    behind_m: float = 20.0,
+) -> tuple[list[int], np.ndarray]:
+    """Route lane ids and polyline: the lanes the ego drove (in order), cut at its lane changes,
+    continued along its planned route edges for ``extension_m`` past the last logged lane."""
+    idx = geom.index()
+    if not lanes:
+        raise ValueError("route_from_lanes: the ego lane trace is empty")
+    for _, lane, _ in lanes:
+        if lane not in idx:
+            raise ValueError(f"route_from_lanes: ego lane {lane!r} is not in the network's lane map")
+    scale = {}
+
+    def to_geom(i: int, pos: float) -> float:
+        if i not in scale:
+            scale[i] = _arc(geom.centerlines[i])[-1] / max(geom.sumo_lengths[i], 1e-6)
+        return pos * scale[i]
+
+    ids: list[int] = []
+    pieces: list[np.ndarray] = []
+    for n, (_, lane, pos) in enumerate(lanes):
+        i = idx[lane]
+        start = max(to_geom(i, pos) - behind_m, 0.0) if n == 0 else to_geom(i, pos)
+        if n + 1 < len(lanes) and _edge_of(lanes[n + 1][1]) == _edge_of(lane):
+            end = to_geom(i, lanes[n + 1][2])  # a lane change: leave this lane where the ego switched
+        else:
+            end = _arc(geom.centerlines[i])[-1]
+        if n > 0 and _edge_of(lanes[n - 1][1]) != _edge_of(lane):
+            start = 0.0  # entered through a connection: the lane from its start
+        ids.append(i)
+        pieces.append(cut_polyline(geom.centerlines[i], start, max(end, start)))
+    # extension along the planned route
+    cur = ids[-1]
+    acc = 0.0  # counted from the end of the last driven lane
+    normal = [e for e in remaining_edges if not e.startswith(":")]
+    cur_edge = _edge_of(geom.sumo_lane_ids[cur])
+    ptr = normal.index(cur_edge) + 1 if cur_edge in normal else (1 if normal else 0)
+    while acc < extension_m and ptr < len(normal):
+        want = normal[ptr]
+        nxt = None
+        for s in geom.successors[cur]:
+            e = _edge_of(geom.sumo_lane_ids[s])
+            if e == want or (e.startswith(":") and _leads_to(geom, s, want)):
+                nxt = s
+                break
+        if nxt is None:
+            break
+        ids.append(nxt)
+        pieces.append(geom.centerlines[nxt])
+        acc += float(_arc(geom.centerlines[nxt])[-1])
+        cur = nxt
+        if _edge_of(geom.sumo_lane_ids[nxt]) == want:
+            ptr += 1
+    poly = np.vstack(pieces)
+    keep = np.concatenate([[True], np.linalg.norm(np.diff(poly, axis=0), axis=1) > 1e-3])
+    poly = poly[keep]
+    if len(poly) < 2:
+        poly = np.vstack([poly, poly + [1e-2, 0.0]])
+    return [int(geom.lane_ids[i]) for i in ids], poly
+
+
+def _leads_to(geom: LaneGeometry, lane: int, edge: str, depth: int = 4) -> bool:
+    for s in geom.successors[lane]:
+        e = _edge_of(geom.sumo_lane_ids[s])
+        if e == edge or (depth > 0 and e.startswith(":") and _leads_to(geom, s, edge, depth - 1)):
+            return True
+    return False
+
+
+def record_to_clip(
+    raw, geom: LaneGeometry, lane_map: LaneMap, clip_id: str, metadata: dict, route_extension_m: float
+) -> Clip:
+    n = len(raw.agents)
+    t = raw.steps
+    arr = {k: np.zeros((n, t)) for k in ("x", "y", "yaw", "vx", "vy")}
+    valid = np.zeros((n, t), dtype=bool)
+    ids = np.zeros(n, dtype=np.int64)
+    length, width = np.zeros(n), np.zeros(n)
+    for j, a in enumerate(raw.agents):
+        ids[j] = agent_int_id(a.sumo_id, j)
+        length[j], width[j] = a.length, a.width
+        for k in arr:
+            arr[k][j] = np.where(a.valid, getattr(a, k), 0.0)
+        valid[j] = a.valid
+    route_ids, route_poly = route_from_lanes(geom, raw.ego_lanes, raw.remaining_edges, route_extension_m)
+    meta = dict(metadata)
+    meta["event"] = dict(raw.event)
+    meta["event"]["actor_ids"] = [agent_int_id(a, 0) for a in raw.event.get("actors", [])]
+    return Clip.build(
+        clip_id=clip_id,
+        dt=raw.dt,
+        ego_x=raw.ego_x,
+        ego_y=raw.ego_y,
+        ego_yaw=raw.ego_yaw,
+        ego_speed=raw.ego_speed,
+        ego_accel=raw.ego_accel,
+        ego_length=raw.ego_length,
+        ego_width=raw.ego_width,
+        agent_ids=ids,
+        agent_types=np.full(n, AGENT_VEHICLE, dtype=np.int8),
+        agent_length=length,
+        agent_width=width,
+        agent_x=arr["x"],
+        agent_y=arr["y"],
+        agent_yaw=arr["yaw"],
+        agent_vx=arr["vx"],
+        agent_vy=arr["vy"],
+        agent_valid=valid,
+        map=lane_map,
+        route_lane_ids=route_ids,
+        route_polyline=route_poly,
+        metadata=meta,
+    )

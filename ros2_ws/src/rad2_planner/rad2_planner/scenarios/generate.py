@@ -1,0 +1,320 @@
+"""Generate SUMO clips: one clip per (kind, seed), with rejection sampling, and whole datasets.
+
+:func:`generate_clip` is deterministic in its seed: attempt ``a`` of seed ``s`` draws everything
+(network, route, traffic, event parameters, SUMO's own ``--seed``) from ``SeedSequence([s, a])``.
+An attempt is rejected (and the next one tried) when the scenario could not be set up, the event
+did not fire, the log contains any ego-agent box overlap, or, for safety kinds, the event's actor
+did not bring the ego's time-to-collision below ``safety.near_miss_ttc_s``. TTC and collisions come
+from :mod:`bev_warp_sim.safety` with ``params/sim.yaml`` (the simulator's own definition).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..clip import Clip, save_dataset
+from ..config import load_params, params_dir
+from . import convert, events, networks
+from .runner import ScenarioRejected, run_scenario
+
+_NET_CACHE: dict[str, tuple[Any, networks.LaneGeometry, Any]] = {}
+
+
+class GenerationFailed(RuntimeError):
+    """All attempts of one clip were rejected."""
+
+
+@dataclass
+class GenerationResult:
+    clip: Clip | None
+    kind: str
+    seed: int
+    attempts: int
+    rejections: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    details: list[str] = field(default_factory=list)
+
+
+def load_config() -> tuple[dict, dict, dict]:
+    """(scenarios, vehicle, sim) parameter dicts."""
+    return (load_params("scenarios")["scenarios"], load_params("vehicle")["vehicle"], load_params("sim"))
+
+
+def resolve_cache_dir(cfg: dict, cache_dir: str | os.PathLike | None = None) -> Path:
+    if cache_dir is not None:
+        return Path(cache_dir)
+    p = Path(cfg["network_cache_dir"])
+    return p if p.is_absolute() else params_dir().parent / p
+
+
+def _network(spec: networks.NetworkSpec, cache_dir: Path):
+    path = networks.build_network(spec, cache_dir)
+    key = str(path)
+    if key not in _NET_CACHE:
+        import sumolib
+
+        net = sumolib.net.readNet(key, withInternal=True)
+        geom = networks.read_lane_geometry(key, net=net)
+        _NET_CACHE[key] = (net, geom, convert.lane_map_from_geometry(geom))
+    return path, *_NET_CACHE[key]
+
+
+def _sub_clip(clip: Clip, keep: np.ndarray) -> Clip:
+    fields = {
+        k: getattr(clip, k)[keep]
+        for k in (
+            "agent_ids",
+            "agent_types",
+            "agent_length",
+            "agent_width",
+            "agent_x",
+            "agent_y",
+            "agent_yaw",
+            "agent_vx",
+            "agent_vy",
+            "agent_valid",
+        )
+    }
+    return dataclasses.replace(clip, **fields)
+
+
+def check_clip(clip: Clip, kind: str, cfg: dict, sim_params: dict) -> dict[str, Any]:
+    """Safety figures of a logged clip; raises ScenarioRejected on a collision or a missing near-miss."""
+    from bev_warp_sim import safety
+
+    res = safety.min_ttc_of_log(clip, sim_params)
+    if res["collisions"]:
+        c = res["collisions"][0]
+        raise ScenarioRejected("collision", f"ego overlaps agent {c['agent_id']} at step {c['step']}")
+    out = {"min_ttc": round(float(res["min_ttc"]), 3), "min_ttc_step": int(res["argmin_step"])}
+    actor_ids = clip.metadata.get("event", {}).get("actor_ids", [])
+    if actor_ids:
+        keep = np.isin(clip.agent_ids, np.asarray(actor_ids, dtype=np.int64))
+        out["actor_min_ttc"] = round(
+            float(safety.min_ttc_of_log(_sub_clip(clip, keep), sim_params)["min_ttc"]), 3
+        )
+    if kind in events.SAFETY_KINDS:
+        thr = float(cfg["safety"]["near_miss_ttc_s"])
+        if out.get("actor_min_ttc", float("inf")) >= thr:
+            raise ScenarioRejected("no_near_miss", f"actor min TTC {out.get('actor_min_ttc')} >= {thr}")
+    return out
+
+
+def generate_clip(
+    kind: str,
+    seed: int,
+    cfg: dict | None = None,
+    vehicle: dict | None = None,
+    sim_params: dict | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    network_kind: str | None = None,
+    max_attempts: int | None = None,
+) -> GenerationResult:
+    """One clip of ``kind`` for ``seed`` (retrying with derived seeds); ``clip`` is None if all failed."""
+    if cfg is None or vehicle is None or sim_params is None:
+        c, v, s = load_config()
+        cfg, vehicle, sim_params = cfg or c, vehicle or v, sim_params or s
+    if kind not in events.ALL_KINDS:
+        raise ValueError(f"scenario kind {kind!r} is not one of {list(events.ALL_KINDS)}")
+    kind_cfg = cfg["kinds"].get(kind)
+    if kind_cfg is None:
+        raise ValueError(f"scenarios.kinds has no entry for {kind!r}")
+    nets = [network_kind] if network_kind else list(kind_cfg["networks"])
+    for n in nets:
+        if n not in networks.NETWORK_KINDS:
+            raise ValueError(f"scenarios.kinds.{kind}.networks: {n!r} is not one of {networks.NETWORK_KINDS}")
+    cache = resolve_cache_dir(cfg, cache_dir)
+    attempts = int(max_attempts if max_attempts is not None else cfg["safety"]["max_attempts"])
+    rejections: Counter = Counter()
+    details: list[str] = []
+    t0 = time.perf_counter()
+    for attempt in range(attempts):
+        ss = np.random.SeedSequence([int(seed), attempt])
+        net_ss, ev_ss, sim_ss = ss.spawn(3)
+        net_rng = np.random.default_rng(net_ss)
+        net_kind = nets[int(net_rng.integers(len(nets)))]
+        specs = networks.network_specs(cfg["networks"], net_kind)
+        spec = specs[int(net_rng.integers(len(specs)))]
+        net_file, net, geom, lane_map = _network(spec, cache)
+        event = events.make_event(kind, cfg, np.random.default_rng(ev_ss))
+        sim_seed = int(sim_ss.generate_state(1)[0] % (2**31 - 1))
+        try:
+            raw = run_scenario(
+                event, net_kind, net_file, net, sim_seed, cfg, vehicle, str(kind_cfg["demand"])
+            )
+            if raw.sumo_collisions:
+                raise ScenarioRejected("collision", "SUMO reported an ego collision")
+            meta = {
+                "source": "sumo",
+                "scenario_kind": kind,
+                "network_kind": net_kind,
+                "network": spec.name,
+                "seed": int(seed),
+                "attempt": attempt,
+                "sumo_seed": sim_seed,
+                "demand": str(kind_cfg["demand"]),
+            }
+            clip = convert.record_to_clip(
+                raw, geom, lane_map, f"sumo_{kind}_{int(seed)}", meta, float(cfg["sim"]["route_extension_m"])
+            )
+            clip.validate()
+            clip.metadata.update(check_clip(clip, kind, cfg, sim_params))
+            clip.metadata["rejected_attempts"] = dict(rejections)
+            return GenerationResult(
+                clip, kind, int(seed), attempt + 1, dict(rejections), time.perf_counter() - t0, details
+            )
+        except ScenarioRejected as exc:
+            rejections[exc.reason] += 1
+            details.append(str(exc))
+    return GenerationResult(
+        None, kind, int(seed), attempts, dict(rejections), time.perf_counter() - t0, details
+    )
+
+
+def _job(args) -> GenerationResult:
+    kind, seed, cache_dir = args
+    return generate_clip(kind, seed, cache_dir=cache_dir)
+
+
+def plan_jobs(kinds: list[str], count: int, seed: int) -> list[tuple[str, int]]:
+    """Round-robin kinds; clip i gets seed ``seed + i``."""
+    if count < 1:
+        raise ValueError(f"count must be >= 1, got {count}")
+    if not kinds:
+        raise ValueError("kinds is empty")
+    for k in kinds:
+        if k not in events.ALL_KINDS:
+            raise ValueError(f"kind {k!r} is not one of {list(events.ALL_KINDS)}")
+    return [(kinds[i % len(kinds)], int(seed) + i) for i in range(count)]
+
+
+def generate_dataset(
+    out_dir: str | os.PathLike,
+    kinds: list[str],
+    count: int,
+    seed: int,
+    workers: int = 1,
+    cache_dir: str | os.PathLike | None = None,
+    description: str | None = None,
+    chunk: int = 25,
+    progress: bool = True,
+    log=print,
+    append: bool = False,
+) -> dict[str, Any]:
+    """Generate ``count`` clips into a dataset directory; returns a report (also written as
+    ``generation_report.json`` next to ``index.json``)."""
+    cfg, _, _ = load_config()
+    cache = resolve_cache_dir(cfg, cache_dir)
+    jobs = plan_jobs(kinds, count, seed)
+    # build every network once up front so workers never race on netgenerate
+    for k in sorted(set(kinds)):
+        for nk in cfg["kinds"][k]["networks"]:
+            for spec in networks.network_specs(cfg["networks"], nk):
+                networks.build_network(spec, cache)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    results: list[GenerationResult] = []
+    pending: list[Clip] = []
+    first_save = not append
+    t_start = time.perf_counter()
+
+    def flush():
+        nonlocal first_save, pending
+        if pending:
+            save_dataset(pending, out, append=not first_save, description=description)
+            first_save = False
+            pending = []
+
+    args = [(k, s, str(cache)) for k, s in jobs]
+    if workers > 1:
+        import multiprocessing as mp
+
+        pool = mp.get_context("spawn").Pool(workers, maxtasksperchild=50)
+        it = pool.imap(_job, args)
+    else:
+        pool = None
+        it = map(_job, args)
+    if progress:
+        from tqdm import tqdm
+
+        it = tqdm(it, total=len(args), desc=f"generating {out.name}", unit="clip")
+    try:
+        for res in it:
+            results.append(res)
+            if res.clip is None:
+                log(f"  {res.kind} seed {res.seed}: all {res.attempts} attempts rejected {res.rejections}")
+                continue
+            if progress and hasattr(it, "set_postfix"):
+                it.set_postfix(
+                    kind=res.kind, s_per_clip=f"{res.seconds:.1f}", min_ttc=res.clip.metadata.get("min_ttc")
+                )
+            pending.append(res.clip)
+            if len(pending) >= chunk:
+                flush()
+        flush()
+    finally:
+        if pool is not None:
+            pool.close()
+            pool.join()
+    report = summarize(results, time.perf_counter() - t_start, workers)
+    report.update({"kinds": kinds, "count": count, "seed": seed})
+    with (out / "generation_report.json").open("w") as f:
+        json.dump(report, f, indent=1, sort_keys=True)
+    return report
+
+
+def summarize(results: list[GenerationResult], wall_s: float, workers: int) -> dict[str, Any]:
+    per_kind: dict[str, Any] = {}
+    for kind in sorted({r.kind for r in results}):
+        rs = [r for r in results if r.kind == kind]
+        ok = [r for r in rs if r.clip is not None]
+        rej: Counter = Counter()
+        for r in rs:
+            rej.update(r.rejections)
+        attempts = sum(r.attempts for r in rs)
+        ttc = np.array([r.clip.metadata["min_ttc"] for r in ok]) if ok else np.zeros(0)
+        actor_ttc = (
+            np.array([r.clip.metadata.get("actor_min_ttc", np.nan) for r in ok]) if ok else np.zeros(0)
+        )
+        per_kind[kind] = {
+            "clips": len(ok),
+            "failed": len(rs) - len(ok),
+            "attempts": attempts,
+            "rejection_rate": round(1.0 - len(ok) / max(attempts, 1), 3),
+            "rejections": dict(rej),
+            "seconds_per_clip_mean": round(float(np.mean([r.seconds for r in rs])), 2),
+            "min_ttc": _dist(ttc),
+            "actor_min_ttc": _dist(actor_ttc[np.isfinite(actor_ttc)]),
+            "networks": dict(Counter(r.clip.metadata["network_kind"] for r in ok)),
+        }
+    n_ok = sum(1 for r in results if r.clip is not None)
+    return {
+        "clips": n_ok,
+        "wall_s": round(wall_s, 1),
+        "workers": workers,
+        "wall_s_per_clip": round(wall_s / max(n_ok, 1), 2),
+        "per_kind": per_kind,
+    }
+
+
+def _dist(a: np.ndarray) -> dict[str, float]:
+    if len(a) == 0:
+        return {}
+    q = np.percentile(a, [0, 25, 50, 75, 100])
+    return {
+        "min": round(float(q[0]), 2),
+        "p25": round(float(q[1]), 2),
+        "median": round(float(q[2]), 2),
+        "p75": round(float(q[3]), 2),
+        "max": round(float(q[4]), 2),
+        "mean": round(float(np.mean(a)), 2),
+    }
