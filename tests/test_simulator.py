@@ -1,0 +1,213 @@
+"""Closed-loop simulator: replay fidelity, latched execution, batching, purity, reactive agents,
+rewards and metrics."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from bev_warp_sim import rewards as rw
+from bev_warp_sim import simulator as simmod
+from bev_warp_sim.metrics import EpisodeResult, aggregate
+from bev_warp_sim.reference_policies import make_policy
+from bev_warp_sim.simulator import Controls, SimulationError, Simulator
+from rad2_planner.config import load_params
+from synthetic_scenes import make_clip
+
+PARAMS = load_params("sim")
+
+
+@pytest.fixture(scope="module")
+def sim():
+    return Simulator()
+
+
+@pytest.fixture(scope="module")
+def clip():
+    return make_clip()
+
+
+def test_expert_replay_tracks_the_log(sim, clip):
+    pl = make_policy("expert")
+    pl.reset(clip, 0)
+    st = sim.run(sim.init([clip], [0], max_steps=60), [pl], h_reuse=1)
+    res = st.results[0]
+    track = st.ego_track(0)
+    dev = np.hypot(track[:, 0] - clip.ego_x[: len(track)], track[:, 1] - clip.ego_y[: len(track)])
+    assert res.termination == "max_steps" and not res.collided
+    assert dev.max() < 0.2
+    assert res.rho == pytest.approx(1.0, abs=0.02)
+
+
+def test_observation_at_start_equals_logged_and_moves_with_ego(sim, clip):
+    st = sim.init([clip], [10])
+    obs = simmod.observe(st)
+    logged = sim.logged_observation(clip, 10)
+    np.testing.assert_array_equal(obs.bev, logged.bev)
+    np.testing.assert_allclose(obs.route, logged.route, atol=1e-5)
+    st2, _ = simmod.step(st, Controls(np.tile([[0.0, 0.3]], (40, 1))))
+    for _ in range(5):
+        st2, _ = simmod.step(st2)
+    obs2 = simmod.observe(st2)
+    assert obs2.ego_state[3] > 0.0  # the simulated steering shows in the ego state
+    assert not np.allclose(obs2.bev, sim.logged_observation(clip, int(st2.t[0])).bev)
+
+
+def test_latch_breaks_early_on_safety_violation(sim):
+    clip = make_clip(num_steps=200)
+    st = sim.init([clip], [60], max_steps=100)
+    # full throttle towards the slower leader, latched for the whole horizon
+    st = sim.commit(st, {0: Controls(np.tile([[3.0, 0.0]], (40, 1)))}, h_reuse=40)
+    steps = 0
+    while not sim.needs_decision(st)[0] and not st.done[0]:
+        st, info = sim.step(st)
+        steps += 1
+    assert steps < 40, "the latch should have been cut short"
+    assert st.break_reason[0] == "safety"
+    assert st.ttc_track(0)[-1] < PARAMS["latch"]["ttc_break_s"]
+    assert st.decisions[0][0].end_step == st.t[0]
+
+
+def test_latch_runs_h_reuse_steps_when_safe(sim, clip):
+    st = sim.init([clip], [0])
+    st = sim.commit(st, {0: Controls(np.zeros((40, 2)))})
+    for _ in range(PARAMS["latch"]["h_reuse"]):
+        assert not sim.needs_decision(st)[0]
+        st, _ = sim.step(st)
+    assert sim.needs_decision(st)[0] and st.break_reason[0] == "latch_done"
+    with pytest.raises(SimulationError, match="no controls left"):
+        sim.step(sim.init([clip], [0]))  # nothing committed yet
+
+
+def test_batched_step_equals_single_steps(sim, clip):
+    other = make_clip(clip_id="synthetic_1", ego_speed=8.0)
+    clips, starts = [clip, other, clip], [0, 5, 30]
+    rng = np.random.default_rng(3)
+    controls = [Controls(rng.uniform([-2, -0.2], [2, 0.2], (40, 2))) for _ in clips]
+    batch = sim.init(clips, starts)
+    batch = sim.commit(batch, dict(enumerate(controls)))
+    singles = [sim.commit(sim.init([c], [s]), {0: u}) for c, s, u in zip(clips, starts, controls)]
+    for _ in range(6):
+        batch, info = sim.step(batch)
+        singles = [sim.step(s)[0] for s in singles]
+    for i, s in enumerate(singles):
+        np.testing.assert_allclose(batch.ego[i], s.ego[0], atol=1e-12)
+        assert batch.t[i] == s.t[0]
+        np.testing.assert_allclose(batch.ttc_track(i), s.ttc_track(0))
+    obs_b = sim.observe(batch)
+    obs_s = sim.observe(singles[1])[0]
+    np.testing.assert_allclose(obs_b[1].bev, obs_s.bev, atol=1e-6)
+
+
+def test_step_is_pure(sim, clip):
+    st = sim.commit(sim.init([clip], [0]), {0: Controls(np.ones((40, 2)) * [1.0, 0.1])})
+    ego0, t0, n_hist = st.ego.copy(), st.t.copy(), len(st.ego_hist)
+    st2, _ = sim.step(st)
+    np.testing.assert_array_equal(st.ego, ego0)
+    np.testing.assert_array_equal(st.t, t0)
+    assert len(st.ego_hist) == n_hist and len(st2.ego_hist) == n_hist + 1
+
+
+def test_collision_ends_episode_with_attribution(sim, clip):
+    pl = make_policy("constant_velocity")
+    st = sim.init([clip], [60])
+    st = sim.commit(st, {0: Controls(np.tile([[3.0, 0.0]], (40, 1)))}, h_reuse=40)
+    while not st.done[0]:
+        if sim.needs_decision(st)[0]:
+            st = sim.commit(st, {0: pl.plan(sim.observe(st)[0])})
+        st, _ = sim.step(st)
+    res = st.results[0]
+    assert res.termination == "collision" and res.collided and res.at_fault
+    assert res.collisions[0]["ego_zone"] == "front" and res.min_ttc == 0.0
+    assert res.r_coll == -PARAMS["ttc"]["t_max"] and res.plan_r1 == 0.0
+
+
+def _follower_clip():
+    """The synthetic clip with agent 1 replaced by a car 12 m behind the ego in its lane."""
+    c = make_clip()
+    lag = 14
+    j = 1
+    ax, ay, ayaw = c.agent_x.copy(), c.agent_y.copy(), c.agent_yaw.copy()
+    avx, avy, valid = c.agent_vx.copy(), c.agent_vy.copy(), c.agent_valid.copy()
+    ax[j, lag:], ay[j, lag:], ayaw[j, lag:] = c.ego_x[:-lag], c.ego_y[:-lag], c.ego_yaw[:-lag]
+    avx[j, lag:] = c.ego_speed[:-lag] * np.cos(c.ego_yaw[:-lag])
+    avy[j, lag:] = c.ego_speed[:-lag] * np.sin(c.ego_yaw[:-lag])
+    valid[j] = False
+    valid[j, lag:] = True
+    return replace(c, clip_id="follower", agent_x=ax, agent_y=ay, agent_yaw=ayaw, agent_vx=avx, agent_vy=avy,
+                   agent_valid=valid)
+
+
+def test_reactive_follower_brakes_for_a_stopping_ego():
+    clip = _follower_clip()
+    brake = Controls(np.tile([[-6.0, 0.0]], (40, 1)))
+    results = {}
+    for reactive in (False, True):
+        params = {**PARAMS, "sim": {**PARAMS["sim"], "reactive_agents": reactive}}
+        s = Simulator(params)
+        st = s.commit(s.init([clip], [20], max_steps=50), {0: brake}, h_reuse=40)
+        while not st.done[0]:
+            if s.needs_decision(st)[0]:
+                st = s.commit(st, {0: brake}, h_reuse=40)
+            st, _ = s.step(st)
+        results[reactive] = st.results[0]
+    assert results[False].collided and not results[False].at_fault  # rear-ended while braking
+    assert results[False].collisions[0]["ego_zone"] == "rear"
+    assert not results[True].collided  # the IDM follower stops behind the ego
+
+
+def test_rewards_match_the_paper():
+    assert rw.r_coll([3.0, 2.5, 0.7, 3.0], 3.0) == pytest.approx(-2.3)
+    assert rw.r_eff(1.07, 1.05, 1.10) == pytest.approx(1.0)
+    assert rw.r_eff(0.9, 1.05, 1.10) == pytest.approx(0.85)
+    assert rw.r_eff(1.3, 1.05, 1.10) == pytest.approx(0.8)
+    assert rw.progress_ratio(5.0, 0.2, 1.0) == 1.0
+    assert rw.progress_ratio(45.0, 50.0, 1.0) == pytest.approx(0.9)
+    path = rw.RoutePath(np.array([[0.0, 0.0], [10.0, 0.0], [10.0, 10.0]]))
+    s, lat, _ = path.project(np.array([[5.0, 1.0], [11.0, 5.0]]))
+    np.testing.assert_allclose(s, [5.0, 15.0])
+    np.testing.assert_allclose(lat, [1.0, -1.0])
+
+
+def test_plan_r1_gates_and_terms():
+    base = dict(collided=False, drivable_ok=True, route_s=np.linspace(0, 40, 41), speeds=np.full(41, 10.0),
+                speed_limits=np.full(41, 13.9), comfort_ok=True, min_ttc=3.0, rho=1.0, dt=0.1, params=PARAMS)
+    assert rw.plan_r1_reward(**base)["total"] == pytest.approx(1.0)
+    assert rw.plan_r1_reward(**{**base, "collided": True})["total"] == 0.0
+    assert rw.plan_r1_reward(**{**base, "drivable_ok": False})["total"] == 0.0
+    ttc_low = rw.plan_r1_reward(**{**base, "min_ttc": 0.5})
+    assert ttc_low["total"] == pytest.approx(5.0 / 10.0)  # weights 2 + 5 + 2 + 1, TTC term lost
+    backwards = np.concatenate([np.linspace(0, 10, 11), np.linspace(10, 6, 11)[1:]])  # 4 m back in 1 s
+    assert rw.plan_r1_reward(**{**base, "route_s": backwards})["direction"] == 0.5
+    fast = rw.plan_r1_reward(**{**base, "speeds": np.full(41, 13.9 + 2.23)})
+    assert fast["speed_limit"] == pytest.approx(0.0)
+
+
+def _result(**kw):
+    base = dict(clip_id="c", scenario_kind="k", start_step=0, end_step=10, num_steps=10,
+                termination="clip_end", collided=False, at_fault=False, offroad=False, min_ttc=3.0, rho=1.0,
+                ego_progress_m=10.0,
+                expert_progress_m=10.0, comfort_violation_rate=0.0, comfort_any=False, r_coll=0.0, r_eff=1.0,
+                plan_r1=1.0)
+    base.update(kw)
+    return EpisodeResult(**base)
+
+
+def test_metrics_definitions():
+    results = [
+        _result(),
+        _result(collided=True, min_ttc=0.0, rho=0.5),
+        _result(collided=True, at_fault=True, min_ttc=0.0, rho=0.3),
+        _result(min_ttc=1.5, rho=0.995),
+        _result(min_ttc=1.0, rho=0.92, comfort_any=True, comfort_violation_rate=0.1),
+    ]
+    m = aggregate(results, PARAMS)
+    assert m["CR"] == pytest.approx(0.4)
+    assert m["AF-CR"] == pytest.approx(0.2)
+    assert m["Safety@1"] == pytest.approx(0.4)  # 3.0, 3.0... min TTC of exactly 1.0 does not count
+    assert m["Safety@2"] == pytest.approx(0.2)
+    assert m["EP-Mean"] == pytest.approx((1.0 + 0.5 + 0.3 + 0.995 + 0.92) / 5)
+    assert m["EP@1.0"] == pytest.approx(0.4)  # 1.0 and 0.995 (tolerance 0.01)
+    assert m["EP@0.9"] == pytest.approx(0.6)
+    assert m["comfort_violation_clips"] == pytest.approx(0.2)
+    with pytest.raises(ValueError, match="results"):
+        aggregate([], PARAMS)

@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""Benchmark the BEV-Warp simulator: warp time per frame (OpenCV warpAffine vs torch grid_sample) and
+environment steps per second without a planner (single rollout and batched).
+
+An environment step = observe (warped BEV + transformed tokens) + one latched control step (bicycle,
+collision, TTC, off-road) with a fixed control sequence re-latched (one batched iLQR-free commit) every
+``latch.h_reuse`` steps; no planner and no iLQR run, so the figure is the simulator's own cost.
+
+  bench_sim.py                       # synthetic clip, B = 1, 16, 64
+  bench_sim.py --dataset data/eval_safety --batch 1 16 --steps 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+_SRC = ROOT / "ros2_ws" / "src"
+for _p in (_SRC / "rad2_planner", _SRC / "bev_warp_sim", ROOT / "tests"):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+
+
+def bench_warp(batch_sizes, repeats: int) -> list[tuple[str, int, float]]:
+    import numpy as np
+    from bev_warp_sim.warp import BevWarper
+    from rad2_planner.config import load_params
+
+    bev = load_params("bev")["bev"]
+    warper = BevWarper(bev)
+    rng = np.random.default_rng(0)
+    shape = (len(bev["channels"]), int(bev["height"]), int(bev["width"]))
+    rows = []
+    for b in batch_sizes:
+        feats = rng.random((b,) + shape).astype(np.float32)
+        ref = np.zeros((b, 3))
+        sim = np.column_stack([rng.uniform(-2, 2, b), rng.uniform(-1, 1, b), rng.uniform(-0.1, 0.1, b)])
+        for backend in ("opencv", "torch"):
+            warper(feats, ref, sim, backend=backend)  # warm-up
+            t0 = time.perf_counter()
+            for _ in range(repeats):
+                warper(feats, ref, sim, backend=backend)
+            ms = (time.perf_counter() - t0) / repeats / b * 1e3
+            rows.append((backend, b, ms))
+    return rows
+
+
+def bench_env(clips, batch_sizes, steps: int, backend: str, progress: bool) -> list[tuple[int, float, float]]:
+    import numpy as np
+    from bev_warp_sim.simulator import Controls, Simulator
+    from rad2_planner.config import load_params
+    from tqdm import tqdm
+
+    params = load_params("sim")
+    params["sim"]["warp_backend"] = backend
+    params["sim"]["terminate_on_collision"] = False
+    params["sim"]["terminate_on_offroad"] = False
+    sim = Simulator(params)
+    u = Controls(np.zeros((sim.controller.horizon, 2)))
+    rows = []
+    for b in batch_sizes:
+        chosen = [clips[i % len(clips)] for i in range(b)]
+        starts = [i % 5 for i in range(b)]
+        state = sim.init(chosen, starts, max_steps=steps)
+        n_steps = 0
+        t0 = time.perf_counter()
+        t_obs = 0.0
+        for _ in tqdm(range(steps), desc=f"B={b}", disable=not progress, leave=False):
+            need = np.flatnonzero(sim.needs_decision(state))
+            if len(need):
+                t1 = time.perf_counter()
+                sim.observe(state, need)
+                t_obs += time.perf_counter() - t1
+                state = sim.commit(state, {int(i): u for i in need})
+            running = int((~state.done).sum())
+            if running == 0:
+                break
+            state, _ = sim.step(state)
+            n_steps += running
+        wall = time.perf_counter() - t0
+        rows.append((b, n_steps / wall, t_obs / max(n_steps, 1) * 1e3))
+    return rows
+
+
+def bench_env_every_step(clips, batch_sizes, steps: int, backend: str) -> list[tuple[int, float]]:
+    """Observation at every step (as with h_reuse = 1), still without a planner."""
+    import numpy as np
+    from bev_warp_sim.simulator import Controls, Simulator
+    from rad2_planner.config import load_params
+
+    params = load_params("sim")
+    params["sim"]["warp_backend"] = backend
+    params["sim"]["terminate_on_collision"] = False
+    params["sim"]["terminate_on_offroad"] = False
+    sim = Simulator(params)
+    u = Controls(np.zeros((sim.controller.horizon, 2)))
+    rows = []
+    for b in batch_sizes:
+        chosen = [clips[i % len(clips)] for i in range(b)]
+        state = sim.init(chosen, [i % 5 for i in range(b)], max_steps=steps)
+        n = 0
+        t0 = time.perf_counter()
+        while not state.done.all():
+            run = np.flatnonzero(~state.done)
+            sim.observe(state, run)
+            state = sim.commit(state, {int(i): u for i in run}, h_reuse=1)
+            state, _ = sim.step(state)
+            n += len(run)
+        rows.append((b, n / (time.perf_counter() - t0)))
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dataset", default=None, help="dataset directory (default: the synthetic test clip)")
+    ap.add_argument("--batch", nargs="+", type=int, default=[1, 16, 64], help="batch sizes")
+    ap.add_argument("--steps", type=int, default=60, help="environment steps per rollout")
+    ap.add_argument("--warp-repeats", type=int, default=20, help="repetitions of each warp timing")
+    ap.add_argument("--no-progress", action="store_true")
+    args = ap.parse_args(argv)
+
+    import os
+
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(Console().width, 120))
+    console.print(f"CPU cores visible: {os.cpu_count()}, load average: {os.getloadavg()}")
+    warp_rows = bench_warp(sorted(set([1] + args.batch)), args.warp_repeats)
+    t = Table(title="BEV warp, ms per frame (C x 128 x 128 float32)")
+    for c in ("backend", "batch", "ms/frame"):
+        t.add_column(c, justify="right")
+    for backend, b, ms in warp_rows:
+        t.add_row(backend, str(b), f"{ms:.3f}")
+    console.print(t)
+    fastest = {}
+    for backend, b, ms in warp_rows:
+        if b not in fastest or ms < fastest[b][1]:
+            fastest[b] = (backend, ms)
+    console.print("fastest per batch: " + ", ".join(f"B={b}: {v[0]}" for b, v in sorted(fastest.items())))
+
+    if args.dataset:
+        from rad2_planner.clip import load_dataset
+
+        clips = load_dataset(args.dataset)
+    else:
+        from synthetic_scenes import make_clip
+
+        clips = [make_clip(num_steps=max(args.steps + 10, 121))]
+    longest = [c for c in clips if c.num_steps > args.steps + 6] or clips
+    t = Table(title=f"Environment steps/s without a planner ({len(longest)} clips, {args.steps} steps)")
+    for c in ("warp", "batch", "latched steps/s", "obs ms/step", "observe-every-step steps/s"):
+        t.add_column(c, justify="right")
+    for backend in ("opencv", "torch"):
+        rows = bench_env(longest, args.batch, args.steps, backend, not args.no_progress)
+        every = dict(bench_env_every_step(longest, args.batch, args.steps, backend))
+        for b, sps, obs_ms in rows:
+            t.add_row(backend, str(b), f"{sps:.0f}", f"{obs_ms:.2f}", f"{every[b]:.0f}")
+    console.print(t)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
