@@ -6,8 +6,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from bev_warp_sim.warp import BevWarper
 from rad2_planner.adapters.av2 import load_av2_scenario
-from rad2_planner.bev import BevError, get_config, rasterize_bev, snapshot_from_clip, warp_bev
+from rad2_planner.bev import BevError, get_config, rasterize_bev, snapshot_from_clip
 from rad2_planner.config import load_params
 from rad2_planner.geometry import relative_pose, se2_compose
 from rad2_planner.observation import (
@@ -36,26 +37,14 @@ def fine_params():
     return p
 
 
-def _warp_with_cv2(raster, delta, cfg, interp=cv2.INTER_LINEAR):
-    """The test's own warp: new-pixel -> old-pixel affine, cv2.warpAffine, vector channels rotated."""
-    r = cfg.resolution
-    e2p = np.array([[1 / r, 0, -cfg.origin_x / r - 0.5], [0, 1 / r, -cfg.origin_y / r - 0.5], [0, 0, 1]])
-    c, s = np.cos(delta[2]), np.sin(delta[2])
-    new_to_old = np.array([[c, -s, delta[0]], [s, c, delta[1]], [0, 0, 1]])
-    m = (e2p @ new_to_old @ np.linalg.inv(e2p))[:2]
-    out = np.stack(
-        [cv2.warpAffine(ch, m, (cfg.width, cfg.height), flags=interp | cv2.WARP_INVERSE_MAP) for ch in raster]
-    )
-    ones = cv2.warpAffine(
-        np.ones((cfg.height, cfg.width), np.float32),
-        m,
-        (cfg.width, cfg.height),
-        flags=cv2.INTER_NEAREST | cv2.WARP_INVERSE_MAP,
-    )
-    interior = cv2.erode((ones > 0.5).astype(np.uint8), np.ones((5, 5), np.uint8)) > 0
-    ix, iy = cfg.channel_index("agent_velocity_x"), cfg.channel_index("agent_velocity_y")
-    vx, vy = out[ix].copy(), out[iy].copy()
-    out[ix], out[iy] = c * vx + s * vy, -s * vx + c * vy  # rotate by -delta_yaw into the new frame
+def _warp(raster, delta, cfg, mode="bilinear"):
+    """The simulator's warp by ``delta`` (new ego pose in the old ego frame), plus the interior of the
+    new raster that the old one covers (eroded by two cells)."""
+    warper = BevWarper(cfg)
+    out = warper(raster, np.zeros(3), delta, mode=mode)
+    ones = warper(np.ones(cfg.shape, np.float32), np.zeros(3), delta, mode="nearest")
+    covered = ones[cfg.channel_index("drivable_area")] > 0.5
+    interior = cv2.erode(covered.astype(np.uint8), np.ones((5, 5), np.uint8)) > 0
     return out, interior
 
 
@@ -75,7 +64,7 @@ def _equivariance(clip, params, steps=(20, 60, 100)):
         ref = rasterize_bev(snap, params=params)
         for d in DELTAS:
             moved = rasterize_bev(snap, ego_pose=se2_compose(snap.ego_pose, d), params=params)
-            warped, interior = _warp_with_cv2(ref, d, cfg)
+            warped, interior = _warp(ref, d, cfg)
             for n in OCCUPANCY:
                 k = cfg.channel_index(n)
                 a, b = moved[k][interior] > 0.5, warped[k][interior] > 0.5
@@ -83,7 +72,7 @@ def _equivariance(clip, params, steps=(20, 60, 100)):
                 inter[n][1] += (a | b).sum()
                 ious[n].append(_iou(moved[k], warped[k], interior))
             # velocity: nearest-neighbour warp; where both rasters have a box, the rotated vectors agree
-            nearest, _ = _warp_with_cv2(ref, d, cfg, cv2.INTER_NEAREST)
+            nearest, _ = _warp(ref, d, cfg, "nearest")
             kx, ky = cfg.channel_index("agent_velocity_x"), cfg.channel_index("agent_velocity_y")
             both = (
                 interior & (np.hypot(moved[kx], moved[ky]) > 0.1) & (np.hypot(nearest[kx], nearest[ky]) > 0.1)
@@ -146,14 +135,20 @@ def test_equivariance_fine_grid(clips, fine_params):
         assert max(vel_err) < 0.05
 
 
-def test_module_warp_matches_reference_warp(clips):
+def test_delta_warp_matches_pose_pair_warp_on_both_backends(clips):
+    """Warping by a relative pose equals warping between the absolute poses, and the OpenCV and torch
+    backends agree on a real raster."""
     cfg = get_config(None)
     snap = snapshot_from_clip(clips[1], 50)
     ref = rasterize_bev(snap)
     d = DELTAS[0]
-    ours = warp_bev(ref, d, cfg)
-    theirs, interior = _warp_with_cv2(ref, d, cfg)
-    np.testing.assert_allclose(ours[:, interior], theirs[:, interior], atol=1e-4)
+    ours, interior = _warp(ref, d, cfg)
+    pose_pair = BevWarper(cfg)(ref, snap.ego_pose, se2_compose(snap.ego_pose, d))
+    np.testing.assert_allclose(ours[:, interior], pose_pair[:, interior], atol=1e-4)
+    torch_out = BevWarper(cfg, backend="torch")(ref, np.zeros(3), d)
+    # OpenCV interpolates with 1/32-px weights; occupancy in [0, 1], velocities and limits in m/s
+    tol = 0.02 * max(1.0, np.abs(ref).max())
+    np.testing.assert_allclose(ours[:, interior], torch_out[:, interior], atol=tol)
 
 
 def test_tokens_transform_consistency(clips):

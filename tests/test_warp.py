@@ -14,7 +14,7 @@ BACKENDS = ("opencv", "torch")
 
 @pytest.fixture(scope="module")
 def warper():
-    return BevWarper(BEV["bev"])
+    return BevWarper(BEV)
 
 
 @pytest.fixture(scope="module")
@@ -114,4 +114,4 @@ def test_bad_inputs_name_the_field(warper):
     with pytest.raises(WarpError, match="poses"):
         warper(_smooth_field(), np.array([np.nan, 0, 0]), np.zeros(3))
     with pytest.raises(WarpError, match="warp_backend"):
-        BevWarper(BEV["bev"], backend="cuda")
+        BevWarper(BEV, backend="cuda")

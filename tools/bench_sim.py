@@ -29,8 +29,9 @@ def bench_warp(batch_sizes, repeats: int) -> list[tuple[str, int, float]]:
     from bev_warp_sim.warp import BevWarper
     from rad2_planner.config import load_params
 
-    bev = load_params("bev")["bev"]
-    warper = BevWarper(bev)
+    params = load_params("bev")
+    bev = params["bev"]
+    warper = BevWarper(params)
     rng = np.random.default_rng(0)
     shape = (len(bev["channels"]), int(bev["height"]), int(bev["width"]))
     rows = []
@@ -48,23 +49,33 @@ def bench_warp(batch_sizes, repeats: int) -> list[tuple[str, int, float]]:
     return rows
 
 
-def bench_env(clips, batch_sizes, steps: int, backend: str, progress: bool) -> list[tuple[int, float, float]]:
+def _bench_simulator(backend: str):
+    """A simulator with ``backend`` that never terminates early, and a zero control sequence."""
     import numpy as np
     from bev_warp_sim.simulator import Controls, Simulator
     from rad2_planner.config import load_params
-    from tqdm import tqdm
 
     params = load_params("sim")
     params["sim"]["warp_backend"] = backend
     params["sim"]["terminate_on_collision"] = False
     params["sim"]["terminate_on_offroad"] = False
     sim = Simulator(params)
-    u = Controls(np.zeros((sim.controller.horizon, 2)))
+    return sim, Controls(np.zeros((sim.controller.horizon, 2)))
+
+
+def _init_batch(sim, clips, b: int, steps: int):
+    """``b`` rollouts over the clips in turn, start steps 0..4 in turn."""
+    return sim.init([clips[i % len(clips)] for i in range(b)], [i % 5 for i in range(b)], max_steps=steps)
+
+
+def bench_env(clips, batch_sizes, steps: int, backend: str, progress: bool) -> list[tuple[int, float, float]]:
+    import numpy as np
+    from tqdm import tqdm
+
+    sim, u = _bench_simulator(backend)
     rows = []
     for b in batch_sizes:
-        chosen = [clips[i % len(clips)] for i in range(b)]
-        starts = [i % 5 for i in range(b)]
-        state = sim.init(chosen, starts, max_steps=steps)
+        state = _init_batch(sim, clips, b, steps)
         n_steps = 0
         t0 = time.perf_counter()
         t_obs = 0.0
@@ -88,19 +99,11 @@ def bench_env(clips, batch_sizes, steps: int, backend: str, progress: bool) -> l
 def bench_env_every_step(clips, batch_sizes, steps: int, backend: str) -> list[tuple[int, float]]:
     """Observation at every step (as with h_reuse = 1), still without a planner."""
     import numpy as np
-    from bev_warp_sim.simulator import Controls, Simulator
-    from rad2_planner.config import load_params
 
-    params = load_params("sim")
-    params["sim"]["warp_backend"] = backend
-    params["sim"]["terminate_on_collision"] = False
-    params["sim"]["terminate_on_offroad"] = False
-    sim = Simulator(params)
-    u = Controls(np.zeros((sim.controller.horizon, 2)))
+    sim, u = _bench_simulator(backend)
     rows = []
     for b in batch_sizes:
-        chosen = [clips[i % len(clips)] for i in range(b)]
-        state = sim.init(chosen, [i % 5 for i in range(b)], max_steps=steps)
+        state = _init_batch(sim, clips, b, steps)
         n = 0
         t0 = time.perf_counter()
         while not state.done.all():

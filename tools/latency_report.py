@@ -38,23 +38,9 @@ PERCENTILES = (50, 90, 99)
 
 
 def diagnostics_record(msg: Any, receive_ns: int | None = None) -> dict[str, Any]:
-    """A plain dict of one PlanningDiagnostics message (rosbags, rclpy or mcap_ros2 object)."""
-    return {
-        "stamp_ns": bags.time_to_ns(msg.header.stamp),
-        "input_stamp_ns": bags.time_to_ns(msg.input_stamp),
-        "receive_ns": receive_ns,
-        "node": str(msg.node),
-        "backend": str(msg.backend),
-        "stages": {str(s.name): float(s.milliseconds) for s in msg.stages},
-        "total_ms": float(msg.total_ms),
-        "end_to_end_ms": float(msg.end_to_end_ms),
-        "deadline_missed": bool(msg.deadline_missed),
-        "cycle_count": int(msg.cycle_count),
-        "deadline_miss_count": int(msg.deadline_miss_count),
-        "rejected_input_count": int(msg.rejected_input_count),
-        "fallback_active": bool(msg.fallback_active),
-        "fallback_reason": str(msg.fallback_reason),
-    }
+    """A plain dict of one PlanningDiagnostics message (rosbags, rclpy or mcap_ros2 object) plus the
+    time it was received."""
+    return {**bags.planning_diagnostics_record(msg), "receive_ns": receive_ns}
 
 
 def stats(values: Iterable[float]) -> dict[str, float]:

@@ -2,7 +2,7 @@
 
 A rollout replays a logged clip from ``start_step``. At log step ``t`` the planner sees the logged
 observation of time ``t`` (BEV rasterised at the logged ego pose, tokens in that frame) warped into the
-simulated ego frame (``warp.BevWarper``; tokens by ``observation.transform_tokens``) with the simulated
+simulated ego frame (``warp.BevWarper``; tokens by ``warp.warp_tokens``) with the simulated
 ego state. A committed plan is turned into controls by the batched iLQR tracker
 (``rad2_planner.control.TrackingController``); the controls are replayed open loop for ``latch.h_reuse``
 steps (latched execution) unless the safety check fires (``T_t < latch.ttc_break_s`` or a collision),
@@ -34,13 +34,13 @@ from typing import Any
 
 import numpy as np
 from rad2_planner.config import load_params
-from rad2_planner.geometry import relative_pose, wrap_angle
+from rad2_planner.geometry import wrap_angle
 from rad2_planner.planning_interface import PlanResult
 
 from bev_warp_sim import rewards as rw
 from bev_warp_sim import safety
 from bev_warp_sim.metrics import EpisodeResult
-from bev_warp_sim.warp import BevWarper
+from bev_warp_sim.warp import BevWarper, warp_tokens
 
 
 class SimulationError(ValueError):
@@ -272,7 +272,7 @@ class Simulator:
         self.controller = controller if controller is not None else TrackingController()
         if abs(self.controller.dt - self.dt) > 1e-9:
             raise SimulationError(f"sim.dt: {self.dt} differs from controller.dt {self.controller.dt}")
-        self.warper = BevWarper(self.bev_params["bev"], backend=str(cfg["warp_backend"]))
+        self.warper = BevWarper(self.bev_params, backend=str(cfg["warp_backend"]))
         tcfg = self.params["ttc"]
         if abs(float(tcfg["dt"]) - self.dt) > 1e-9:
             raise SimulationError(f"ttc.dt: {tcfg['dt']} must equal sim.dt {self.dt}")
@@ -393,11 +393,9 @@ class Simulator:
         logged = [self.logged_observation(state.data[i].clip, int(state.t[i])) for i in idx]
         ref_pose = np.stack([state.data[i].clip.ego_pose(int(state.t[i])) for i in idx])
         bev = self.warper(np.stack([o.bev for o in logged]), ref_pose, sim_pose)
-        from rad2_planner.observation import transform_tokens
-
         out = []
         for k, i in enumerate(idx):
-            o = transform_tokens(logged[k], relative_pose(ref_pose[k], sim_pose[k]))
+            o = warp_tokens(logged[k], ref_pose[k], sim_pose[k])
             o.bev = bev[k]
             o.ego_state = es[i].copy()
             out.append(o)

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 from rosbags.rosbag2 import Reader, ReaderError, StoragePlugin, Writer, WriterError
@@ -219,6 +219,27 @@ def time_to_ns(stamp: Any) -> int:
     return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
 
 
+def planning_diagnostics_record(msg: Any) -> dict[str, Any]:
+    """A plain dict of one ``rad2_msgs/PlanningDiagnostics`` (rosbags, rclpy or mcap_ros2 object):
+    ``stages`` (name -> ms, in order) and every other field under its message name; no validation
+    (``ros_conversions.planning_diagnostics_from_msg`` validates and then uses this)."""
+    return {
+        "stamp_ns": time_to_ns(msg.header.stamp),
+        "input_stamp_ns": time_to_ns(msg.input_stamp),
+        "node": str(msg.node),
+        "backend": str(msg.backend),
+        "stages": {str(s.name): float(s.milliseconds) for s in msg.stages},
+        "total_ms": float(msg.total_ms),
+        "end_to_end_ms": float(msg.end_to_end_ms),
+        "deadline_missed": bool(msg.deadline_missed),
+        "cycle_count": int(msg.cycle_count),
+        "deadline_miss_count": int(msg.deadline_miss_count),
+        "rejected_input_count": int(msg.rejected_input_count),
+        "fallback_active": bool(msg.fallback_active),
+        "fallback_reason": str(msg.fallback_reason),
+    }
+
+
 def header(stamp_ns: int, frame_id: str, store: Typestore | None = None) -> Any:
     """A ``std_msgs/msg/Header``."""
     store = store or typestore()
@@ -247,7 +268,18 @@ def deserialize(data: bytes | memoryview, msgtype: str, store: Typestore | None 
 # --------------------------------------------------------------------------------------------------
 
 
-class BagWriter:
+class _OpenedInWith:
+    """``with bag:`` calls ``open()`` on entry and ``close()`` on exit."""
+
+    def __enter__(self) -> Self:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class BagWriter(_OpenedInWith):
     """Write a rosbag2 directory with MCAP storage; use as a context manager.
 
     ``write(topic, msg, stamp_ns)`` takes a rosbags message (or CDR ``bytes`` with ``msgtype=``);
@@ -268,13 +300,6 @@ class BagWriter:
         self._types: dict[str, str] = {}
         self.counts: dict[str, int] = {}
         self._open = False
-
-    def __enter__(self) -> BagWriter:
-        self.open()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     def open(self) -> None:
         try:
@@ -376,7 +401,7 @@ def resolve_bag_path(path: str | os.PathLike) -> Path:
     return p
 
 
-class BagReader:
+class BagReader(_OpenedInWith):
     """Read a rosbag2 directory (MCAP or sqlite3 storage); use as a context manager.
 
     Decodes with the rad2 typestore; types it lacks are registered from the definitions the bag
@@ -393,13 +418,6 @@ class BagReader:
         except Exception as exc:  # malformed metadata.yaml surfaces as yaml/key errors
             raise BagError(f"cannot read bag {self.path} (bad metadata.yaml?): {exc}") from exc
         self._opened = False
-
-    def __enter__(self) -> BagReader:
-        self.open()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     def open(self) -> None:
         try:

@@ -17,6 +17,9 @@ Input is a :class:`SceneSnapshot`, which live perception can fill without a :cla
 :func:`snapshot_from_clip` builds one from a logged clip. Map geometry is prepared once per
 ``map_id`` (concatenated, with per-polyline bounding boxes for view culling), so a frame costs one
 affine transform of the visible points plus the OpenCV fills (sub-pixel ``shift``).
+
+Re-expressing a raster in another ego frame (BEV-Warp) is ``bev_warp_sim.warp.BevWarper``, which takes
+its grid geometry from :class:`BevConfig` and :func:`ego_to_pixel_affine`.
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ import cv2
 import numpy as np
 
 from .clip import Clip, LaneMap
-from .config import load_params, require
-from .geometry import box_corners
+from .config import cached_config, default_params, load_params, require
+from .geometry import box_corners, rotate_vectors, se2_inverse, se2_matrix
 
 
 class BevError(ValueError):
@@ -147,26 +150,7 @@ def get_config(params: dict[str, Any] | BevConfig | None) -> BevConfig:
     """The BevConfig of a params dict (cached by the content of its ``bev`` block; None = params/bev.yaml)."""
     if isinstance(params, BevConfig):
         return params
-    if params is None:
-        params = _default_params()
-    key = repr(params.get("bev"))
-    cfg = _CONFIG_CACHE.get(key)
-    if cfg is None:
-        cfg = BevConfig.from_params(params)
-        if len(_CONFIG_CACHE) > 16:
-            _CONFIG_CACHE.clear()
-        _CONFIG_CACHE[key] = cfg
-    return cfg
-
-
-_DEFAULT_PARAMS: dict[str, Any] | None = None
-
-
-def _default_params() -> dict[str, Any]:
-    global _DEFAULT_PARAMS
-    if _DEFAULT_PARAMS is None:
-        _DEFAULT_PARAMS = load_params("bev")
-    return _DEFAULT_PARAMS
+    return cached_config(_CONFIG_CACHE, params, "bev", BevConfig.from_params, "bev")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -272,7 +256,7 @@ def snapshot_from_clip(
 ) -> SceneSnapshot:
     """The scene at step ``t`` of a clip; history steps before the clip start use step 0."""
     cfg = get_config(params)
-    vehicle_params = vehicle_params if vehicle_params is not None else _vehicle_params()
+    vehicle_params = vehicle_params if vehicle_params is not None else default_params("vehicle")
     wheelbase = float(require(vehicle_params, "vehicle.wheelbase"))
     t = clip._check_step(t)
     offsets = set(cfg.history_offsets)
@@ -293,16 +277,6 @@ def snapshot_from_clip(
         ego_width=clip.ego_width,
         timestamp=t * clip.dt,
     )
-
-
-_VEHICLE_PARAMS: dict[str, Any] | None = None
-
-
-def _vehicle_params() -> dict[str, Any]:
-    global _VEHICLE_PARAMS
-    if _VEHICLE_PARAMS is None:
-        _VEHICLE_PARAMS = load_params("vehicle")
-    return _VEHICLE_PARAMS
 
 
 # ----------------------------------------------------------------------------------------------
@@ -389,14 +363,7 @@ def prepare_map(lane_map: LaneMap) -> PreparedMap:
 # ----------------------------------------------------------------------------------------------
 def world_to_pixel_affine(ego_pose, cfg: BevConfig) -> np.ndarray:
     """2x3 affine mapping world (x, y) to continuous pixel (u=col, v=row), pixel centres at integers."""
-    ex, ey, yaw = (float(v) for v in ego_pose)
-    c, s = np.cos(yaw), np.sin(yaw)
-    r = 1.0 / cfg.resolution
-    # ego = R^T (p - e); u = (ego_x - ox)/res - 0.5; v = (ego_y - oy)/res - 0.5
-    a = np.array([[c * r, s * r, 0.0], [-s * r, c * r, 0.0]])
-    a[0, 2] = -(c * ex + s * ey) * r - cfg.origin_x * r - 0.5
-    a[1, 2] = -(-s * ex + c * ey) * r - cfg.origin_y * r - 0.5
-    return a
+    return ego_to_pixel_affine(cfg) @ se2_matrix(se2_inverse(np.asarray(ego_pose, dtype=np.float64)))
 
 
 def ego_to_pixel_affine(cfg: BevConfig) -> np.ndarray:
@@ -541,55 +508,13 @@ def rasterize_bev(
         frame = snapshot.agents
         polys, idx = _agent_polys(frame, affine, scale, box, cfg.resolution)
         if polys:
-            c, s = np.cos(pose[2]), np.sin(pose[2])
-            vxe = c * frame.vx[idx] + s * frame.vy[idx]
-            vye = -s * frame.vx[idx] + c * frame.vy[idx]
+            vel = rotate_vectors(np.stack([frame.vx[idx], frame.vy[idx]], axis=-1), -pose[2])
+            vxe, vye = vel[:, 0], vel[:, 1]
             for ix, iy in pairs:
                 for poly, a, b in zip(polys, vxe, vye):
                     cv2.fillPoly(out[ix], [poly], float(a), cv2.LINE_8, shift)
                     cv2.fillPoly(out[iy], [poly], float(b), cv2.LINE_8, shift)
     return out
-
-
-def rotate_vector_channels(bev: np.ndarray, angle: float, cfg: BevConfig) -> np.ndarray:
-    """Rotate the vector channel pairs of a [C, H, W] raster by ``angle`` (in place, returned)."""
-    c, s = np.cos(angle), np.sin(angle)
-    for a, b in cfg.vector_pairs:
-        ia, ib = cfg.channel_index(a), cfg.channel_index(b)
-        x, y = bev[ia].copy(), bev[ib].copy()
-        bev[ia] = c * x - s * y
-        bev[ib] = s * x + c * y
-    return bev
-
-
-def warp_bev(
-    bev: np.ndarray, delta_pose, cfg: BevConfig, interpolation: int = cv2.INTER_LINEAR
-) -> np.ndarray:
-    """Re-express a raster rendered at pose P in the frame of P' = P o delta_pose.
-
-    ``delta_pose`` is the new ego pose in the old ego frame. Cells of the new raster sample the
-    old one (bilinear by default); vector channels are rotated by ``-delta_yaw``. Cells that fall
-    outside the old raster are 0.
-    """
-    dx, dy, dyaw = (float(v) for v in delta_pose)
-    c, s = np.cos(dyaw), np.sin(dyaw)
-    e2p = ego_to_pixel_affine(cfg)
-    e2p3 = np.vstack([e2p, [0, 0, 1]])
-    p2e3 = np.linalg.inv(e2p3)
-    # new pixel -> new ego -> old ego -> old pixel
-    new_to_old = np.array([[c, -s, dx], [s, c, dy], [0, 0, 1]])
-    m = (e2p3 @ new_to_old @ p2e3)[:2]
-    out = np.empty_like(bev)
-    for ci in range(bev.shape[0]):
-        out[ci] = cv2.warpAffine(
-            bev[ci],
-            m,
-            (cfg.width, cfg.height),
-            flags=interpolation | cv2.WARP_INVERSE_MAP,
-            borderMode=cv2.BORDER_CONSTANT,
-            borderValue=0,
-        )
-    return rotate_vector_channels(out, -dyaw, cfg)
 
 
 __all__ = [
@@ -603,8 +528,6 @@ __all__ = [
     "get_config",
     "prepare_map",
     "rasterize_bev",
-    "rotate_vector_channels",
     "snapshot_from_clip",
-    "warp_bev",
     "world_to_pixel_affine",
 ]

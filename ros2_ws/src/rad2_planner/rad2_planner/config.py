@@ -87,3 +87,30 @@ def require(params: dict[str, Any], dotted: str) -> Any:
             raise ParameterError(f"missing parameter {dotted!r}")
         node = node[part]
     return node
+
+
+_DEFAULTS: dict[str, dict[str, Any]] = {}
+
+
+def default_params(name: str) -> dict[str, Any]:
+    """``load_params(name)`` read once per process and shared: treat it as read-only."""
+    if name not in _DEFAULTS:
+        _DEFAULTS[name] = load_params(name)
+    return _DEFAULTS[name]
+
+
+def cached_config(
+    cache: dict[str, Any], params: dict[str, Any] | None, block: str, build, default: str
+) -> Any:
+    """``build(params)`` cached in ``cache`` by the content of the ``block`` block of ``params``
+    (None = ``params/<default>.yaml``); the cache is emptied past 16 entries."""
+    if params is None:
+        params = default_params(default)
+    key = repr(params.get(block))
+    cfg = cache.get(key)
+    if cfg is None:
+        cfg = build(params)
+        if len(cache) > 16:
+            cache.clear()
+        cache[key] = cfg
+    return cfg

@@ -36,6 +36,8 @@ from rad2_msgs.msg import (
 )
 from std_msgs.msg import Header
 
+from .bags import planning_diagnostics_record, time_to_ns
+
 EGO_FRAME = "base_link"
 WORLD_FRAME = "map"
 _NS_PER_S = 1_000_000_000
@@ -114,10 +116,6 @@ def ns_to_time(stamp_ns: int) -> Time:
     if stamp_ns < 0:
         raise MessageValidationError(f"builtin_interfaces/Time: stamp_ns {stamp_ns} is negative")
     return Time(sec=stamp_ns // _NS_PER_S, nanosec=stamp_ns % _NS_PER_S)
-
-
-def time_to_ns(stamp: Time) -> int:
-    return int(stamp.sec) * _NS_PER_S + int(stamp.nanosec)
 
 
 def make_header(stamp_ns: int, frame_id: str) -> Header:
@@ -943,26 +941,15 @@ def planning_diagnostics_to_msg(
 def planning_diagnostics_from_msg(msg: PlanningDiagnostics) -> dict[str, Any]:
     """-> dict with `stages` (name -> ms, in order) and every other field under its message name."""
     kind = "PlanningDiagnostics"
-    stages: dict[str, float] = {}
+    seen: set[str] = set()
     for k, stage in enumerate(msg.stages):
-        if stage.name in stages:
+        if stage.name in seen:
             raise _fail(kind, f"stages[{k}].name", f"repeats stage {stage.name!r}")
-        stages[stage.name] = _check_scalar(kind, f"stages[{k}].milliseconds", stage.milliseconds)
-    return {
-        "stamp_ns": time_to_ns(msg.header.stamp),
-        "input_stamp_ns": time_to_ns(msg.input_stamp),
-        "node": str(msg.node),
-        "backend": str(msg.backend),
-        "stages": stages,
-        "total_ms": _check_scalar(kind, "total_ms", msg.total_ms),
-        "end_to_end_ms": _check_scalar(kind, "end_to_end_ms", msg.end_to_end_ms),
-        "deadline_missed": bool(msg.deadline_missed),
-        "cycle_count": int(msg.cycle_count),
-        "deadline_miss_count": int(msg.deadline_miss_count),
-        "rejected_input_count": int(msg.rejected_input_count),
-        "fallback_active": bool(msg.fallback_active),
-        "fallback_reason": str(msg.fallback_reason),
-    }
+        seen.add(stage.name)
+        _check_scalar(kind, f"stages[{k}].milliseconds", stage.milliseconds)
+    _check_scalar(kind, "total_ms", msg.total_ms)
+    _check_scalar(kind, "end_to_end_ms", msg.end_to_end_ms)
+    return planning_diagnostics_record(msg)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from .clip import AGENT_CYCLIST, AGENT_PEDESTRIAN, AGENT_VEHICLE, LaneMap
-from .config import load_params, require
+from .config import cached_config, load_params, require
+from .geometry import rotate_vectors, world_to_ego
 
 MAP_FEATURES = 6
 AGENT_FEATURES = 10
@@ -71,26 +72,27 @@ def get_token_config(params: dict[str, Any] | TokenConfig | None) -> TokenConfig
     """TokenConfig of a params dict (cached by the content of its ``tokens`` block)."""
     if isinstance(params, TokenConfig):
         return params
-    if params is None:
-        from .bev import _default_params
-
-        params = _default_params()
-    key = repr(params.get("tokens"))
-    cfg = _CACHE.get(key)
-    if cfg is None:
-        cfg = TokenConfig.from_params(params)
-        if len(_CACHE) > 16:
-            _CACHE.clear()
-        _CACHE[key] = cfg
-    return cfg
+    return cached_config(_CACHE, params, "tokens", TokenConfig.from_params, "bev")
 
 
 # ----------------------------------------------------------------------------------------------
 # polyline helpers
 # ----------------------------------------------------------------------------------------------
 def arc_lengths(poly: np.ndarray) -> np.ndarray:
+    """Cumulative arc length at each vertex of a [P, 2] polyline (0 at the first)."""
     seg = np.linalg.norm(np.diff(poly, axis=0), axis=1)
     return np.concatenate([[0.0], np.cumsum(seg)])
+
+
+def clean_polyline(poly, min_step: float, pad: float | None = None) -> np.ndarray:
+    """Drop vertices within ``min_step`` of their predecessor. A polyline left with one point gets a
+    second one ``pad`` metres along +x (``pad`` None: returned as it is)."""
+    pts = np.asarray(poly, np.float64)
+    keep = np.concatenate([[True], np.linalg.norm(np.diff(pts, axis=0), axis=1) > min_step])
+    pts = pts[keep]
+    if pad is not None and len(pts) < 2:
+        pts = np.vstack([pts[:1], pts[:1] + [pad, 0.0]])
+    return pts
 
 
 def resample_polyline(poly: np.ndarray, s: np.ndarray, cum: np.ndarray | None = None) -> np.ndarray:
@@ -127,11 +129,7 @@ class PreparedLanes:
         self.map_id = lane_map.map_id
         self.lines, self.cums = [], []
         for cl in lane_map.centerlines:
-            cl = np.asarray(cl, np.float64)
-            keep = np.concatenate([[True], np.linalg.norm(np.diff(cl, axis=0), axis=1) > 1e-6])
-            cl = cl[keep]
-            if len(cl) < 2:
-                cl = np.vstack([cl[:1], cl[:1] + [1e-3, 0.0]])
+            cl = clean_polyline(cl, 1e-6, pad=1e-3)
             self.lines.append(cl)
             self.cums.append(arc_lengths(cl))
         self.points = np.concatenate(self.lines)
@@ -157,18 +155,6 @@ def prepare_lanes(lane_map: LaneMap) -> PreparedLanes:
         pl = PreparedLanes(lane_map)
         _LANES_CACHE[lane_map.map_id] = pl
     return pl
-
-
-def _to_ego(xy: np.ndarray, pose: np.ndarray) -> np.ndarray:
-    c, s = np.cos(pose[2]), np.sin(pose[2])
-    dx, dy = xy[..., 0] - pose[0], xy[..., 1] - pose[1]
-    return np.stack([c * dx + s * dy, -s * dx + c * dy], axis=-1)
-
-
-def _rot_dirs(cs: np.ndarray, yaw: float) -> np.ndarray:
-    """World (cos, sin) directions -> ego frame of heading ``yaw``."""
-    c, s = np.cos(yaw), np.sin(yaw)
-    return np.stack([c * cs[..., 0] + s * cs[..., 1], -s * cs[..., 0] + c * cs[..., 1]], axis=-1)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -213,8 +199,8 @@ def map_tokens(
         else:
             s = frac * total
         pts = resample_polyline(pl.lines[k], s, pl.cums[k])
-        out[row, :, 0:2] = _to_ego(pts[:, :2], pose)
-        out[row, :, 2:4] = _rot_dirs(pts[:, 2:4], pose[2])
+        out[row, :, 0:2] = world_to_ego(pts[:, :2], pose)
+        out[row, :, 2:4] = rotate_vectors(pts[:, 2:4], -pose[2])
         out[row, :, 4] = pl.speed[k]
         out[row, :, 5] = on_route[row]
         mask[row] = True
@@ -244,7 +230,7 @@ def agent_tokens(agents, ego_pose, params: dict[str, Any] | TokenConfig | None =
     mask = np.zeros(cfg.n_agents, bool)
     if len(agents.x) == 0:
         return out, mask
-    xy = _to_ego(np.stack([agents.x, agents.y], axis=-1), pose)
+    xy = world_to_ego(np.stack([agents.x, agents.y], axis=-1), pose)
     d = np.linalg.norm(xy, axis=1)
     order = np.argsort(d, kind="stable")
     order = order[d[order] <= cfg.agent_range][: cfg.n_agents]
@@ -252,7 +238,7 @@ def agent_tokens(agents, ego_pose, params: dict[str, Any] | TokenConfig | None =
     if n == 0:
         return out, mask
     yaw = agents.yaw[order] - pose[2]
-    vel = _rot_dirs(np.stack([agents.vx[order], agents.vy[order]], axis=-1), pose[2])
+    vel = rotate_vectors(np.stack([agents.vx[order], agents.vy[order]], axis=-1), -pose[2])
     types = agents.types[order]
     out[:n, 0:2] = xy[order]
     out[:n, 2] = np.cos(yaw)
@@ -275,8 +261,7 @@ def route_tokens(route_polyline, ego_pose, params: dict[str, Any] | TokenConfig 
     rp = np.asarray(route_polyline, np.float64)
     if rp.ndim != 2 or rp.shape[0] < 2 or rp.shape[1] != 2:
         raise TokenError(f"route_polyline: shape {rp.shape} is not [Pr >= 2, 2]")
-    keep = np.concatenate([[True], np.linalg.norm(np.diff(rp, axis=0), axis=1) > 1e-6])
-    rp = rp[keep]
+    rp = clean_polyline(rp, 1e-6)
     if len(rp) < 2:
         return out, mask
     cum = arc_lengths(rp)
@@ -284,8 +269,8 @@ def route_tokens(route_polyline, ego_pose, params: dict[str, Any] | TokenConfig 
     s = s0 + np.arange(cfg.n_route) * cfg.route_spacing
     valid = s <= cum[-1] + 1e-9
     pts = resample_polyline(rp, s, cum)
-    out[:, 0:2] = _to_ego(pts[:, :2], pose)
-    out[:, 2:4] = _rot_dirs(pts[:, 2:4], pose[2])
+    out[:, 0:2] = world_to_ego(pts[:, :2], pose)
+    out[:, 2:4] = rotate_vectors(pts[:, 2:4], -pose[2])
     out[~valid] = 0.0
     mask[:] = valid
     return out, mask

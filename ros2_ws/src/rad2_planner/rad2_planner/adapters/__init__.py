@@ -4,22 +4,26 @@
 - :mod:`rad2_planner.adapters.commonroad`: CommonRoad XML (e.g. NGSIM-derived scenarios).
 
 Shared here: logged-path-to-lane matching (a small Viterbi over lanes with successor-aware
-transitions), route construction, speed/acceleration from logged tracks.
+transitions), route construction, speed/acceleration from logged tracks, and :func:`logged_clip`,
+which turns the arrays an adapter read into a validated clip.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
 import numpy as np
 
-from ..clip import LaneMap
+from ..clip import Clip, LaneMap
+from ..config import require
 from ..geometry import wrap_angle
+from ..tokens import arc_lengths, clean_polyline
 
 
 def polyline_length(poly: np.ndarray) -> float:
     poly = np.asarray(poly, dtype=np.float64)
-    return float(np.linalg.norm(np.diff(poly, axis=0), axis=1).sum()) if len(poly) > 1 else 0.0
+    return float(arc_lengths(poly)[-1]) if len(poly) > 1 else 0.0
 
 
 def accel_from_speed(speed: np.ndarray, dt: float) -> np.ndarray:
@@ -176,9 +180,64 @@ def build_route(
             cl = cl[1:]
         if len(cl):
             pts.append(cl)
-    polyline = np.concatenate(pts)
-    keep = np.concatenate([[True], np.linalg.norm(np.diff(polyline, axis=0), axis=1) > 1e-6])
-    return lane_map.lane_ids[chained].astype(np.int64), polyline[keep]
+    return lane_map.lane_ids[chained].astype(np.int64), clean_polyline(np.concatenate(pts), 1e-6)
 
 
-__all__ = ["accel_from_speed", "build_route", "lane_match_costs", "match_path_to_lanes", "polyline_length"]
+def logged_clip(
+    params: dict[str, Any],
+    lane_map: LaneMap,
+    *,
+    clip_id: str,
+    source: str,
+    scenario_id: str,
+    dt: float,
+    ego_x: np.ndarray,
+    ego_y: np.ndarray,
+    ego_yaw: np.ndarray,
+    ego_speed: np.ndarray,
+    ego_length: float,
+    ego_width: float,
+    agents: dict[str, Any],
+    metadata: dict[str, Any],
+    lane_allowed: np.ndarray | None = None,
+) -> Clip:
+    """A validated clip of a real log: the route matched to the ego path (``adapters.*`` in ``params``),
+    acceleration from the logged speed, metadata of a logged scene plus the adapter's ``metadata``.
+    ``agents`` holds the ``agent_*`` fields of :meth:`Clip.build`."""
+    route_ids, route_poly = build_route(
+        lane_map,
+        np.stack([ego_x, ego_y], axis=1),
+        ego_yaw,
+        extension_m=float(require(params, "adapters.route_extension_m")),
+        heading_weight=float(require(params, "adapters.lane_match_heading_weight_m_per_rad")),
+        change_penalty=float(require(params, "adapters.lane_change_penalty_m")),
+        lane_allowed=lane_allowed,
+    )
+    meta = {"source": source, "scenario_kind": "logged", "seed": None, "network_kind": "real",
+            "scenario_id": scenario_id, **metadata}
+    return Clip.build(
+        clip_id=clip_id,
+        dt=dt,
+        ego_x=ego_x,
+        ego_y=ego_y,
+        ego_yaw=ego_yaw,
+        ego_speed=ego_speed,
+        ego_accel=accel_from_speed(ego_speed, dt),
+        ego_length=ego_length,
+        ego_width=ego_width,
+        **agents,
+        map=lane_map,
+        route_lane_ids=route_ids,
+        route_polyline=route_poly,
+        metadata=meta,
+    ).validate()
+
+
+__all__ = [
+    "accel_from_speed",
+    "build_route",
+    "lane_match_costs",
+    "logged_clip",
+    "match_path_to_lanes",
+    "polyline_length",
+]

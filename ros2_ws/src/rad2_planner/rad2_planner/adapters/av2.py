@@ -27,7 +27,7 @@ import numpy as np
 from ..clip import AGENT_CYCLIST, AGENT_OTHER, AGENT_PEDESTRIAN, AGENT_VEHICLE, Clip, LaneMap
 from ..config import load_params, require
 from ..geometry import wrap_angle
-from . import accel_from_speed, build_route
+from . import logged_clip
 
 EGO_TRACK_ID = "AV"
 
@@ -173,52 +173,42 @@ def load_av2_scenario(
         lengths.append(float(ln))
         widths.append(float(wd))
 
-    route_ids, route_poly = build_route(
-        lane_map,
-        np.stack([ex, ey], axis=1),
-        eyaw,
-        extension_m=float(require(params, "adapters.route_extension_m")),
-        heading_weight=float(require(params, "adapters.lane_match_heading_weight_m_per_rad")),
-        change_penalty=float(require(params, "adapters.lane_change_penalty_m")),
-        lane_allowed=vehicle_lanes,
-    )
     first = df.iloc[0]
     scenario_id = (
         str(first["scenario_id"]) if "scenario_id" in df.columns else parquet.stem[len("scenario_") :]
     )
     metadata = {
-        "source": "av2",
-        "scenario_kind": "logged",
-        "seed": None,
-        "network_kind": "real",
-        "scenario_id": scenario_id,
         "city": str(first["city"]) if "city" in df.columns else None,
         "focal_track_id": str(first["focal_track_id"]) if "focal_track_id" in df.columns else None,
         "box_sizes": "defaults by object_type (params/bev.yaml adapters.default_box_sizes)",
         "speed_limits": "defaults by lane_type (params/bev.yaml adapters.default_speed_limits)",
     }
-    return Clip.build(
+    agent_fields = {
+        "agent_ids": [_track_int_id(str(t)) for t in track_ids],
+        "agent_types": types,
+        "agent_length": lengths,
+        "agent_width": widths,
+        "agent_x": ax,
+        "agent_y": ay,
+        "agent_yaw": ayaw,
+        "agent_vx": avx,
+        "agent_vy": avy,
+        "agent_valid": valid,
+    }
+    return logged_clip(
+        params,
+        lane_map,
         clip_id=f"av2_{scenario_id}",
+        source="av2",
+        scenario_id=scenario_id,
         dt=dt,
         ego_x=ex,
         ego_y=ey,
         ego_yaw=eyaw,
         ego_speed=espeed,
-        ego_accel=accel_from_speed(espeed, dt),
         ego_length=ego_len,
         ego_width=ego_wid,
-        agent_ids=[_track_int_id(str(t)) for t in track_ids],
-        agent_types=types,
-        agent_length=lengths,
-        agent_width=widths,
-        agent_x=ax,
-        agent_y=ay,
-        agent_yaw=ayaw,
-        agent_vx=avx,
-        agent_vy=avy,
-        agent_valid=valid,
-        map=lane_map,
-        route_lane_ids=route_ids,
-        route_polyline=route_poly,
+        agents=agent_fields,
         metadata=metadata,
-    ).validate()
+        lane_allowed=vehicle_lanes,
+    )

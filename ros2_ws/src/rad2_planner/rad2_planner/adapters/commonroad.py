@@ -21,7 +21,7 @@ import numpy as np
 from ..clip import AGENT_CYCLIST, AGENT_OTHER, AGENT_PEDESTRIAN, AGENT_VEHICLE, Clip, LaneMap
 from ..config import load_params, require
 from ..geometry import wrap_angle
-from . import accel_from_speed, build_route, lane_match_costs
+from . import lane_match_costs, logged_clip
 
 
 class CommonRoadAdapterError(ValueError):
@@ -218,49 +218,39 @@ def load_commonroad_scenario(
         widths.append(wd)
     keep = valid.any(axis=1)
     idx = np.flatnonzero(keep)
-    route_ids, route_poly = build_route(
-        lane_map,
-        np.stack([ex, ey], axis=1),
-        eyaw,
-        extension_m=float(require(params, "adapters.route_extension_m")),
-        heading_weight=heading_weight,
-        change_penalty=float(require(params, "adapters.lane_change_penalty_m")),
-    )
     scenario_id = str(scenario.scenario_id)
     metadata = {
-        "source": "commonroad",
-        "scenario_kind": "logged",
-        "seed": None,
-        "network_kind": "real",
-        "scenario_id": scenario_id,
         "ego_obstacle_id": int(ego.obstacle_id),
         "promoted_ego": True,
         "start_time_step": int(t0),
         "planning_problem_ids": sorted(int(k) for k in planning.planning_problem_dict),
     }
     safe_id = "".join(ch if ch.isalnum() or ch in "_-." else "_" for ch in scenario_id)
-    return Clip.build(
+    agent_fields = {
+        "agent_ids": [others[i].obstacle_id for i in idx],
+        "agent_types": [types[i] for i in idx],
+        "agent_length": [lengths[i] for i in idx],
+        "agent_width": [widths[i] for i in idx],
+        "agent_x": ax[keep],
+        "agent_y": ay[keep],
+        "agent_yaw": ayaw[keep],
+        "agent_vx": avx[keep],
+        "agent_vy": avy[keep],
+        "agent_valid": valid[keep],
+    }
+    return logged_clip(
+        params,
+        lane_map,
         clip_id=f"cr_{safe_id}_ego{ego.obstacle_id}",
+        source="commonroad",
+        scenario_id=scenario_id,
         dt=dt,
         ego_x=ex,
         ego_y=ey,
         ego_yaw=eyaw,
         ego_speed=espeed,
-        ego_accel=accel_from_speed(espeed, dt),
         ego_length=ego_len,
         ego_width=ego_wid,
-        agent_ids=[others[i].obstacle_id for i in idx],
-        agent_types=[types[i] for i in idx],
-        agent_length=[lengths[i] for i in idx],
-        agent_width=[widths[i] for i in idx],
-        agent_x=ax[keep],
-        agent_y=ay[keep],
-        agent_yaw=ayaw[keep],
-        agent_vx=avx[keep],
-        agent_vy=avy[keep],
-        agent_valid=valid[keep],
-        map=lane_map,
-        route_lane_ids=route_ids,
-        route_polyline=route_poly,
+        agents=agent_fields,
         metadata=metadata,
-    ).validate()
+    )

@@ -7,6 +7,7 @@ import re
 import numpy as np
 
 from ..clip import AGENT_VEHICLE, Clip, LaneMap
+from ..tokens import arc_lengths, clean_polyline
 from .networks import LaneGeometry
 
 ACTOR_ID_BASE = 10_000_000
@@ -42,13 +43,9 @@ def _edge_of(lane_id: str) -> str:
     return lane_id.rsplit("_", 1)[0]
 
 
-def _arc(poly: np.ndarray) -> np.ndarray:
-    return np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(poly, axis=0), axis=1))])
-
-
 def cut_polyline(poly: np.ndarray, s0: float, s1: float) -> np.ndarray:
     """Part of a polyline between arc lengths s0 < s1 (clamped to the polyline)."""
-    s = _arc(poly)
+    s = arc_lengths(poly)
     s0, s1 = float(np.clip(s0, 0.0, s[-1])), float(np.clip(s1, 0.0, s[-1]))
     if s1 - s0 < 1e-6:
         p = np.array([np.interp(s0, s, poly[:, 0]), np.interp(s0, s, poly[:, 1])])
@@ -78,7 +75,7 @@ def route_from_lanes(
 
     def to_geom(i: int, pos: float) -> float:
         if i not in scale:
-            scale[i] = _arc(geom.centerlines[i])[-1] / max(geom.sumo_lengths[i], 1e-6)
+            scale[i] = arc_lengths(geom.centerlines[i])[-1] / max(geom.sumo_lengths[i], 1e-6)
         return pos * scale[i]
 
     ids: list[int] = []
@@ -89,7 +86,7 @@ def route_from_lanes(
         if n + 1 < len(lanes) and _edge_of(lanes[n + 1][1]) == _edge_of(lane):
             end = to_geom(i, lanes[n + 1][2])  # a lane change: leave this lane where the ego switched
         else:
-            end = _arc(geom.centerlines[i])[-1]
+            end = arc_lengths(geom.centerlines[i])[-1]
         if n > 0 and _edge_of(lanes[n - 1][1]) != _edge_of(lane):
             start = 0.0  # entered through a connection: the lane from its start
         ids.append(i)
@@ -112,15 +109,11 @@ def route_from_lanes(
             break
         ids.append(nxt)
         pieces.append(geom.centerlines[nxt])
-        acc += float(_arc(geom.centerlines[nxt])[-1])
+        acc += float(arc_lengths(geom.centerlines[nxt])[-1])
         cur = nxt
         if _edge_of(geom.sumo_lane_ids[nxt]) == want:
             ptr += 1
-    poly = np.vstack(pieces)
-    keep = np.concatenate([[True], np.linalg.norm(np.diff(poly, axis=0), axis=1) > 1e-3])
-    poly = poly[keep]
-    if len(poly) < 2:
-        poly = np.vstack([poly, poly + [1e-2, 0.0]])
+    poly = clean_polyline(np.vstack(pieces), 1e-3, pad=1e-2)
     return [int(geom.lane_ids[i]) for i in ids], poly
 
 

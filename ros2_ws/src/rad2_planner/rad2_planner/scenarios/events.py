@@ -91,6 +91,47 @@ class Event:
         ctx.spawn(ACTOR_ID, route, lane_index, front_pos, speed)
         self.actors.append(ACTOR_ID)
 
+    def _spawn_leader(self, ctx: SimContext, st, headway: float, clear_ahead: float) -> bool:
+        """Place the actor in the ego lane ``headway`` seconds ahead (at its max safe speed, strategic lane
+        changes only), clearing the lane up to ``clear_ahead`` metres past it; False if the lane is short."""
+        lane, idx, pos, _ = st
+        front = pos + headway * ctx.speed(EGO_ID) + 2.0 + ACTOR_LENGTH
+        if front > ctx.lane_length(lane) - 5.0:
+            self.setup_failure = "lane too short for the leader"
+            return False
+        ctx.clear_lane(lane, pos + 0.1, front + clear_ahead)
+        self._spawn_ahead(ctx, idx, front, "max")  # max safe speed there: the ego's or less
+        ctx.sim.vehicle.setLaneChangeMode(ACTOR_ID, STRATEGIC_ONLY_LCMODE)
+        return True
+
+    def _adjacent_lanes(self, ctx: SimContext, st) -> list[int]:
+        """Indices of the lanes beside the ego's (right first); records a setup failure if there are none."""
+        _, idx, _, edge = st
+        options = [j for j in (idx - 1, idx + 1) if 0 <= j < ctx.num_lanes(edge)]
+        if not options:
+            self.setup_failure = "ego edge has no adjacent lane"
+        return options
+
+    def _spawn_beside(self, ctx: SimContext, st, j: int, front: float, side_clear: tuple[float, float],
+                      speed: float) -> None:
+        """Place the actor in the adjacent lane ``j`` with its front at ``front`` and lane changes off (only
+        TraCI requests), after clearing that lane over ``pos + side_clear`` and the ego lane ahead."""
+        lane, idx, pos, edge = st
+        ctx.clear_lane(f"{edge}_{j}", pos + side_clear[0], front + side_clear[1])
+        ctx.clear_lane(lane, pos + 0.1, front + 30.0)
+        self._spawn_ahead(ctx, j, front, speed)
+        ctx.sim.vehicle.setLaneChangeMode(ACTOR_ID, NO_LC_LCMODE)
+        self.params["side_lane_offset"] = int(j - idx)
+
+    def _gap_to_actor(self, ctx: SimContext, on_internal: bool = True) -> float | None:
+        """Bumper gap from the ego to the actor ahead on the same edge (None on different edges, or on a
+        junction's internal edge unless ``on_internal``)."""
+        _, _, ego_pos, ego_edge = ctx.lane_of(EGO_ID)
+        _, _, a_pos, a_edge = ctx.lane_of(ACTOR_ID)
+        if ego_edge != a_edge or (not on_internal and _is_internal(ego_edge)):
+            return None
+        return a_pos - ACTOR_LENGTH - ego_pos
+
 
 class FreeRoad(Event):
     kind = "free_road"
@@ -128,18 +169,11 @@ class SlowLeader(Event):
         st = self._ego_on_edge(ctx)
         if st is None:
             return False
-        lane, idx, pos, edge = st
         frac = self._sample(ctx.rng, "speed_fraction")
         headway = self._sample(ctx.rng, "leader_headway_s")
-        v_e = ctx.speed(EGO_ID)
-        v_slow = frac * float(ctx.sim.lane.getMaxSpeed(lane))
-        front = pos + headway * v_e + 2.0 + ACTOR_LENGTH
-        if front > ctx.lane_length(lane) - 5.0:
-            self.setup_failure = "lane too short for the leader"
+        v_slow = frac * float(ctx.sim.lane.getMaxSpeed(st[0]))
+        if not self._spawn_leader(ctx, st, headway, 10.0):  # it slows down to v_slow once confirmed
             return False
-        ctx.clear_lane(lane, pos + 0.1, front + 10.0)
-        self._spawn_ahead(ctx, idx, front, "max")  # max safe speed (~ the ego's), then it slows down
-        ctx.sim.vehicle.setLaneChangeMode(ACTOR_ID, STRATEGIC_ONLY_LCMODE)
         self.v_slow = v_slow
         self.trigger_step = 0
         return True
@@ -171,16 +205,7 @@ class HardBrake(Event):
         st = self._ego_on_edge(ctx, self.min_speed)
         if st is None:
             return False
-        lane, idx, pos, edge = st
-        v_e = ctx.speed(EGO_ID)
-        front = pos + self.headway * v_e + 2.0 + ACTOR_LENGTH
-        if front > ctx.lane_length(lane) - 5.0:
-            self.setup_failure = "lane too short for the leader"
-            return False
-        ctx.clear_lane(lane, pos + 0.1, front + 25.0)
-        self._spawn_ahead(ctx, idx, front, "max")  # max safe speed there: the ego's or less
-        ctx.sim.vehicle.setLaneChangeMode(ACTOR_ID, STRATEGIC_ONLY_LCMODE)
-        return True
+        return self._spawn_leader(ctx, st, self.headway, 25.0)
 
     def control(self, ctx, k):
         sim = ctx.sim
@@ -230,10 +255,8 @@ class CutIn(Event):
         if st is None:
             return False
         lane, idx, pos, edge = st
-        n = ctx.num_lanes(edge)
-        options = [j for j in (idx - 1, idx + 1) if 0 <= j < n]
+        options = self._adjacent_lanes(ctx, st)
         if not options:
-            self.setup_failure = "ego edge has no adjacent lane"
             return False
         j = options[int(ctx.rng.integers(len(options)))]
         v_e = ctx.speed(EGO_ID)
@@ -242,21 +265,9 @@ class CutIn(Event):
         if need > ctx.lane_length(lane):
             self.setup_failure = "edge too short for the cut-in"
             return False
-        side = f"{edge}_{j}"
-        ctx.clear_lane(side, pos - 15.0, front + 20.0)
-        ctx.clear_lane(lane, pos + 0.1, front + 30.0)
-        self._spawn_ahead(ctx, j, front, v_e)
-        ctx.sim.vehicle.setLaneChangeMode(ACTOR_ID, NO_LC_LCMODE)
+        self._spawn_beside(ctx, st, j, front, (-15.0, 20.0), v_e)
         self.ego_index = idx
-        self.params["side_lane_offset"] = int(j - idx)
         return True
-
-    def _gap(self, ctx) -> float | None:
-        ego_lane, _, ego_pos, ego_edge = ctx.lane_of(EGO_ID)
-        a_lane, _, a_pos, a_edge = ctx.lane_of(ACTOR_ID)
-        if ego_edge != a_edge or _is_internal(ego_edge):
-            return None
-        return a_pos - ACTOR_LENGTH - ego_pos
 
     def control(self, ctx, k):
         sim = ctx.sim
@@ -264,7 +275,7 @@ class CutIn(Event):
             return
         v_e = ctx.speed(EGO_ID)
         if self.phase == "align":
-            gap = self._gap(ctx)
+            gap = self._gap_to_actor(ctx, on_internal=False)
             if gap is None:
                 return
             sim.vehicle.setSpeed(ACTOR_ID, max(0.0, v_e + 0.8 * (self.gap - gap)))
@@ -302,24 +313,17 @@ class PullOut(Event):
         st = self._ego_on_edge(ctx, 5.0)
         if st is None:
             return False
-        lane, idx, pos, edge = st
-        n = ctx.num_lanes(edge)
-        options = [j for j in (idx - 1, idx + 1) if 0 <= j < n]
+        lane, _, pos, _ = st
+        options = self._adjacent_lanes(ctx, st)
         if not options:
-            self.setup_failure = "ego edge has no adjacent lane"
             return False
         j = options[0]  # prefer the lane on the right (kerb side)
         front = pos + self.ahead + ACTOR_LENGTH
         if front > ctx.lane_length(lane) - 10.0:
             self.setup_failure = "edge too short for the parked vehicle"
             return False
-        side = f"{edge}_{j}"
-        ctx.clear_lane(side, pos - 30.0, front + 10.0)
-        ctx.clear_lane(lane, pos + 0.1, front + 30.0)
-        self._spawn_ahead(ctx, j, front, 0.0)
-        ctx.sim.vehicle.setLaneChangeMode(ACTOR_ID, NO_LC_LCMODE)
+        self._spawn_beside(ctx, st, j, front, (-30.0, 10.0), 0.0)
         ctx.sim.vehicle.setSpeed(ACTOR_ID, 0.0)
-        self.params["side_lane_offset"] = int(j - idx)
         return True
 
     def control(self, ctx, k):
@@ -327,15 +331,13 @@ class PullOut(Event):
         if not ctx.present(ACTOR_ID):
             return
         if self.phase == "parked":
-            ego_lane, ego_idx, ego_pos, ego_edge = ctx.lane_of(EGO_ID)
-            a_lane, _, a_pos, a_edge = ctx.lane_of(ACTOR_ID)
-            if ego_edge != a_edge or k * ctx.dt < 1.0:
+            gap = self._gap_to_actor(ctx)
+            if gap is None or k * ctx.dt < 1.0:
                 return
-            gap = a_pos - ACTOR_LENGTH - ego_pos
             if gap <= self.trigger_gap:
                 sim.vehicle.setMaxSpeed(ACTOR_ID, self.v_max)
                 sim.vehicle.setSpeed(ACTOR_ID, -1)
-                sim.vehicle.changeLane(ACTOR_ID, ego_idx, 8.0)
+                sim.vehicle.changeLane(ACTOR_ID, ctx.lane_of(EGO_ID)[1], 8.0)
                 self.phase = "pulling"
                 self.trigger_step = k
                 self.release_step = k + int(round(6.0 / ctx.dt))

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from ..tokens import clean_polyline
+
 NETWORK_KINDS = ("grid", "highway", "spider", "random")
 
 
@@ -82,86 +84,39 @@ def _run(cmd: list[str], cwd: Path) -> None:
 _COMMON_NET_OPTS = ["--no-turnarounds", "true", "--offset.disable-normalization", "true"]
 
 
+def _run_net_tool(tool: str, args: list[str], out: Path, work: Path) -> None:
+    """netgenerate / netconvert with ``args`` plus the options every network shares, writing ``out``."""
+    _run([sumo_binary(tool), *args, *_COMMON_NET_OPTS, "-o", str(out)], work)
+
+
+def _lane_defaults(p: dict, junction_type: bool = True) -> list[str]:
+    """netgenerate's default lane count and speed (and junction type) from a network block."""
+    opts = ["--default.lanenumber", str(int(p["lanes"])), "--default.speed", str(float(p["speed_mps"]))]
+    if junction_type:
+        opts += ["--default-junction-type", str(p["junction_type"])]
+    return opts
+
+
 def _build_grid(p: dict, out: Path, work: Path) -> None:
-    _run(
-        [
-            sumo_binary("netgenerate"),
-            "--grid",
-            "--grid.number",
-            str(int(p["junctions"])),
-            "--grid.length",
-            str(float(p["street_length_m"])),
-            "--grid.attach-length",
-            str(float(p["street_length_m"])),
-            "--default.lanenumber",
-            str(int(p["lanes"])),
-            "--default.speed",
-            str(float(p["speed_mps"])),
-            "--default-junction-type",
-            str(p["junction_type"]),
-            *_COMMON_NET_OPTS,
-            "-o",
-            str(out),
-        ],
-        work,
-    )
+    length = str(float(p["street_length_m"]))
+    args = ["--grid", "--grid.number", str(int(p["junctions"])), "--grid.length", length,
+            "--grid.attach-length", length]
+    _run_net_tool("netgenerate", args + _lane_defaults(p), out, work)
 
 
 def _build_spider(p: dict, out: Path, work: Path) -> None:
-    _run(
-        [
-            sumo_binary("netgenerate"),
-            "--spider",
-            "--spider.arm-number",
-            str(int(p["arms"])),
-            "--spider.circle-number",
-            str(int(p["circles"])),
-            "--spider.space-radius",
-            str(float(p["radius_m"])),
-            "--spider.omit-center",
-            "--spider.attach-length",
-            str(float(p["radius_m"])),
-            "--default.lanenumber",
-            str(int(p["lanes"])),
-            "--default.speed",
-            str(float(p["speed_mps"])),
-            "--default-junction-type",
-            str(p["junction_type"]),
-            *_COMMON_NET_OPTS,
-            "-o",
-            str(out),
-        ],
-        work,
-    )
+    radius = str(float(p["radius_m"]))
+    args = ["--spider", "--spider.arm-number", str(int(p["arms"])), "--spider.circle-number",
+            str(int(p["circles"])), "--spider.space-radius", radius, "--spider.omit-center",
+            "--spider.attach-length", radius]
+    _run_net_tool("netgenerate", args + _lane_defaults(p), out, work)
 
 
 def _build_random(p: dict, seed: int, out: Path, work: Path) -> None:
-    _run(
-        [
-            sumo_binary("netgenerate"),
-            "--rand",
-            "--seed",
-            str(int(seed)),
-            "--rand.iterations",
-            str(int(p["iterations"])),
-            "--rand.min-distance",
-            str(float(p["min_distance_m"])),
-            "--rand.max-distance",
-            str(float(p["max_distance_m"])),
-            "--rand.min-angle",
-            "60",
-            "--tls.guess",
-            "true",
-            "--default.lanenumber",
-            str(int(p["lanes"])),
-            "--default.speed",
-            str(float(p["speed_mps"])),
-            *_COMMON_NET_OPTS,
-            "-o",
-            str(out),
-        ],
-        work,
-    )
+    args = ["--rand", "--seed", str(int(seed)), "--rand.iterations", str(int(p["iterations"])),
+            "--rand.min-distance", str(float(p["min_distance_m"])), "--rand.max-distance",
+            str(float(p["max_distance_m"])), "--rand.min-angle", "60", "--tls.guess", "true"]
+    _run_net_tool("netgenerate", args + _lane_defaults(p, junction_type=False), out, work)
 
 
 def _build_highway(p: dict, out: Path, work: Path) -> None:
@@ -206,21 +161,8 @@ def _build_highway(p: dict, out: Path, work: Path) -> None:
     nod.write_text("<nodes>\n" + "\n".join(nodes) + "\n</nodes>\n")
     edg.write_text("<edges>\n" + "\n".join(edges) + "\n</edges>\n")
     con.write_text("<connections>\n" + "\n".join(cons) + "\n</connections>\n")
-    _run(
-        [
-            sumo_binary("netconvert"),
-            "--node-files",
-            str(nod),
-            "--edge-files",
-            str(edg),
-            "--connection-files",
-            str(con),
-            *_COMMON_NET_OPTS,
-            "-o",
-            str(out),
-        ],
-        work,
-    )
+    args = ["--node-files", str(nod), "--edge-files", str(edg), "--connection-files", str(con)]
+    _run_net_tool("netconvert", args, out, work)
 
 
 def build_network(spec: NetworkSpec, cache_dir: str | os.PathLike) -> Path:
@@ -274,12 +216,14 @@ def offset_polyline(points: np.ndarray, offset: float) -> np.ndarray:
 
 
 def _clean_shape(shape) -> np.ndarray:
-    pts = np.asarray(shape, dtype=np.float64)[:, :2]
-    keep = np.concatenate([[True], np.linalg.norm(np.diff(pts, axis=0), axis=1) > 1e-3])
-    pts = pts[keep]
-    if len(pts) == 1:
-        pts = np.vstack([pts, pts + [1e-2, 0.0]])
-    return pts
+    return clean_polyline(np.asarray(shape, dtype=np.float64)[:, :2], 1e-3, pad=1e-2)
+
+
+def _lane_outline(lane) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A sumolib lane's centreline and its left and right boundaries (half the lane width aside)."""
+    c = _clean_shape(lane.getShape())
+    half = lane.getWidth() / 2.0
+    return c, offset_polyline(c, half), offset_polyline(c, -half)
 
 
 @dataclass
@@ -319,9 +263,7 @@ def read_lane_geometry(net_file: str | os.PathLike, net=None) -> LaneGeometry:
     idx = {s: i for i, s in enumerate(ids)}
     centers, lefts, rights, speeds, succs, polys, lengths = [], [], [], [], [], [], []
     for lane in lanes:
-        c = _clean_shape(lane.getShape())
-        half = lane.getWidth() / 2.0
-        left, right = offset_polyline(c, half), offset_polyline(c, -half)
+        c, left, right = _lane_outline(lane)
         centers.append(c)
         lefts.append(left)
         rights.append(right)
@@ -343,9 +285,8 @@ def read_lane_geometry(net_file: str | os.PathLike, net=None) -> LaneGeometry:
     for edge in net.getEdges(withInternal=True):
         if edge.getFunction() == "crossing":
             for lane in edge.getLanes():
-                c = _clean_shape(lane.getShape())
-                half = lane.getWidth() / 2.0
-                crosswalks.append(np.vstack([offset_polyline(c, half), offset_polyline(c, -half)[::-1]]))
+                _, left, right = _lane_outline(lane)
+                crosswalks.append(np.vstack([left, right[::-1]]))
     return LaneGeometry(
         sumo_lane_ids=ids,
         lane_ids=np.arange(len(ids), dtype=np.int64),
