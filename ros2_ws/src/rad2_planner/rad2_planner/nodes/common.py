@@ -1,0 +1,335 @@
+"""Helpers shared by every rad2 node (perception, planner, controller, sim): one copy, used by all.
+
+- QoS profiles: ``sensor_qos`` (best effort, keep-last-1: BEV, tokens, odometry, objects),
+  ``command_qos`` (reliable keep-last-1: trajectories, control commands; optional deadline and
+  liveliness lease), ``report_qos`` (reliable keep-last-10: diagnostics, markers, results).
+- ``declare_parameters``: declares every value of the ``ros__parameters`` blocks of the node's
+  params/*.yaml files as a ROS parameter, with a description and (where given) a range, and returns
+  the effective values (after ``--params-file`` / ``-p`` overrides) as the nested dict the core takes.
+  The YAML files stay the only source of values: the declared defaults are read from them.
+- ``CycleStats``: per-cycle diagnostics accumulation (stage timings, end-to-end latency, deadline
+  misses, rejected inputs, fallback state) with running percentiles.
+- ``Throttle``: rate-limited logging for faults that may repeat every cycle.
+- ``run_node``: the ``main()`` body every node uses (init, spin, clean shutdown on SIGINT/SIGTERM).
+
+Composition contract (tools/bringup.py --composed): a node class takes ``**kwargs`` and forwards
+them to ``rclpy.node.Node.__init__`` (``cli_args`` carries ``-r __node:=NAME``, the parameter files
+and ``-p`` overrides), so the same class runs as its own process or inside one executor.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+from rclpy.duration import Duration
+from rclpy.node import Node
+from rclpy.qos import (
+    DurabilityPolicy,
+    HistoryPolicy,
+    LivelinessPolicy,
+    QoSProfile,
+    ReliabilityPolicy,
+)
+
+from rad2_planner.config import load_params
+
+# --------------------------------------------------------------------------------------------------
+# QoS
+# --------------------------------------------------------------------------------------------------
+
+
+def sensor_qos() -> QoSProfile:
+    """Sensor-like streams where only the newest sample matters (best effort, keep-last-1)."""
+    return QoSProfile(
+        reliability=ReliabilityPolicy.BEST_EFFORT,
+        history=HistoryPolicy.KEEP_LAST,
+        depth=1,
+        durability=DurabilityPolicy.VOLATILE,
+    )
+
+
+def command_qos(deadline_s: float | None = None, lease_s: float | None = None) -> QoSProfile:
+    """Trajectories and control commands: reliable, keep-last-1, volatile (a late joiner must not get
+    a stale plan). ``deadline_s`` / ``lease_s`` add the DDS deadline and liveliness contracts (both
+    sides must offer/request compatible values)."""
+    qos = QoSProfile(
+        reliability=ReliabilityPolicy.RELIABLE,
+        history=HistoryPolicy.KEEP_LAST,
+        depth=1,
+        durability=DurabilityPolicy.VOLATILE,
+    )
+    if deadline_s:
+        qos.deadline = Duration(seconds=deadline_s)
+    if lease_s:
+        qos.liveliness = LivelinessPolicy.AUTOMATIC
+        qos.liveliness_lease_duration = Duration(seconds=lease_s)
+    return qos
+
+
+def report_qos(depth: int = 10) -> QoSProfile:
+    """Diagnostics, markers, episode results: reliable, a few deep, volatile."""
+    return QoSProfile(
+        reliability=ReliabilityPolicy.RELIABLE,
+        history=HistoryPolicy.KEEP_LAST,
+        depth=depth,
+        durability=DurabilityPolicy.VOLATILE,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Parameters
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """Description and optional inclusive range of one parameter (dotted name)."""
+
+    description: str
+    min: float | None = None
+    max: float | None = None
+    read_only: bool = False
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(_flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def _nest(flat: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in flat.items():
+        node = out
+        parts = name.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return out
+
+
+def _descriptor(name: str, value: Any, spec: ParamSpec | None, source: str) -> ParameterDescriptor:
+    desc = ParameterDescriptor(
+        name=name,
+        description=spec.description if spec else f"from {source}",
+        read_only=bool(spec and spec.read_only),
+    )
+    if spec and (spec.min is not None or spec.max is not None):
+        lo = spec.min if spec.min is not None else -math.inf
+        hi = spec.max if spec.max is not None else math.inf
+        if isinstance(value, bool):
+            pass
+        elif isinstance(value, int):
+            big = 2**62
+            desc.integer_range = [
+                IntegerRange(from_value=int(max(lo, -big)), to_value=int(min(hi, big)), step=0)
+            ]
+        elif isinstance(value, float):
+            desc.floating_point_range = [
+                FloatingPointRange(from_value=float(lo), to_value=float(hi), step=0.0)
+            ]
+        desc.additional_constraints = f"range [{lo}, {hi}]"
+    return desc
+
+
+def _ros_value(value: Any) -> Any:
+    """YAML values as ROS parameter values (homogeneous arrays; ints in float arrays become floats)."""
+    if isinstance(value, (list, tuple)):
+        items = list(value)
+        if items and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in items):
+            if any(isinstance(v, float) for v in items):
+                return [float(v) for v in items]
+        return items
+    return value
+
+
+def declare_parameters(
+    node: Node,
+    files: list[str],
+    specs: dict[str, ParamSpec] | None = None,
+    node_block: str | None = None,
+    prefixes: tuple[str, ...] | None = None,
+) -> dict[str, Any]:
+    """Declare every parameter of ``files`` (names like ``"planner"`` or paths) on ``node`` and return
+    the effective values, nested like ``load_params`` returns them.
+
+    ``node_block``: also read the file's block for this node name (e.g. ``planner:`` in a shared
+    file) when present. ``prefixes``: declare only names under these top-level keys (a shared file
+    holds other nodes' values too). A spec whose name is in no file is an error (the YAML must hold
+    every value).
+    Parameters that cannot be ROS parameters (nested lists, empty lists, nulls) are kept in the
+    returned dict from the YAML but not declared.
+    """
+    specs = specs or {}
+    flat: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for f in files:
+        blocks = [load_params(f)] if node_block is None else []
+        if node_block is not None:
+            from rad2_planner.config import ParameterError
+
+            for key in (None, node_block):
+                try:
+                    blocks.append(load_params(f, node=key))
+                except ParameterError:
+                    pass
+        for block in blocks:
+            for name, value in _flatten(block).items():
+                if prefixes is not None and name.split(".")[0] not in prefixes:
+                    continue
+                flat[name] = value
+                sources[name] = f if str(f).endswith(".yaml") else f"params/{f}.yaml"
+    missing = sorted(set(specs) - set(flat))
+    if missing:
+        raise ValueError(f"parameters {missing} have a spec but no value in {files}")
+    values: dict[str, Any] = {}
+    for name, value in flat.items():
+        value = _ros_value(value)
+        declarable = value is not None and not (
+            isinstance(value, list) and (not value or any(isinstance(v, (list, dict)) for v in value))
+        )
+        if not declarable:
+            values[name] = value
+            continue
+        if node.has_parameter(name):
+            values[name] = node.get_parameter(name).value
+            continue
+        param = node.declare_parameter(name, value, _descriptor(name, value, specs.get(name), sources[name]))
+        values[name] = param.value
+    return _nest(values)
+
+
+# --------------------------------------------------------------------------------------------------
+# Diagnostics
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class CycleReport:
+    """What one cycle reports (the planner node turns it into rad2_msgs/PlanningDiagnostics)."""
+
+    stages_ms: dict[str, float]
+    total_ms: float
+    end_to_end_ms: float
+    deadline_missed: bool
+    cycle_count: int
+    deadline_miss_count: int
+    rejected_input_count: int
+    fallback_active: bool
+    fallback_reason: str
+
+
+@dataclass
+class CycleStats:
+    """Counters and a latency window for a periodic node; ``record`` is called once per cycle."""
+
+    deadline_ms: float
+    window: int = 2000
+    cycle_count: int = 0
+    deadline_miss_count: int = 0
+    rejected_input_count: int = 0
+    fallback_count: int = 0
+    _e2e: deque = field(default_factory=deque)
+    _total: deque = field(default_factory=deque)
+
+    def reject(self, n: int = 1) -> None:
+        self.rejected_input_count += n
+
+    def record(
+        self,
+        stages_ms: dict[str, float],
+        total_ms: float,
+        end_to_end_ms: float,
+        fallback_reason: str = "",
+    ) -> CycleReport:
+        self.cycle_count += 1
+        # A cycle misses its deadline when its end-to-end latency (input stamp -> publication) or,
+        # when the stamp is not comparable (NaN), its own wall time exceeds the budget.
+        basis = end_to_end_ms if math.isfinite(end_to_end_ms) else total_ms
+        missed = bool(basis > self.deadline_ms)
+        self.deadline_miss_count += int(missed)
+        self.fallback_count += int(bool(fallback_reason))
+        for q, v in ((self._e2e, end_to_end_ms), (self._total, total_ms)):
+            q.append(float(v))
+            while len(q) > self.window:
+                q.popleft()
+        return CycleReport(
+            stages_ms=dict(stages_ms),
+            total_ms=float(total_ms),
+            end_to_end_ms=float(end_to_end_ms),
+            deadline_missed=missed,
+            cycle_count=self.cycle_count,
+            deadline_miss_count=self.deadline_miss_count,
+            rejected_input_count=self.rejected_input_count,
+            fallback_active=bool(fallback_reason),
+            fallback_reason=fallback_reason,
+        )
+
+    def percentiles(self, which: str = "end_to_end", qs=(50, 90, 99)) -> dict[str, float]:
+        data = np.asarray(self._e2e if which == "end_to_end" else self._total, dtype=float)
+        data = data[np.isfinite(data)]
+        if data.size == 0:
+            return {f"p{q}": math.nan for q in qs} | {"max": math.nan}
+        return {f"p{q}": float(np.percentile(data, q)) for q in qs} | {"max": float(data.max())}
+
+
+class Throttle:
+    """``if throttle("nan_bev"): log(...)`` at most once per ``period_s`` per key (counts suppressed)."""
+
+    def __init__(self, period_s: float = 2.0):
+        self.period_s = period_s
+        self._last: dict[str, float] = {}
+        self.suppressed: dict[str, int] = {}
+
+    def __call__(self, key: str) -> bool:
+        now = time.monotonic()
+        if now - self._last.get(key, -math.inf) >= self.period_s:
+            self._last[key] = now
+            return True
+        self.suppressed[key] = self.suppressed.get(key, 0) + 1
+        return False
+
+
+# --------------------------------------------------------------------------------------------------
+# main()
+# --------------------------------------------------------------------------------------------------
+
+
+def run_node(node_class, args: list[str] | None = None, **kwargs) -> int:
+    """Create ``node_class`` and spin it until shutdown; SIGINT/SIGTERM end it cleanly (exit 0)."""
+    import rclpy
+    from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+
+    rclpy.init(args=args)
+    node = None
+    try:
+        node = node_class(**kwargs)
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            try:
+                node.destroy_node()
+            except Exception:  # noqa: BLE001 -- best effort on shutdown
+                pass
+        rclpy.try_shutdown()
+    return 0
+
+
+def stamp_to_ns(stamp) -> int:
+    """builtin_interfaces/Time -> integer nanoseconds."""
+    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)

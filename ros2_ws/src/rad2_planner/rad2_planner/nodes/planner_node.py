@@ -1,0 +1,332 @@
+"""Planner node (``planner``): RAD-2 generator + discriminator on the configured backend.
+
+Subscribes (sensor-data QoS: best effort, keep-last-1)
+    perception/bev_features   rad2_msgs/BevFeatures
+    perception/scene_tokens   rad2_msgs/SceneTokens
+and pairs them by header stamp. Each pair is one planning cycle (``Rad2Policy.plan``); it publishes
+    planning/candidates   rad2_msgs/CandidateSet         all M candidates with scores (reliable)
+    planning/trajectory   rad2_msgs/Trajectory           the selected one, ego frame at the input stamp
+    planning/path         nav_msgs/Path                  the same for RViz / Foxglove
+    planning/markers      visualization_msgs/MarkerArray candidates coloured by score (red -> green)
+    planning/diagnostics  rad2_msgs/PlanningDiagnostics  every cycle: stage timings (preprocess,
+                          encode, denoise_<k>, score, select, publish), end-to-end latency from the
+                          input stamp, deadline misses, rejected inputs, fallback state
+
+Bad input (non-finite values, sizes other than the configured grid/token counts, stale or future
+stamps, a planner exception or non-finite output) rejects the cycle: the node logs why (throttled),
+counts it, and republishes a safe fallback — the previous plan's path re-timed to brake to a stop
+(``rad2_planner.planner_guard.stopping_trajectory``), or a straight stop when there is none — with
+``CandidateSet.selected_index = -1`` and ``fallback_active`` in the diagnostics. It never exits on
+bad input. Missed cycles (input stamps further apart than ``input_period_s``, e.g. dropped messages)
+and cycles whose end-to-end latency exceeds ``planner.deadline_ms`` count as deadline misses.
+
+Parameters come from params/bev.yaml, vehicle.yaml, planner.yaml and nodes.yaml (``planner_node.*``).
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+
+import numpy as np
+from geometry_msgs.msg import Point
+from nav_msgs.msg import Path
+from rad2_msgs.msg import BevFeatures, CandidateSet, PlanningDiagnostics, SceneTokens, Trajectory
+from rclpy.node import Node
+from std_msgs.msg import ColorRGBA
+from visualization_msgs.msg import Marker, MarkerArray
+
+from rad2_planner import ros_conversions as rc
+from rad2_planner.nodes.common import (
+    CycleStats,
+    ParamSpec,
+    Throttle,
+    command_qos,
+    declare_parameters,
+    report_qos,
+    run_node,
+    sensor_qos,
+)
+from rad2_planner.observation import Observation
+from rad2_planner.planner_guard import AgeLimits, check_age, point_speeds, stopping_trajectory
+
+PARAM_FILES = ["bev", "vehicle", "planner", "nodes"]
+PREFIXES = ("bev", "tokens", "vehicle", "planner", "model", "diffusion", "runtime", "planner_node")
+SPECS = {
+    "planner.backend": ParamSpec("inference backend: pytorch | onnxruntime | tensorrt", read_only=True),
+    "planner.device": ParamSpec("torch device of the pytorch backend (cpu | cuda)", read_only=True),
+    "planner.num_candidates": ParamSpec("M, candidate trajectories per cycle", 1, 1024),
+    "planner.num_denoise_steps": ParamSpec("K, denoising steps per cycle", 1, 100),
+    "planner.deadline_ms": ParamSpec("budget from input stamp to published trajectory (ms)", 1.0, 10000.0),
+    "planner.plan_dt": ParamSpec("s between trajectory points", 0.01, 5.0, read_only=True),
+    "planner.checkpoint_dir": ParamSpec("generator (+ discriminator) checkpoint directory", read_only=True),
+    "planner_node.sync_tolerance_s": ParamSpec("BEV/tokens stamps pair up within this (s)", 0.0, 1.0),
+    "planner_node.max_input_age_s": ParamSpec("inputs older than this are rejected as stale (s)", 0.0, 60.0),
+    "planner_node.max_stamp_skew_s": ParamSpec("inputs stamped further in the future are rejected (s)",
+                                               0.0, 10.0),
+    "planner_node.input_period_s": ParamSpec("expected spacing of input stamps (s)", 0.001, 10.0),
+    "planner_node.fallback_decel": ParamSpec("deceleration of the fallback stop (m/s^2)", 0.1, 10.0),
+    "planner_node.fallback_max_plan_age_s": ParamSpec(
+        "the fallback follows the previous plan only while it is younger than this (s)", 0.0, 10.0),
+    "planner_node.frame_id": ParamSpec("frame of the published trajectories"),
+    "planner_node.markers": ParamSpec("publish planning/markers"),
+    "planner_node.torch_threads": ParamSpec("torch intra-op threads of this process", 1, 256,
+                                            read_only=True),
+    "planner_node.report_every": ParamSpec("log a latency summary every N cycles (0: never)", 0, 1000000),
+    "planner_node.random_init_if_missing": ParamSpec(
+        "without a checkpoint, run randomly initialised networks (wiring tests only)", read_only=True),
+}
+
+
+def _score_color(score: float) -> ColorRGBA:
+    if not math.isfinite(score):
+        return ColorRGBA(r=0.6, g=0.6, b=0.6, a=0.6)
+    s = float(np.clip(score, 0.0, 1.0))
+    return ColorRGBA(r=1.0 - s, g=s, b=0.1, a=0.8)
+
+
+def candidate_markers(candidates: np.ndarray, scores: np.ndarray, selected: int, stamp_ns: int,
+                      frame_id: str) -> MarkerArray:
+    """One LINE_STRIP per candidate coloured by score (grey when unscored); the selected one wider."""
+    out = MarkerArray()
+    clear = Marker(action=Marker.DELETEALL)
+    clear.header = rc.make_header(stamp_ns, frame_id)
+    out.markers.append(clear)
+    for m, traj in enumerate(candidates):
+        mk = Marker()
+        mk.header = rc.make_header(stamp_ns, frame_id)
+        mk.ns = "selected" if m == selected else "candidates"
+        mk.id = m
+        mk.type = Marker.LINE_STRIP
+        mk.action = Marker.ADD
+        mk.pose.orientation.w = 1.0
+        mk.scale.x = 0.4 if m == selected else 0.1
+        mk.color = ColorRGBA(r=0.1, g=0.4, b=1.0, a=1.0) if m == selected else _score_color(float(scores[m]))
+        mk.points = [Point(x=0.0, y=0.0, z=0.1)] + [Point(x=float(x), y=float(y), z=0.1) for x, y in traj]
+        out.markers.append(mk)
+    return out
+
+
+class PlannerNode(Node):
+    def __init__(self, **kwargs):
+        super().__init__("planner", **kwargs)
+        self.params = declare_parameters(self, PARAM_FILES, SPECS, prefixes=PREFIXES)
+        p, n = self.params["planner"], self.params["planner_node"]
+        self.cfg = n
+        self.plan_dt = float(p["plan_dt"])
+        self.plan_points = int(p["plan_points"])
+        self.frame_id = str(n["frame_id"])
+        self.grid = rc.BevGrid.from_params(self.params["bev"])
+        self.channels = tuple(self.params["bev"]["channels"])
+        self.sizes = rc.TokenSizes.from_params(self.params["tokens"])
+        self.stats = CycleStats(deadline_ms=float(p["deadline_ms"]))
+        self.throttle = Throttle(2.0)
+        self.policy, self.weights = self._make_policy()
+        self.backend = str(self.policy.backend_name)
+
+        self.pub_candidates = self.create_publisher(CandidateSet, "planning/candidates", command_qos())
+        self.pub_trajectory = self.create_publisher(Trajectory, "planning/trajectory", command_qos())
+        self.pub_path = self.create_publisher(Path, "planning/path", command_qos())
+        self.pub_markers = self.create_publisher(MarkerArray, "planning/markers", report_qos(2))
+        self.pub_diag = self.create_publisher(PlanningDiagnostics, "planning/diagnostics", report_qos(50))
+        self._bev: BevFeatures | None = None
+        self._tokens: SceneTokens | None = None
+        self._last_input_ns: int | None = None
+        self._clock_start_ns = 0
+        self._previous: tuple[int, np.ndarray] | None = None  # (stamp_ns, selected [T, 2]) of the last plan
+        self.create_subscription(BevFeatures, "perception/bev_features", self._on_bev, sensor_qos())
+        self.create_subscription(SceneTokens, "perception/scene_tokens", self._on_tokens, sensor_qos())
+        self.get_logger().info(
+            f"planner ready: backend {self.backend}, weights {self.weights}, M={self.policy.num_candidates}, "
+            f"K={self.policy.num_steps}, deadline {self.stats.deadline_ms:.0f} ms"
+        )
+
+    # -- set-up ------------------------------------------------------------------------------------
+    def _make_policy(self):
+        import torch
+
+        from rad2_planner.policy import Rad2Policy, resolve_path
+
+        # intra-op threads of torch (pytorch backend, and the pre/post-processing around ORT): on a
+        # small shared CPU, 1 thread is several times faster than spinning threads fighting the sim
+        # and the controller for the same cores
+        torch.set_num_threads(int(self.cfg["torch_threads"]))
+        ckpt = resolve_path(self.params["planner"]["checkpoint_dir"])
+        if (ckpt / "config.json").is_file():
+            return Rad2Policy.from_params(self.params), str(ckpt)
+        if not self.cfg.get("random_init_if_missing", False):
+            raise FileNotFoundError(f"no planner checkpoint in {ckpt} (planner.checkpoint_dir)")
+        from rad2_planner.networks import ModelConfig, PlannerModel
+
+        self.get_logger().warning(f"no checkpoint in {ckpt}: RANDOMLY INITIALISED networks (wiring only)")
+        model = PlannerModel(ModelConfig.from_params(self.params, self.params))
+        # exported graphs of random weights must not land in the checkpoint's ONNX cache
+        onnx_dir = tempfile.mkdtemp(prefix="rad2_random_init_onnx_")
+        return Rad2Policy(model, params=self.params, onnx_dir=onnx_dir), "random-init"
+
+    # -- inputs ------------------------------------------------------------------------------------
+    def _on_bev(self, msg: BevFeatures) -> None:
+        self._bev = msg
+        self._try_cycle()
+
+    def _on_tokens(self, msg: SceneTokens) -> None:
+        self._tokens = msg
+        self._try_cycle()
+
+    def _try_cycle(self) -> None:
+        if self._bev is None or self._tokens is None:
+            return
+        a, b = rc.time_to_ns(self._bev.header.stamp), rc.time_to_ns(self._tokens.header.stamp)
+        if abs(a - b) > self.cfg["sync_tolerance_s"] * 1e9:
+            # keep the newer one, drop the older (its partner was lost or is late)
+            if a < b:
+                self._bev = None
+            else:
+                self._tokens = None
+            return
+        bev, tokens = self._bev, self._tokens
+        self._bev = self._tokens = None
+        self.cycle(bev, tokens)
+
+    def _now_ns(self) -> int:
+        return self.get_clock().now().nanoseconds
+
+    # -- one cycle ---------------------------------------------------------------------------------
+    def cycle(self, bev_msg: BevFeatures, tokens_msg: SceneTokens) -> None:
+        t_start = time.perf_counter()
+        self._clock_start_ns = self._now_ns()
+        stamp_ns = rc.time_to_ns(bev_msg.header.stamp)
+        stages: dict[str, float] = {}
+        self._count_missed_cycles(stamp_ns)
+        reason = ""
+        obs = None
+        try:
+            bev = rc.bev_from_msg(bev_msg, expected_channels=self.channels, expected_grid=self.grid)
+            tok = rc.scene_tokens_from_msg(tokens_msg, self.sizes)
+            obs = Observation(bev=bev.features, map_polylines=tok.map_polylines, map_mask=tok.map_mask,
+                              agents=tok.agents, agents_mask=tok.agents_mask, route=tok.route,
+                              route_mask=tok.route_mask, ego_state=tok.ego_state.astype(np.float32))
+        except rc.MessageValidationError as exc:
+            reason = f"rejected input: {exc}"
+        if not reason:
+            age = check_age(stamp_ns / 1e9, self._clock_start_ns / 1e9, self._limits())
+            if age:
+                reason = f"rejected input: {age}"
+        stages["preprocess"] = (time.perf_counter() - t_start) * 1e3
+        if reason:
+            self.stats.reject()
+            speed = float(tokens_msg.ego_speed) if math.isfinite(tokens_msg.ego_speed) else 0.0
+            self._fallback(stamp_ns, reason, stages, t_start, speed)
+            return
+
+        try:
+            result = self.policy.plan(obs)
+            cands = np.asarray(result.candidates, dtype=np.float64)
+            if cands.shape[1:] != (self.plan_points, 2) or not np.all(np.isfinite(cands)):
+                raise ValueError(f"planner output has shape {cands.shape} or non-finite values")
+        except Exception as exc:  # noqa: BLE001 -- any failure of one cycle falls back, the node lives on
+            self._fallback(stamp_ns, f"planner failed: {type(exc).__name__}: {exc}", stages, t_start,
+                           float(obs.ego_state[0]))
+            return
+        for key, ms in result.timings_ms.items():
+            denoise_step = key.startswith("denoise_") and key != "denoise_total"
+            if key in ("encode", "score", "select") or denoise_step:
+                stages[key] = float(ms)
+
+        t_pub = time.perf_counter()
+        selected = int(result.selected)
+        traj = cands[selected]
+        scores = np.asarray(result.scores, dtype=np.float64)
+        score = float(scores[selected]) if math.isfinite(scores[selected]) else float("nan")
+        self._publish_plan(stamp_ns, cands, scores, selected, traj, score, int(result.info.get("K", 0)))
+        self._previous = (stamp_ns, traj.copy())
+        stages["publish"] = (time.perf_counter() - t_pub) * 1e3
+        self._report(stamp_ns, stages, t_start, "")
+
+    def _limits(self) -> AgeLimits:
+        return AgeLimits(self.cfg["max_input_age_s"], self.cfg["max_stamp_skew_s"])
+
+    def _count_missed_cycles(self, stamp_ns: int) -> None:
+        last = self._last_input_ns
+        if last is not None and stamp_ns > last:
+            gap = (stamp_ns - last) / 1e9
+            missed = int(round(gap / self.cfg["input_period_s"])) - 1
+            if missed > 0:
+                self.stats.deadline_miss_count += missed
+                if self.throttle("missed"):
+                    self.get_logger().warning(
+                        f"{missed} planning cycle(s) missed: input stamps {gap * 1e3:.0f} ms apart "
+                        f"(total misses {self.stats.deadline_miss_count})")
+        if last is None or stamp_ns != last:  # also when time jumps back (bag loop, new episode)
+            self._last_input_ns = stamp_ns
+
+    def _publish_plan(self, stamp_ns, cands, scores, selected, traj, score, k, fallback=False) -> None:
+        yaw = rc.headings_from_points(traj)
+        speed = point_speeds(traj, self.plan_dt)
+        self.pub_candidates.publish(rc.candidate_set_to_msg(
+            cands, scores, -1 if fallback else selected, self.plan_dt, stamp_ns, self.frame_id, k))
+        self.pub_trajectory.publish(rc.trajectory_to_msg(
+            traj, self.plan_dt, stamp_ns, self.frame_id, yaw=yaw, speed=speed, score=score))
+        self.pub_path.publish(rc.trajectory_to_path(traj, self.plan_dt, stamp_ns, self.frame_id))
+        if self.cfg["markers"]:
+            self.pub_markers.publish(candidate_markers(cands, scores, selected, stamp_ns, self.frame_id))
+
+    def _fallback(self, input_stamp_ns: int, reason: str, stages, t_start: float, speed: float) -> None:
+        """Publish the safe stop and report the cycle as a fallback."""
+        if self.throttle(reason[:48]):
+            self.get_logger().error(f"cycle at stamp {input_stamp_ns / 1e9:.3f} s: {reason}; publishing a "
+                                    f"fallback stop (rejected inputs: {self.stats.rejected_input_count})")
+        t_pub = time.perf_counter()
+        now_ns = self._now_ns()
+        max_age_ns = self.cfg["fallback_max_plan_age_s"] * 1e9
+        if self._previous is not None and now_ns - self._previous[0] < max_age_ns:
+            prev_stamp, prev = self._previous
+            elapsed = (now_ns - prev_stamp) / 1e9
+            stop = stopping_trajectory(prev, self.plan_dt, self.plan_points, elapsed, speed,
+                                       self.cfg["fallback_decel"])
+            stamp = prev_stamp
+        else:
+            stop = stopping_trajectory(None, self.plan_dt, self.plan_points, 0.0, speed,
+                                       self.cfg["fallback_decel"])
+            stamp = now_ns
+        # the candidate set of a fallback cycle says so: selected_index -1
+        nan = float("nan")
+        self._publish_plan(stamp, stop[None], np.array([nan]), 0, stop, nan, 0, fallback=True)
+        stages["publish"] = (time.perf_counter() - t_pub) * 1e3
+        self._report(input_stamp_ns, stages, t_start, reason)
+
+    def _report(self, input_stamp_ns: int, stages, t_start: float, fallback_reason: str) -> None:
+        now_ns = self._now_ns()
+        total_ms = (time.perf_counter() - t_start) * 1e3
+        # End-to-end = (node clock at the cycle start - input stamp) + wall time of the cycle. With the
+        # system clock this is exactly now - stamp; with /clock (simulation, replay) the simulated
+        # clock only advances in steps, so the in-cycle part is measured on the wall clock.
+        e2e_ms = (self._clock_start_ns - input_stamp_ns) / 1e6 + total_ms
+        rep = self.stats.record(stages, total_ms, e2e_ms, fallback_reason)
+        self.pub_diag.publish(rc.planning_diagnostics_to_msg(
+            rep.stages_ms, node=self.get_name(), backend=self.backend, stamp_ns=now_ns,
+            input_stamp_ns=max(input_stamp_ns, 0), total_ms=rep.total_ms,
+            end_to_end_ms=rep.end_to_end_ms if math.isfinite(rep.end_to_end_ms) else -1.0,
+            deadline_missed=rep.deadline_missed, cycle_count=rep.cycle_count,
+            deadline_miss_count=self.stats.deadline_miss_count,
+            rejected_input_count=rep.rejected_input_count, fallback_active=rep.fallback_active,
+            fallback_reason=rep.fallback_reason[:500]))
+        if rep.deadline_missed and self.throttle("deadline"):
+            self.get_logger().warning(f"deadline missed: {rep.end_to_end_ms:.1f} ms end-to-end "
+                                      f"(> {self.stats.deadline_ms:.0f} ms), cycle {total_ms:.1f} ms")
+        every = int(self.cfg["report_every"])
+        if every and rep.cycle_count % every == 0:
+            q = self.stats.percentiles()
+            self.get_logger().info(
+                f"{rep.cycle_count} cycles: end-to-end p50 {q['p50']:.1f} p90 {q['p90']:.1f} "
+                f"p99 {q['p99']:.1f} max {q['max']:.1f} ms; deadline misses "
+                f"{self.stats.deadline_miss_count}, rejected {self.stats.rejected_input_count}")
+
+
+def main(args=None) -> int:
+    return run_node(PlannerNode, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

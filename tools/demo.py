@@ -1,0 +1,441 @@
+#!/usr/bin/env python3
+"""`make demo`: the full ROS 2 graph closed-loop on bundled evaluation clips, as separate processes.
+
+Brings up graph "simulation" of launch/graphs.yaml with tools/bringup.py (planner + controller first,
+then the BEV-Warp sim node, which replaces the vehicle and the perception node), drives a handful of
+clips from data/eval_efficiency and data/eval_safety in real time (10 Hz), and meanwhile
+  - records the run into an MCAP bag (rosbag2 layout, opens in Foxglove) with tools/record_bag.py's
+    Recorder: odometry, scene tokens, candidates, trajectory, path, markers, diagnostics, commands,
+    episode results, /clock (BEV rasters only with --record-bev: ~0.65 MB each);
+  - measures end-to-end latency on this process's wall clock: arrival of a step's odometry (the sim
+    publishes odometry, BEV, tokens of one step together) -> arrival of the trajectory planned from
+    that stamp, and -> the first controller cycle that used that trajectory (control/diagnostics
+    input_stamp), plus the planner's own per-stage timings from planning/diagnostics.
+Then prints the closed-loop metric table (bev_warp_sim.metrics) and the latency tables, writes
+<out>/demo.json and a GIF of the worst clip (bev_warp_sim.evaluate.render_episode_gif).
+
+  python tools/demo.py                      # 4 clips (2 + 2), outputs in runs/demo
+  python tools/demo.py --clips 2 --no-gif --out /tmp/demo
+  python tools/demo.py --dataset data/eval_safety --clip-ids sumo_cut_in_20250102
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "ros2_ws" / "src"
+for _p in (SRC / "rad2_planner", SRC / "bev_warp_sim", ROOT / "tools"):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+
+RECORD_TOPICS = [
+    "/clock", "/localization/odometry", "/perception/scene_tokens", "/planning/candidates",
+    "/planning/trajectory", "/planning/path", "/planning/markers", "/planning/diagnostics",
+    "/control/command", "/control/diagnostics", "/sim/episode_result",
+]
+DEFAULT_SPLITS = ["data/eval_efficiency", "data/eval_safety"]
+
+
+class DemoError(RuntimeError):
+    pass
+
+
+# --------------------------------------------------------------------------------------------------
+# clip selection
+# --------------------------------------------------------------------------------------------------
+
+
+def bundle_clips(splits: list[str], n: int, clip_ids: list[str] | None, out_dir: Path) -> list[str]:
+    """Write a dataset of ``n`` clips taken round-robin from ``splits`` (or the named ones)."""
+    from rad2_planner.clip import load_clip, read_index, save_dataset
+
+    per_split = []
+    for split in splits:
+        path = ROOT / split if not Path(split).is_absolute() else Path(split)
+        index = read_index(path)
+        entries = [e for e in index["clips"] if not clip_ids or e["clip_id"] in clip_ids]
+        per_split.append((path, entries))
+    chosen = []
+    k = 0
+    while len(chosen) < (n if not clip_ids else len(clip_ids)) and any(k < len(e) for _, e in per_split):
+        for path, entries in per_split:
+            if k < len(entries) and len(chosen) < (n if not clip_ids else len(clip_ids)):
+                chosen.append(load_clip(path / entries[k]["file"], maps_dir=path / "maps"))
+        k += 1
+    if not chosen:
+        raise DemoError(f"no clips selected from {splits} (clip ids {clip_ids})")
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    save_dataset(chosen, out_dir, description="clips driven by tools/demo.py")
+    return [c.clip_id for c in chosen]
+
+
+# --------------------------------------------------------------------------------------------------
+# monitor: bag + latency
+# --------------------------------------------------------------------------------------------------
+
+
+class Monitor:
+    """One rclpy node that records the bag and timestamps arrivals for the latency figures."""
+
+    def __init__(self, bag_dir: Path | None, record_bev: bool):
+        import rclpy
+        from latency_report import diagnostics_record
+        from rad2_msgs.msg import PlanningDiagnostics, Trajectory
+        from rad2_planner import bags
+        from rad2_planner import ros_conversions as rc
+        from rclpy.serialization import deserialize_message
+        from rclpy.signals import SignalHandlerOptions
+        from record_bag import Recorder
+
+        self.rc, self.deserialize = rc, deserialize_message
+        self.diagnostics_record = diagnostics_record
+        rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
+        self.rclpy = rclpy
+        self.node = rclpy.create_node("rad2_demo_monitor")
+        self.writer = None
+        if bag_dir is not None:
+            self.writer = bags.BagWriter(bag_dir, overwrite=True)
+            self.writer.open()
+            self.writer.set_metadata("recorded_by", "tools/demo.py")
+        topics = RECORD_TOPICS + (["/perception/bev_features"] if record_bev else [])
+        self.recorder = Recorder(self.node, self.writer if self.writer is not None else _NullWriter(), topics)
+        self.t_input: dict[int, int] = {}
+        self.input_count: dict[int, int] = defaultdict(int)
+        self.odom: list[tuple[int, float, float, float, float]] = []
+        self.t_traj: dict[int, int] = {}
+        self.t_ctrl: dict[int, int] = {}
+        self.planner_diags: list[dict[str, Any]] = []
+        self.control_diags: list[dict[str, Any]] = []
+        self.commands: list[tuple[int, bool, str]] = []
+        self.results: list[dict[str, Any]] = []
+        self.summary: dict[str, Any] | None = None
+        self.clip_of_odom: list[int] = []
+        types = {"traj": Trajectory, "diag": PlanningDiagnostics}
+        from nav_msgs.msg import Odometry
+        from rad2_msgs.msg import ControlCommand
+        from std_msgs.msg import String
+
+        types.update(odom=Odometry, cmd=ControlCommand, result=String)
+        self.types = types
+        self.recorder.listeners = {
+            "/localization/odometry": self._on_odom, "/planning/trajectory": self._on_traj,
+            "/planning/diagnostics": self._on_planner_diag, "/control/diagnostics": self._on_control_diag,
+            "/control/command": self._on_command, "/sim/episode_result": self._on_result,
+        }
+
+    # listeners get (topic, msgtype, serialized bytes, log time)
+    def _on_odom(self, _t, _m, data, _s) -> None:
+        now = time.time_ns()
+        m = self.deserialize(data, self.types["odom"])
+        e = self.rc.odometry_from_msg(m)
+        self.input_count[e.stamp_ns] += 1
+        if e.stamp_ns not in self.t_input:
+            self.t_input[e.stamp_ns] = now
+            self.odom.append((e.stamp_ns, e.x, e.y, e.yaw, e.speed))
+            self.clip_of_odom.append(len(self.results))
+
+    def _on_traj(self, _t, _m, data, _s) -> None:
+        now = time.time_ns()
+        stamp = self.rc.time_to_ns(self.deserialize(data, self.types["traj"]).header.stamp)
+        self.t_traj.setdefault(stamp, now)
+
+    def _on_planner_diag(self, _t, _m, data, s) -> None:
+        self.planner_diags.append(self.diagnostics_record(self.deserialize(data, self.types["diag"]), s))
+
+    def _on_control_diag(self, _t, _m, data, s) -> None:
+        now = time.time_ns()
+        rec = self.diagnostics_record(self.deserialize(data, self.types["diag"]), s)
+        self.control_diags.append(rec)
+        if not rec["fallback_active"]:
+            self.t_ctrl.setdefault(rec["input_stamp_ns"], now)
+
+    def _on_command(self, _t, _m, data, _s) -> None:
+        m = self.deserialize(data, self.types["cmd"])
+        self.commands.append((time.time_ns(), bool(m.emergency_stop), str(m.reason)))
+
+    def _on_result(self, _t, _m, data, _s) -> None:
+        payload = json.loads(self.deserialize(data, self.types["result"]).data)
+        if payload.get("done"):
+            self.summary = payload
+        else:
+            self.results.append(payload)
+
+    def spin(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        last = 0.0
+        while time.monotonic() < end:
+            self.rclpy.spin_once(self.node, timeout_sec=0.02)
+            if time.monotonic() - last > 0.5:
+                self.recorder.discover()
+                last = time.monotonic()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.node.destroy_node()
+        self.rclpy.try_shutdown()
+
+    # -- figures ---------------------------------------------------------------------------------
+    def latencies(self) -> dict[str, list[float]]:
+        """Wall-clock latencies per input stamp. Stamps the sim published more than once (its clock
+        holds at a clip start until the first command arrives) are left out: their first arrival is
+        not when the planner started on them."""
+        once = {s: t for s, t in self.t_input.items() if self.input_count[s] == 1}
+        traj = [(self.t_traj[s] - t) / 1e6 for s, t in once.items() if s in self.t_traj]
+        ctrl = [(self.t_ctrl[s] - t) / 1e6 for s, t in once.items() if s in self.t_ctrl]
+        return {"input_to_trajectory_ms": traj, "input_to_control_ms": ctrl}
+
+    def control_rate(self, t0_ns: int, t1_ns: int) -> float:
+        n = sum(t0_ns <= t <= t1_ns for t, _, _ in self.commands)
+        return n / max((t1_ns - t0_ns) / 1e9, 1e-9)
+
+    def tracks(self) -> dict[int, np.ndarray]:
+        out: dict[int, list] = defaultdict(list)
+        for clip, row in zip(self.clip_of_odom, self.odom):
+            out[clip].append((row[1], row[2], row[3], row[4]))
+        return {k: np.asarray(v) for k, v in out.items()}
+
+
+class _NullWriter:
+    """Stands in for a BagWriter with --no-bag (the recorder still subscribes for the listeners)."""
+
+    def __init__(self):
+        from rad2_planner import bags
+
+        self.store = bags.typestore()
+        self.counts: dict[str, int] = {}
+
+    def add_topic(self, *_a, **_k) -> None:
+        pass
+
+    def write(self, topic, *_a, **_k) -> None:
+        self.counts[topic] = self.counts.get(topic, 0) + 1
+
+
+# --------------------------------------------------------------------------------------------------
+# tables
+# --------------------------------------------------------------------------------------------------
+
+
+def stats(values) -> dict[str, float]:
+    from latency_report import stats as _stats
+
+    return _stats(values)
+
+
+def print_report(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    m = report["metrics"]
+    t = Table(title=f"Closed-loop metrics over {len(report['results'])} clips (ROS graph, real time)")
+    cols = ["CR", "AF-CR", "Safety@1", "Safety@2", "EP-Mean", "EP@1.0", "EP@0.9", "offroad_rate",
+            "comfort_violation_clips"]
+    for c in cols:
+        t.add_column(c, justify="right")
+    t.add_row(*[f"{m.get(c, float('nan')):.3f}" for c in cols])
+    console.print(t)
+    t = Table(title="Per clip")
+    for c in ("clip", "kind", "termination", "collided", "at fault", "min TTC s", "rho", "steps"):
+        t.add_column(c, justify="left" if c in ("clip", "kind", "termination") else "right")
+    for r in report["results"]:
+        t.add_row(r["clip_id"], r["scenario_kind"], r["termination"], str(r["collided"]), str(r["at_fault"]),
+                  f"{r['min_ttc']:.2f}", f"{r['rho']:.3f}", str(r["num_steps"]))
+    console.print(t)
+    t = Table(title=f"End-to-end latency, ms (wall clock; deadline {report['deadline_ms']:.0f} ms)")
+    for c in ("path", "count", "p50", "p90", "p99", "max"):
+        t.add_column(c, justify="left" if c == "path" else "right")
+    for name, st in report["latency"].items():
+        t.add_row(name, str(st["count"]), *[f"{st[k]:.1f}" for k in ("p50", "p90", "p99", "max")])
+    console.print(t)
+    p = report["planner"]
+    console.print(
+        f"planner: {p['cycles']} cycles, deadline misses {p['deadline_misses']} "
+        f"({100 * p['deadline_miss_rate']:.1f}%), fallbacks {p['fallback_cycles']}, rejected inputs "
+        f"{p['rejected_inputs']}; controller: {report['control_rate_hz']:.1f} Hz commands, "
+        f"{report['emergency_stops']} emergency-stop commands")
+
+
+# --------------------------------------------------------------------------------------------------
+# main
+# --------------------------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from bringup import Bringup
+    from latency_report import print_tables, summarise
+    from rad2_planner.config import load_params
+
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    splits = args.dataset or DEFAULT_SPLITS
+    clip_ids = bundle_clips(splits, args.clips, args.clip_ids, out / "clips")
+    print(f"[demo] {len(clip_ids)} clips: {', '.join(clip_ids)}", flush=True)
+    domain = int(os.environ.get("ROS_DOMAIN_ID", "0")) if args.domain_id is None else args.domain_id
+    overrides: dict[str, dict[str, Any]] = {"planner": {}, "bev_warp_sim": {}}
+    if args.backend:
+        overrides["planner"]["planner.backend"] = args.backend
+    for item in args.set:
+        key, value = item.split("=", 1)
+        node, _, param = key.partition(".")
+        import yaml
+
+        overrides.setdefault(node, {})[param] = yaml.safe_load(value)
+    overrides["bev_warp_sim"]["node.realtime_factor"] = float(args.realtime_factor)
+    graph_args = {"dataset": str(out / "clips"), "max_clips": str(len(clip_ids))}
+    common = {"graph": "simulation", "args": graph_args, "domain_id": domain, "log_dir": out / "logs",
+              "overrides": {k: v for k, v in overrides.items() if v}}
+    stack = Bringup(**common, only=["planner", "controller"])
+    sim = Bringup(**{**common, "overrides": {k: v for k, v in common["overrides"].items()
+                                            if k == "bev_warp_sim"}}, only=["bev_warp_sim"])
+    deadline_ms = float(load_params("planner")["planner"]["deadline_ms"])
+    monitor = Monitor(None if args.no_bag else out / "bag", args.record_bev)
+    t_sim0 = t_sim1 = None
+    try:
+        stack.start()
+        took = stack.wait_ready(args.ready_timeout)
+        print(f"[demo] planner + controller ready in {took:.1f} s (logs {stack.log_dir})", flush=True)
+        sim.start()
+        sim.wait_ready(args.ready_timeout)
+        t_sim0 = time.time_ns()
+        print(f"[demo] sim running {len(clip_ids)} clips in real time ...", flush=True)
+        end = time.monotonic() + args.timeout
+        shown = 0
+        from tqdm import tqdm
+
+        with tqdm(total=len(clip_ids), desc="clips", unit="clip", disable=args.no_progress) as bar:
+            while monitor.summary is None and time.monotonic() < end:
+                monitor.spin(0.5)
+                stack.check_alive()
+                sim.check_alive()
+                bar.set_postfix(steps=len(monitor.t_input), plans=len(monitor.t_traj))
+                while shown < len(monitor.results):
+                    r = monitor.results[shown]
+                    bar.write(f"[demo] clip {shown + 1}/{len(clip_ids)} {r['clip_id']}: {r['termination']}, "
+                              f"collided={r['collided']}, min TTC {r['min_ttc']:.2f} s, rho {r['rho']:.3f}")
+                    bar.update(1)
+                    shown += 1
+        t_sim1 = time.time_ns()
+        if monitor.summary is None:
+            raise DemoError(f"the sim did not finish {len(clip_ids)} clips in {args.timeout:.0f} s")
+        monitor.spin(0.5)
+    finally:
+        codes = {**sim.stop(), **stack.stop()}
+        monitor.close()
+    print(f"[demo] nodes stopped: {codes}", flush=True)
+
+    lat = monitor.latencies()
+    records = monitor.planner_diags + monitor.control_diags
+    summary = summarise(records) if records else {}
+    planner_summary = summary.get("planner", {})
+    diags = monitor.planner_diags
+    report = {
+        "clips": clip_ids,
+        "results": monitor.results,
+        "metrics": monitor.summary.get("metrics", {}),
+        "deadline_ms": deadline_ms,
+        "latency": {
+            "input -> trajectory (monitor)": stats(lat["input_to_trajectory_ms"]),
+            "input -> control command (monitor)": stats(lat["input_to_control_ms"]),
+            "planner end_to_end (diagnostics)": stats(d["end_to_end_ms"] for d in diags),
+            "planner cycle total (diagnostics)": stats(d["total_ms"] for d in diags),
+        },
+        "planner": {
+            "cycles": len(diags),
+            "deadline_misses": int(diags[-1]["deadline_miss_count"]) if diags else 0,
+            "deadline_miss_rate": (diags[-1]["deadline_miss_count"] / max(diags[-1]["cycle_count"], 1)
+                                   if diags else float("nan")),
+            "fallback_cycles": int(sum(d["fallback_active"] for d in diags)),
+            "rejected_inputs": int(diags[-1]["rejected_input_count"]) if diags else 0,
+            "backend": sorted({d["backend"] for d in diags}),
+            "stages": planner_summary.get("stages", {}),
+        },
+        "control_rate_hz": monitor.control_rate(t_sim0, t_sim1) if t_sim0 and t_sim1 else float("nan"),
+        "emergency_stops": int(sum(e for _, e, _ in monitor.commands)),
+        "exit_codes": codes,
+        "bag": None if args.no_bag else str(out / "bag"),
+        "bag_counts": dict(monitor.writer.counts) if monitor.writer is not None else {},
+        "logs": str(stack.log_dir),
+    }
+    if summary:
+        print_tables(summary, deadline_ms, "Stage timings (planning/diagnostics, control/diagnostics)")
+    print_report(report)
+    if not args.no_gif and monitor.results:
+        report["gif"] = str(render_gif(monitor, out, args))
+        print(f"[demo] GIF: {report['gif']}")
+    if report["bag"]:
+        print(f"[demo] MCAP bag: {report['bag']} ({sum(report['bag_counts'].values())} messages)")
+    (out / "demo.json").write_text(json.dumps(report, indent=1, default=float))
+    print(f"[demo] report: {out / 'demo.json'}")
+    return report
+
+
+def render_gif(monitor: Monitor, out: Path, args: argparse.Namespace) -> Path:
+    from bev_warp_sim.evaluate import render_episode_gif
+    from bev_warp_sim.metrics import EpisodeResult, worst_results
+    from rad2_planner.clip import load_dataset
+
+    clips = {c.clip_id: c for c in load_dataset(out / "clips")}
+    fields = set(EpisodeResult.__dataclass_fields__)
+    results = [EpisodeResult(**{k: v for k, v in r.items() if k in fields}) for r in monitor.results]
+    worst = worst_results(results, 1)[0]
+    index = next(i for i, r in enumerate(monitor.results) if r["clip_id"] == worst.clip_id)
+    track = monitor.tracks().get(index)
+    n = worst.end_step - worst.start_step + 1
+    track = track[-n:] if track is not None and len(track) >= n else track
+    return render_episode_gif(clips[worst.clip_id], track, worst, out / f"demo_{worst.clip_id}.gif", stride=3)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--clips", type=int, default=4, help="number of clips, round-robin over the datasets")
+    ap.add_argument("--dataset", nargs="+", default=None,
+                    help=f"dataset directories (default: {' '.join(DEFAULT_SPLITS)})")
+    ap.add_argument("--clip-ids", nargs="+", default=None, help="drive these clips (from --dataset)")
+    ap.add_argument("--out", default="runs/demo", help="output directory (bag, GIF, demo.json, logs)")
+    ap.add_argument("--backend", default=None, help="override planner.backend (pytorch | onnxruntime)")
+    ap.add_argument("--set", action="append", default=[], metavar="NODE.PARAM=VALUE",
+                    help="parameter override, e.g. planner.planner.num_candidates=16")
+    ap.add_argument("--realtime-factor", type=float, default=1.0, help="simulated seconds per wall second")
+    ap.add_argument("--domain-id", type=int, default=None, help="ROS_DOMAIN_ID (default: environment or 0)")
+    ap.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds of driving")
+    ap.add_argument("--ready-timeout", type=float, default=120.0, help="seconds to wait for the nodes")
+    ap.add_argument("--no-bag", action="store_true", help="do not write the MCAP bag")
+    ap.add_argument("--record-bev", action="store_true", help="also record perception/bev_features")
+    ap.add_argument("--no-gif", action="store_true", help="do not render the GIF")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args = ap.parse_args(argv)
+    from record_bag import RecordError, ensure_ros_environment
+
+    try:
+        ensure_ros_environment(__file__, argv, args.domain_id)
+    except RecordError as exc:
+        print(f"demo: {exc}", file=sys.stderr)
+        return 2
+    from bringup import BringupError
+
+    try:
+        run(args)
+    except (DemoError, BringupError) as exc:
+        print(f"demo: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
