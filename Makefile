@@ -11,7 +11,8 @@ IN_ROS_ENV := source tools/env.sh &&
 .PHONY: help bootstrap build test demo lint clean distclean
 
 help:
-	@echo "make demo       bootstrap, then run the demo (for now: the ROS graph smoke check)"
+	@echo "make demo       bootstrap, then the closed-loop demo: sim + planner + controller as ROS 2 processes"
+	@echo "                on 4 bundled clips; metric + latency tables, MCAP bag, GIF (tools/demo.py)"
 	@echo "make test       bootstrap, ruff check, then the whole pytest suite"
 	@echo "make bootstrap  create .venv with the pinned packages and colcon-build ros2_ws (idempotent)"
 	@echo "make build      colcon build ros2_ws again (incremental)"
@@ -32,7 +33,7 @@ test: bootstrap
 	$(IN_ROS_ENV) python -m pytest $(PYTEST_ARGS)
 
 demo: bootstrap
-	$(IN_ROS_ENV) python tools/smoke_graph.py
+	$(IN_ROS_ENV) python tools/demo.py
 
 clean:
 	rm -rf ros2_ws/build ros2_ws/install ros2_ws/log

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import textwrap
 
+import numpy as np
 import pytest
 from ros_process import ROOT, RosProcess, require_ros_build, ros_env
 
@@ -135,6 +136,126 @@ def test_controller_node_tracks_and_falls_back(tmp_path):
     decel = float(load_params("controller")["controller"]["node"]["stop_decel"])
     assert all(c[1] >= -decel - 1e-6 for c in stops)
 
+
+
+# --------------------------------------------------------------------------------------------------
+# in-process: time alignment, steering estimate, localization reset
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def controller():
+    require_ros_build()
+    from ros_process import import_ros_messages
+
+    import_ros_messages()
+    import rclpy
+    from rad2_planner.nodes.controller_node import ControllerNode
+
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    node = ControllerNode(context=ctx)
+    node.clock_ns = 0
+    node._now_ns = lambda: node.clock_ns
+    try:
+        yield node
+    finally:
+        node.destroy_node()
+        rclpy.shutdown(context=ctx)
+
+
+def _odom(x, y, yaw, speed, stamp_ns, yaw_rate=0.0):
+    from rad2_planner import ros_conversions as rc
+
+    return rc.odometry_to_msg(rc.EgoMotion(x, y, yaw, speed, yaw_rate, stamp_ns))
+
+
+def _commands(node):
+    sent = []
+    node.pub_cmd.publish = sent.append
+    node.pub_diag.publish = lambda _msg: None
+    return sent
+
+
+def test_reference_and_state_are_time_aligned(controller):
+    """Odometry 80 ms old, ego exactly on a 10 m/s straight plan: the command must not chase the
+    reference (the old behaviour solved from the stamp's state against the reference at `now`)."""
+    from rad2_planner import ros_conversions as rc
+
+    node = controller
+    sent = _commands(node)
+    node.clock_ns = 1_000_000_000
+    node.on_odometry(_odom(0.0, 0.0, 0.0, 10.0, 1_000_000_000))
+    k = np.arange(1, 9)
+    node.on_trajectory(rc.trajectory_to_msg(np.stack([10.0 * 0.5 * k, np.zeros(8)], -1), 0.5,
+                                            1_000_000_000, "map"))
+    for lag_ms in (0, 40, 80):
+        node.clock_ns = 1_000_000_000 + lag_ms * 1_000_000
+        node.warm = None
+        node.on_timer()
+        cmd = sent[-1]
+        assert not cmd.emergency_stop, cmd.reason
+        assert abs(cmd.acceleration) < 0.2 and abs(cmd.steering_angle) < 1e-3, (lag_ms, cmd.acceleration)
+        assert abs(cmd.target_speed - 10.0) < 0.05
+
+
+def test_prediction_uses_the_core_model_and_issued_commands(controller):
+    from rad2_planner import ros_conversions as rc
+    from rad2_planner.control.bicycle import propagate
+
+    node = controller
+    veh, dt = node.tracker.vehicle, node.tracker.dt
+    node.on_odometry(_odom(1.0, 2.0, 0.3, 8.0, 0))
+    node._remember(20_000_000, 1.0, 0.2, 0.0)  # 20 ms: accel 1, steering ramps at 0.2 rad/s
+    node._remember(70_000_000, -2.0, 0.0, node._steer_at(70_000_000))
+    motion = rc.odometry_from_msg(_odom(1.0, 2.0, 0.3, 8.0, 0))
+    x = node._predict(motion, 200_000_000)
+    # by hand: coast 20 ms, (1, 0.2) for 50 ms, (-2, 0) for 130 ms (split where its ramp would end)
+    want = propagate(np.array([1.0, 2.0, 0.3, 8.0, 0.0]),
+                     np.array([[0, 0], [1.0, 0.2], [-2.0, 0.0], [-2.0, 0.0]]),
+                     np.array([0.02, 0.05, 0.1, 0.03]), veh, dt)
+    np.testing.assert_allclose(x, want, atol=1e-9)
+    assert abs(x[4] - 0.2 * 0.05) < 1e-12 and abs(x[3] - (8.0 + 0.05 - 0.26)) < 1e-9
+    # and a straight coast is exactly v * t ahead
+    node._reset_steering(motion)
+    x = node._predict(rc.odometry_from_msg(_odom(0.0, 0.0, 0.0, 8.0, 0)), 250_000_000)
+    np.testing.assert_allclose(x, [2.0, 0.0, 0.0, 8.0, 0.0], atol=1e-12)
+
+
+def test_steering_estimate_integrates_real_elapsed_time(controller):
+    node = controller
+    node._remember(0, 0.0, 0.3, 0.0)
+    assert node._steer_at(50_000_000) == pytest.approx(0.015)
+    # missed cycles: the command's ramp ends after one controller step, then the angle holds
+    assert node._steer_at(100_000_000) == pytest.approx(0.03)
+    assert node._steer_at(400_000_000) == pytest.approx(0.03)
+    node._remember(400_000_000, 0.0, -0.1, node._steer_at(400_000_000))
+    assert node._steer_at(450_000_000) == pytest.approx(0.025)
+
+
+def test_odometry_jump_drops_the_plan_and_older_trajectories(controller):
+    from rad2_planner import ros_conversions as rc
+
+    node = controller
+    sent = _commands(node)
+    pts = np.stack([np.arange(1, 9) * 2.5, np.zeros(8)], -1)
+    node.on_odometry(_odom(0.0, 0.0, 0.0, 5.0, 0))
+    node.on_trajectory(rc.trajectory_to_msg(pts, 0.5, 0, "base_link"))
+    assert node.plan is not None
+    node.on_odometry(_odom(0.5, 0.0, 0.0, 5.0, 100_000_000))  # normal motion: kept
+    assert node.plan is not None
+    node.on_odometry(_odom(400.0, 50.0, 1.0, 5.0, 200_000_000))  # next clip / relocalisation
+    assert node.plan is None and "localization reset" in node.fault
+    node.clock_ns = 210_000_000
+    node.on_timer()
+    assert sent[-1].emergency_stop and "localization reset" in sent[-1].reason
+    node.on_trajectory(rc.trajectory_to_msg(pts, 0.5, 100_000_000, "base_link"))  # in flight: too old
+    assert node.plan is None and "predates" in node.fault
+    node.on_trajectory(rc.trajectory_to_msg(pts, 0.5, 200_000_000, "base_link"))
+    assert node.plan is not None
+    node.clock_ns = 240_000_000
+    node.on_timer()
+    assert not sent[-1].emergency_stop, sent[-1].reason
 
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))

@@ -25,8 +25,10 @@ CLIP = ("data/eval_efficiency", "sumo_free_road_20350103")
 # must stay below this share of the clip's steps. Generous on purpose: CI is a 2-core machine that
 # runs sim + planner + controller + monitor together (measured figures are printed, see the note).
 MAX_DEADLINE_MISS_RATE = 0.8
-# The controller runs on the simulated clock, which the sim advances at 10 Hz: at most 10 commands/s.
-MIN_CONTROL_RATE_HZ = 5.0
+# The controller runs on the simulated clock, which the sim advances at node.clock_rate_hz between its
+# 10 Hz steps, so it ticks at its own controller.node.rate_hz (30 Hz; measured 29 Hz in the demo).
+# At least this share of that rate (20 Hz at 30 Hz) on the loaded 2-core CI machine.
+MIN_CONTROL_RATE_SHARE = 0.66
 
 
 def _checkpoint_ready() -> bool:
@@ -103,12 +105,17 @@ def _check_closed_loop(res: dict, clip, require_safe: bool) -> dict:
     # completion: the whole clip was driven (off-road is not terminal here, see _overrides)
     assert ep["termination"] == "clip_end", ep
     assert steps >= clip.num_steps - 2, (steps, clip.num_steps)
-    if require_safe:
+    if require_safe:  # the trained policy drives this clip cleanly in the pure simulator too
         assert not ep["collided"], ep
+        assert not ep["offroad"], ep
     # real time: the clip's simulated duration took about as long on the wall clock
     assert wall >= 0.9 * steps * clip.dt, (wall, steps)
-    # control commands: the controller ticks on the simulated clock (10 Hz /clock) -> up to 10 Hz
-    assert rate >= MIN_CONTROL_RATE_HZ, rate
+    # control commands at (about) the controller's configured rate
+    from rad2_planner.config import load_params
+
+    rate_hz = float(load_params("controller")["controller"]["node"]["rate_hz"])
+    assert rate >= MIN_CONTROL_RATE_SHARE * rate_hz, (rate, rate_hz)
+    assert rate <= 1.2 * rate_hz, (rate, rate_hz)
     assert len(diags) >= (1 - MAX_DEADLINE_MISS_RATE) * steps, (len(diags), steps)
     assert misses <= MAX_DEADLINE_MISS_RATE * steps, (misses, steps)
     # fallbacks (stale inputs after a slow cycle) stay rare
@@ -197,8 +204,7 @@ def test_hil_two_hosts_over_veth(one_clip, tmp_path, two_namespaces):
     domain = unique_domain_id()
     profile = tmp_path / "udp_two_hosts.xml"
     profile.write_text(UDP_PROFILE)
-    extra = {"FASTDDS_DEFAULT_PROFILES_FILE": str(profile), "FASTRTPS_DEFAULT_PROFILES_FILE": str(profile),
-             "ROS_AUTOMATIC_DISCOVERY_RANGE": "SUBNET"}
+    extra = {"FASTDDS_DEFAULT_PROFILES_FILE": str(profile), "ROS_AUTOMATIC_DISCOVERY_RANGE": "SUBNET"}
     env = {**ros_env(domain), **extra}
     args = _driver_args("nominal", dataset, domain, tmp_path / "logs", timeout=60,
                         env=json.dumps(extra), wrap_sim=f"ip netns exec {ns_sim}",

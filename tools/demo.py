@@ -189,9 +189,9 @@ class Monitor:
 
     # -- figures ---------------------------------------------------------------------------------
     def latencies(self) -> dict[str, list[float]]:
-        """Wall-clock latencies per input stamp. Stamps the sim published more than once (its clock
-        holds at a clip start until the first command arrives) are left out: their first arrival is
-        not when the planner started on them."""
+        """Wall-clock latencies per input stamp. Stamps that arrived more than once are left out:
+        their first arrival is not when the planner started on them (the sim stamps every
+        observation with its own time, including those it repeats while holding a clip start)."""
         once = {s: t for s, t in self.t_input.items() if self.input_count[s] == 1}
         traj = [(self.t_traj[s] - t) / 1e6 for s, t in once.items() if s in self.t_traj]
         ctrl = [(self.t_ctrl[s] - t) / 1e6 for s, t in once.items() if s in self.t_ctrl]

@@ -22,6 +22,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # Variables bash sets by itself; never part of what install/setup.bash contributes.
 _SHELL_BOOKKEEPING = {"_", "SHLVL", "PWD", "OLDPWD"}
+# Deprecated names removed from the environment (Fast DDS warns in every process that sees them).
+_REMOVED = ("FASTRTPS_DEFAULT_PROFILES_FILE",)
 
 
 class RosEnvironmentError(RuntimeError):
@@ -49,9 +51,9 @@ def rad2_variables(root: Path = REPO_ROOT) -> dict[str, str]:
         "RAD2_VENV": str(venv_dir(root)),
         "RAD2_WS": str(root / "ros2_ws"),
         "RMW_IMPLEMENTATION": "rmw_fastrtps_cpp",
-        # Fast DDS 3 reads FASTDDS_*; FASTRTPS_* is the name older releases (and docs) use.
+        # Fast DDS 3 reads FASTDDS_*; the old FASTRTPS_* name is deprecated (each process warns) and
+        # is not set.
         "FASTDDS_DEFAULT_PROFILES_FILE": profile,
-        "FASTRTPS_DEFAULT_PROFILES_FILE": profile,
         # Keep discovery on this machine (the Kilted replacement of ROS_LOCALHOST_ONLY).
         "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
         # Node log files go to the (ignored) workspace log dir instead of piling up in ~/.ros/log.
@@ -118,6 +120,8 @@ def ros_environment(
     for lib_dir in reversed(lib_dirs):
         env["LD_LIBRARY_PATH"] = _prepend_path(env.get("LD_LIBRARY_PATH"), lib_dir)
     env.update(rad2_variables(root))
+    for key in _REMOVED:
+        env.pop(key, None)
     if domain_id is not None:
         env["ROS_DOMAIN_ID"] = str(int(domain_id))
 
@@ -135,12 +139,14 @@ def python_path_entries(env: dict[str, str]) -> list[str]:
 
 
 def shell_exports(env: dict[str, str], current: dict[str, str]) -> str:
-    """`export K=V` lines for every variable of env that differs from the current environment."""
+    """`export K=V` lines for every variable of env that differs from the current environment (and
+    `unset K` for the deprecated names env drops)."""
     lines = [
         f"export {key}={shlex.quote(value)}"
         for key, value in sorted(env.items())
         if current.get(key) != value and key.isidentifier()
     ]
+    lines += [f"unset {key}" for key in _REMOVED if key in current and key not in env]
     return "\n".join(lines)
 
 

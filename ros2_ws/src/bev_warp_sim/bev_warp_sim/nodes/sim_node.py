@@ -1,17 +1,24 @@
 """ROS 2 wrapper of the BEV-Warp simulator (node ``bev_warp_sim``): drives the ROS graph closed-loop.
 
 Per simulated step (``sim.dt``, paced at ``node.realtime_factor`` x real time) it publishes
-``/clock`` (the simulated time: clip k starts where clip k-1 ended), ``localization/odometry``
-(nav_msgs/Odometry, box centre in ``map``), ``perception/bev_features`` (rad2_msgs/BevFeatures: the
-logged features warped to the simulated pose) and ``perception/scene_tokens`` (rad2_msgs/SceneTokens),
-then integrates the kinematic bicycle with the latest rad2_msgs/ControlCommand from ``control/command``
-(acceleration, steering angle reached through the steering-rate limit). A malformed command is
-counted, reported (throttled) and ignored: the last valid one is held; with no valid command for
-``node.stale_command_s`` of simulated time the ego brakes at ``node.brake_decel``. At a clip start the
-clock waits up to ``node.wait_for_first_command_s`` (wall) for the first command. Each finished clip
-publishes its episode result as JSON (std_msgs/String, ``sim/episode_result``); after the last clip a
-summary with the split metrics (``{"done": true, ...}``) follows. Message conversion goes through
-``rad2_planner.ros_conversions``.
+``localization/odometry`` (nav_msgs/Odometry, box centre in ``map``), ``perception/bev_features``
+(rad2_msgs/BevFeatures: the logged features warped to the simulated pose) and
+``perception/scene_tokens`` (rad2_msgs/SceneTokens), all stamped with the step's time, and only then
+``/clock`` at that time, so that a node woken by the clock already has the step's inputs. Between
+steps ``/clock`` advances at ``node.clock_rate_hz`` (simulated), so nodes on the simulated clock (the
+controller at its 20-50 Hz) run at their own rates; clip k starts where clip k-1 ended.
+
+Commands (rad2_msgs/ControlCommand on ``control/command``) apply from the simulated time they arrive:
+a step integrates the kinematic bicycle with the commands of its interval, each held until the next
+(acceleration averaged over the interval; steering angle ramped to the command's ``steering_angle``
+over one step at most at the steering-rate limit, then held). A malformed command is counted,
+reported (throttled) and ignored: the last valid one is held; with no valid command for
+``node.stale_command_s`` of simulated time the ego brakes at ``node.brake_decel``. At a clip start
+the ego is held (the clock runs and the first observation is republished every step with a fresh
+stamp) until a command that is not an emergency stop arrives (the graph tracks a plan of this clip),
+at most ``node.wait_for_first_command_s`` (wall). Each finished clip publishes its episode result as
+JSON (std_msgs/String, ``sim/episode_result``); after the last clip a summary with the split metrics
+(``{"done": true, ...}``) follows. Message conversion goes through ``rad2_planner.ros_conversions``.
 """
 
 from __future__ import annotations
@@ -43,6 +50,27 @@ from bev_warp_sim.simulator import Controls, Simulator
 NODE_NAME = "bev_warp_sim"
 
 
+class _Held:
+    """A valid command, the simulated time it arrived and (once in force) its steering ramp."""
+
+    __slots__ = ("cmd", "t_ns", "steer0", "rate", "dt")
+
+    def __init__(self, cmd: rc.ControlCommandValues, t_ns: int):
+        self.cmd, self.t_ns = cmd, t_ns
+        self.steer0: float | None = None
+        self.rate = 0.0
+        self.dt = 0.0
+
+    def start(self, steer: float, dt: float, max_rate: float) -> None:
+        self.steer0 = steer
+        self.rate = float(np.clip((float(self.cmd.steering_angle) - steer) / dt, -max_rate, max_rate))
+        self.dt = dt
+
+    def steer_at(self, t_ns: int) -> float:
+        """Steering angle: ramp towards the commanded angle for one step from the arrival, then hold."""
+        return self.steer0 + self.rate * min(max(t_ns - self.t_ns, 0) / 1e9, self.dt)
+
+
 class SimNode(Node):
     def __init__(self, **kwargs):
         super().__init__(NODE_NAME, **kwargs)
@@ -62,9 +90,18 @@ class SimNode(Node):
         self.clip_index = -1
         self.state = None
         self.sim_time_ns = 0
-        self.cmd: rc.ControlCommandValues | None = None
-        self.cmd_sim_ns = -1
+        # commands by arrival (simulated ns): the one in force at the step start, then later ones
+        self.held: _Held | None = None
+        self.pending: list[_Held] = []
+        self.started = False  # a non-emergency command arrived since the clip start
         self.clip_start_wall = 0.0
+        self.clock_ns = 0  # last published /clock
+        self.sub_ticks = int(round(float(cfg["clock_rate_hz"]) * self.dt))
+        if self.sub_ticks < 1 or abs(self.sub_ticks - float(cfg["clock_rate_hz"]) * self.dt) > 1e-6:
+            raise ValueError(f"node.clock_rate_hz: {cfg['clock_rate_hz']} must be a positive multiple of "
+                             f"1 / sim.dt = {1.0 / self.dt:g} Hz")
+        self.factor = max(float(cfg["realtime_factor"]), 1e-3)
+        self.tick_ns = int(round(self.dt * 1e9)) // self.sub_ticks
         self.finished = False
         self.pub_clock = self.create_publisher(Clock, "/clock", 10)
         self.pub_odom = self.create_publisher(Odometry, "localization/odometry", sensor_qos())
@@ -72,12 +109,12 @@ class SimNode(Node):
         self.pub_tokens = self.create_publisher(SceneTokens, "perception/scene_tokens", sensor_qos())
         self.pub_result = self.create_publisher(String, "sim/episode_result", report_qos())
         self.create_subscription(ControlCommand, "control/command", self.on_command, command_qos())
-        period = self.dt / max(float(cfg["realtime_factor"]), 1e-3)
-        self.create_timer(period, self.on_timer)
         self._next_clip()
+        self.anchor = (time.monotonic(), self.sim_time_ns)  # (wall s, simulated ns) of the pacing
+        self.create_timer(self.tick_ns / 1e9 / self.factor, self.on_timer)
         self.get_logger().info(
             f"bev_warp_sim ready: {len(self.clips)} clips from {cfg['dataset']}, dt {self.dt} s, "
-            f"x{float(cfg['realtime_factor']):g} real time")
+            f"/clock at {float(cfg['clock_rate_hz']):g} Hz, x{self.factor:g} real time")
 
     # -- setup ----------------------------------------------------------------------------------------
     def _load_clips(self):
@@ -105,8 +142,9 @@ class SimNode(Node):
         clip = self.clips[self.clip_index]
         start = min(int(self.cfg["start_step"]), clip.num_steps - 2)
         self.state = self.sim.init([clip], [start])
-        self.cmd = None
-        self.cmd_sim_ns = -1
+        self.held = None
+        self.pending = []
+        self.started = False
         self.clip_start_wall = time.monotonic()
         self._publish_observation()
 
@@ -133,35 +171,67 @@ class SimNode(Node):
             if self.throttle("bad_command"):
                 self.get_logger().warning(f"rejected control command ({self.rejected} so far): {exc}")
             return
-        self.cmd = cmd
-        self.cmd_sim_ns = self.sim_time_ns
+        self.pending.append(_Held(cmd, self.clock_ns))
+        if not cmd.emergency_stop:
+            self.started = True
 
     # -- loop -----------------------------------------------------------------------------------------
-    def _control(self) -> np.ndarray:
-        """(accel, steering rate) for this step from the held command, or a brake when stale."""
+    def _control(self, t0_ns: int, t1_ns: int) -> np.ndarray:
+        """(accel, steering rate) that integrate the step [t0, t1] under the commands by arrival."""
         veh = self.sim.controller.vehicle
-        ego = self.state.ego[0]
-        age_s = (self.sim_time_ns - self.cmd_sim_ns) / 1e9
-        stale = self.cmd is None or age_s > float(self.cfg["stale_command_s"])
-        if stale:
-            if self.cmd is not None and self.throttle("stale"):
-                self.get_logger().warning("control command stale: braking")
-            return np.array([-float(self.cfg["brake_decel"]), 0.0])
-        rate = (float(self.cmd.steering_angle) - ego[4]) / self.dt
+        stale_ns = int(float(self.cfg["stale_command_s"]) * 1e9)
+        steer = float(self.state.ego[0][4])
+        records = [self.held, *sorted(self.pending, key=lambda r: r.t_ns)]
+        if records[0] is None and len(records) > 1:
+            records.pop(0)  # the clip's first command applies from the step start
+        starts = [t0_ns] + [min(max(r.t_ns, t0_ns), t1_ns) for r in records[1:]] + [t1_ns]
+        accel_dt = 0.0
+        stale_warned = False
+        for rec, a, b in zip(records, starts[:-1], starts[1:]):
+            if rec is not None and rec.steer0 is None:  # the command takes effect now: start its ramp
+                rec.start(steer, self.dt, veh.max_steer_rate)
+            if b <= a:
+                continue
+            if rec is None or (b - rec.t_ns) > stale_ns:
+                if rec is not None and not stale_warned and self.throttle("stale"):
+                    self.get_logger().warning("control command stale: braking")
+                    stale_warned = True
+                accel_dt -= float(self.cfg["brake_decel"]) * (b - a) / 1e9
+                continue  # steering held
+            accel_dt += float(rec.cmd.acceleration) * (b - a) / 1e9
+            steer = rec.steer_at(b)
+        self.held = records[-1]
+        self.pending = []
+        rate = (steer - self.state.ego[0][4]) / self.dt
         rate = float(np.clip(rate, -veh.max_steer_rate, veh.max_steer_rate))
-        return np.array([float(self.cmd.acceleration), rate])
+        return np.array([accel_dt / self.dt, rate])
 
     def on_timer(self) -> None:
         if self.finished or self.state is None:
             return
-        waited = time.monotonic() - self.clip_start_wall
-        if self.cmd is None and waited < float(self.cfg["wait_for_first_command_s"]):
-            self._publish_observation()  # the clock holds until the graph answers
+        # the simulated time this wall instant stands for (catch up at most one step, never burst)
+        wall0, sim0 = self.anchor
+        target = sim0 + int((time.monotonic() - wall0) * self.factor * 1e9)
+        step_end = self.sim_time_ns + self.sub_ticks * self.tick_ns
+        if target - step_end > self.sub_ticks * self.tick_ns:
+            target = step_end
+            self.anchor = (time.monotonic(), target)
+        if target < step_end:
+            tick = self.sim_time_ns + (target - self.sim_time_ns) // self.tick_ns * self.tick_ns
+            if tick > self.clock_ns:
+                self._publish_clock(tick)
             return
-        u = self._control()
+        waited = time.monotonic() - self.clip_start_wall
+        if not self.started and waited < float(self.cfg["wait_for_first_command_s"]):
+            # clip start: hold the ego, let the clock run and show the graph a fresh observation
+            self.sim_time_ns = step_end
+            self.pending = [r for r in self.pending if not r.cmd.emergency_stop][-1:]
+            self._publish_observation()
+            return
+        u = self._control(self.sim_time_ns, step_end)
         self.state = self.sim.commit(self.state, {0: Controls(u[None, :])}, h_reuse=1)
         self.state, _ = self.sim.step(self.state)
-        self.sim_time_ns += int(round(self.dt * 1e9))
+        self.sim_time_ns = step_end
         if self.state.done[0]:
             res = self.state.results[0]
             self.results.append(res)
@@ -174,9 +244,12 @@ class SimNode(Node):
             return
         self._publish_observation()
 
+    def _publish_clock(self, stamp_ns: int) -> None:
+        self.clock_ns = stamp_ns
+        self.pub_clock.publish(Clock(clock=rc.ns_to_time(stamp_ns)))
+
     def _publish_observation(self) -> None:
         stamp = self.sim_time_ns
-        self.pub_clock.publish(Clock(clock=rc.ns_to_time(stamp)))
         st = self.state
         ego = st.ego[0]
         es = self.sim.ego_state_vector(st)[0]
@@ -188,6 +261,7 @@ class SimNode(Node):
         self.pub_bev.publish(rc.bev_to_msg(obs.bev, self.grid, self.channels, stamp, frame))
         tokens = rc.SceneTokenArrays.from_observation(obs, stamp, str(self.cfg["frame_id"]))
         self.pub_tokens.publish(rc.scene_tokens_to_msg(tokens))
+        self._publish_clock(stamp)  # after the step's inputs: whoever wakes on the clock has them
 
 
 def main(args=None) -> int:

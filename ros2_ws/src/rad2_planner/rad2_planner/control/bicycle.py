@@ -195,6 +195,31 @@ def rollout(x0, controls, vehicle: VehicleParams, dt: float, clamp: bool = True)
     return states, applied
 
 
+
+def propagate(x0, controls, durations, vehicle: VehicleParams, max_step: float) -> np.ndarray:
+    """State after piecewise-constant inputs held for given (possibly uneven) durations.
+
+    ``x0`` (5,), ``controls`` (N, 2), ``durations`` (N,) seconds (>= 0). Each segment is integrated
+    with ``step`` in equal sub-steps no longer than ``max_step`` and inputs projected with
+    ``clamp_controls`` (no reversing, steering within limits). Used to predict the state from a
+    measurement's stamp to the time a command applies.
+    """
+    x = np.asarray(x0, dtype=np.float64)
+    controls = np.asarray(controls, dtype=np.float64).reshape(-1, NU)
+    durations = np.asarray(durations, dtype=np.float64).reshape(-1)
+    if controls.shape[0] != durations.shape[0]:
+        raise ValueError(f"controls: {controls.shape[0]} segments, durations: {durations.shape[0]}")
+    if not max_step > 0.0:
+        raise ValueError(f"max_step must be positive, got {max_step!r}")
+    for u, dur in zip(controls, durations):
+        if not dur > 0.0:
+            continue
+        n = int(np.ceil(dur / max_step - 1e-9))
+        h = dur / n
+        for _ in range(n):
+            x = step(x, clamp_controls(x, u, vehicle, h), vehicle, h)
+    return x
+
 # Entries of the step Jacobians that are neither 0 nor 1 (A = I + these; B also has B[IV, IA] =
 # B[ISTEER, IRATE] = dt), in the order ``jacobian_entries`` returns them.
 JAC_A_INDEX = (

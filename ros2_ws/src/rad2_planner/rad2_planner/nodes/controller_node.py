@@ -6,9 +6,21 @@ Subscribes ``planning/trajectory`` (rad2_msgs/Trajectory, reliable keep-last-1) 
 ``control/diagnostics`` (rad2_msgs/PlanningDiagnostics) every cycle.
 
 Trajectories in ``controller.node.world_frame`` are used as they are; those in
-``controller.node.ego_frame`` are placed with the odometry pose nearest to their stamp. Every cycle
-the latest trajectory is turned into a reference starting at the current time and solved with the
-previous solution (shifted by the elapsed controller steps) as warm start. When there is no
+``controller.node.ego_frame`` are placed with the odometry pose nearest to their stamp.
+
+Time alignment: a command applies from the cycle's time ``now`` on, so every cycle predicts the latest
+odometry (stamp ``t_odom``) forward to ``now`` with the core bicycle model
+(``control.bicycle.propagate``) under the commands this node issued in between, and evaluates the
+reference at ``now`` too (``age = now - plan stamp``). When the two clocks disagree (``t_odom`` after
+``now`` or older than ``stale_timeout_s``) nothing is predicted and state and reference are both
+taken at ``t_odom``. Odometry carries no steering angle: the node's estimate follows its own commands
+over real elapsed time (a command ramps the angle at its ``steering_rate`` for one controller step,
+reaching its ``steering_angle``, then holds it), so missed cycles do not skew it; it starts from the
+odometry yaw rate. An odometry jump further than the vehicle can travel (``max_speed`` times the stamp
+difference plus one vehicle length: a localization reset, or the simulator starting the next clip)
+drops the trajectory, the warm start and the command history; trajectories stamped before the jump
+are then rejected. The solve is warm-started with the previous solution (shifted by the elapsed
+controller steps). When there is no
 trajectory, it is older than ``stale_timeout_s`` (by receive time), it was invalid (non-finite,
 too short, unknown frame, no pose for its stamp) or the solve fails, the node commands a
 comfortable stop (``stop_decel``, steering held), sets ``emergency_stop`` and ``reason`` and
@@ -31,6 +43,7 @@ from rclpy.node import Node
 
 from rad2_planner import ros_conversions as rc
 from rad2_planner.control import TrackingController, shift_controls
+from rad2_planner.control.bicycle import propagate, steer_for_curvature
 from rad2_planner.control.reference import plan_to_world
 from rad2_planner.nodes.common import (
     CycleStats,
@@ -116,7 +129,11 @@ class ControllerNode(Node):
         self.fault = "no trajectory received"
         self.warm: np.ndarray | None = None
         self.warm_ns = 0
-        self.steer = 0.0
+        # Issued commands (stamp_ns, accel, steering rate, steering angle at stamp), oldest first.
+        self.commands: deque = deque()
+        self.steer0 = 0.0  # steering estimate before the first remembered command
+        self.reset_ns: int | None = None  # odometry stamp of the last localization reset
+        self.min_heading_speed = self.tracker.min_heading_speed
         self.stats = CycleStats(deadline_ms=1e3 / self.rate_hz)
         self.throttle = Throttle(2.0)
         self.create_subscription(Trajectory, "planning/trajectory", self.on_trajectory, command_qos())
@@ -145,9 +162,91 @@ class ControllerNode(Node):
             self._warn("odom", f"odometry rejected: {exc}")
             return
         now = self._now_ns()
+        jump = self._jump(motion)
+        if jump or not self.odom:
+            self._reset_steering(motion)
+        if jump:
+            self.odom.clear()
+            self.plan = None
+            self.warm = None
+            self.reset_ns = motion.stamp_ns
+            self.fault = f"localization reset: {jump}; waiting for a trajectory planned after it"
+            self._warn("jump", self.fault)
         self.odom.append((motion.stamp_ns, now, motion))
         while self.odom and now - self.odom[0][1] > self.history_ns:
             self.odom.popleft()
+
+    def _jump(self, motion) -> str:
+        """Why ``motion`` cannot follow the previous odometry (a reset), or ``""``."""
+        if not self.odom:
+            return ""
+        prev = self.odom[-1][2]
+        dist = math.hypot(motion.x - prev.x, motion.y - prev.y)
+        dt = abs(motion.stamp_ns - prev.stamp_ns) / 1e9
+        veh = self.tracker.vehicle
+        if dist > veh.max_speed * dt + veh.length:
+            return f"odometry moved {dist:.1f} m in {dt:.2f} s"
+        return ""
+
+    def _reset_steering(self, motion) -> None:
+        """Forget the issued commands; estimate the steering angle from the odometry yaw rate."""
+        self.commands.clear()
+        speed = max(motion.speed, 0.0)
+        if speed > self.min_heading_speed and math.isfinite(motion.yaw_rate):
+            self.steer0 = float(steer_for_curvature(motion.yaw_rate / speed, self.tracker.vehicle))
+        else:
+            self.steer0 = 0.0
+
+    # -- issued commands: steering estimate and prediction ---------------------------------------
+    def _steer_at(self, t_ns: int) -> float:
+        """Steering angle at ``t_ns`` implied by the issued commands (ramp for one step, then hold)."""
+        rec = None
+        for item in self.commands:
+            if item[0] > t_ns:
+                break
+            rec = item
+        if rec is None:
+            return self.steer0
+        t_c, _, rate, steer_c = rec
+        held = min((t_ns - t_c) / 1e9, self.tracker.dt)
+        lim = self.tracker.vehicle.max_steer
+        return float(np.clip(steer_c + rate * held, -lim, lim))
+
+    def _predict(self, motion, now_ns: int) -> np.ndarray:
+        """Bicycle state at ``now_ns`` from the odometry ``motion`` and the commands issued since."""
+        t0 = motion.stamp_ns
+        x0 = np.array([motion.x, motion.y, motion.yaw, max(motion.speed, 0.0), self._steer_at(t0)])
+        if now_ns <= t0:
+            return x0
+        active, later = None, []  # the command in force at t0 (None: none yet), those issued after
+        for rec in self.commands:
+            if rec[0] <= t0:
+                active = rec
+            elif rec[0] < now_ns:
+                later.append(rec)
+        bounds = [t0] + [rec[0] for rec in later] + [now_ns]
+        ramp_ns = int(round(self.tracker.dt * 1e9))
+        controls, durations = [], []
+        for rec, start, end in zip([active, *later], bounds[:-1], bounds[1:]):
+            if rec is None:  # before the first command: coast
+                controls.append((0.0, 0.0))
+                durations.append((end - start) / 1e9)
+                continue
+            cut = min(max(rec[0] + ramp_ns, start), end)
+            controls += [(rec[1], rec[2]), (rec[1], 0.0)]
+            durations += [(cut - start) / 1e9, (end - cut) / 1e9]
+        if not durations:
+            return x0
+        return propagate(x0, np.asarray(controls), np.asarray(durations), self.tracker.vehicle,
+                         self.tracker.dt)
+
+    def _remember(self, now_ns: int, accel: float, rate: float, steer_now: float) -> None:
+        self.commands.append((now_ns, accel, rate, steer_now))
+        # keep what the prediction from the oldest useful odometry needs (plus the one before it)
+        horizon = now_ns - max(self.history_ns, self.stale_ns)
+        while len(self.commands) > 1 and self.commands[1][0] <= horizon:
+            self.steer0 = self._steer_at(self.commands[1][0])
+            self.commands.popleft()
 
     def _pose_at(self, stamp_ns: int):
         if not self.odom:
@@ -162,6 +261,9 @@ class ControllerNode(Node):
         now = self._now_ns()
         try:
             traj = rc.trajectory_from_msg(msg)
+            if self.reset_ns is not None and traj.stamp_ns < self.reset_ns:
+                raise ValueError(f"stamp {traj.stamp_ns / 1e9:.3f} s predates the localization reset at "
+                                 f"{self.reset_ns / 1e9:.3f} s")
             if traj.points.shape[0] < self.min_points:
                 raise ValueError(f"Trajectory.points: has {traj.points.shape[0]} points, "
                                  f"need at least {self.min_points}")
@@ -192,11 +294,22 @@ class ControllerNode(Node):
         self.fault = ""
 
     # -- cycle ----------------------------------------------------------------------------------------
-    def _state(self) -> np.ndarray | None:
+    def _state(self, now_ns: int) -> tuple[np.ndarray | None, int]:
+        """(bicycle state, its time): predicted to ``now_ns`` when the clocks agree, else at the stamp."""
         if not self.odom:
-            return None
+            return None, now_ns
         m = self.odom[-1][2]
-        return np.array([m.x, m.y, m.yaw, max(m.speed, 0.0), self.steer])
+        lag = now_ns - m.stamp_ns
+        if 0 <= lag <= self.stale_ns:
+            return self._predict(m, now_ns), now_ns
+        return np.array([m.x, m.y, m.yaw, max(m.speed, 0.0), self._steer_at(m.stamp_ns)]), m.stamp_ns
+
+    def _stop(self, state: np.ndarray | None, steer_now: float) -> tuple[float, float, float, float]:
+        """(accel, steering rate, steering angle, speed) one step into the minimal-risk stop."""
+        u = self.tracker.stop_controls(state if state is not None else np.zeros(5), self.stop_decel)
+        accel, rate = float(u[0, 0, 0]), float(u[0, 0, 1])
+        speed = max(0.0, (state[3] if state is not None else 0.0) + accel * self.tracker.dt)
+        return accel, rate, steer_now, speed
 
     def on_timer(self) -> None:
         t0 = time.perf_counter()
@@ -204,8 +317,13 @@ class ControllerNode(Node):
         stages: dict[str, float] = {}
         reason = ""
         accel = rate = 0.0
-        state = self._state()
+        steer_now = self._steer_at(now)
         try:
+            ta = time.perf_counter()
+            state, t_state = self._state(now)
+            stages["predict"] = (time.perf_counter() - ta) * 1e3
+            if state is not None:
+                steer_now = float(state[4])
             if state is None:
                 reason = "no odometry received"
             elif self.plan is None:
@@ -214,13 +332,11 @@ class ControllerNode(Node):
                 reason = f"stale trajectory: {(now - self.plan.received_ns) / 1e9:.2f} s since reception"
             if reason:
                 self.warm = None
-                u = self.tracker.stop_controls(state if state is not None else np.zeros(5), self.stop_decel)
-                accel, rate = float(u[0, 0, 0]), float(u[0, 0, 1])
-                steer_next = self.steer
-                speed_next = max(0.0, (state[3] if state is not None else 0.0) + accel * self.tracker.dt)
+                accel, rate, steer_next, speed_next = self._stop(state, steer_now)
             else:
                 plan = self.plan
-                age = (now - plan.stamp_ns) / 1e9
+                # the reference at the state's time (both at `now`, or both at the odometry stamp)
+                age = (t_state - plan.stamp_ns) / 1e9
                 if not (0.0 <= age <= plan.dt * len(plan.points)):
                     age = (now - plan.received_ns) / 1e9  # clocks disagree: fall back to receive time
                 ta = time.perf_counter()
@@ -244,14 +360,12 @@ class ControllerNode(Node):
             reason = f"controller failure: {type(exc).__name__}: {exc}"
             self._warn("solve", reason)
             self.warm = None
-            u = self.tracker.stop_controls(state if state is not None else np.zeros(5), self.stop_decel)
-            accel, rate = float(u[0, 0, 0]), float(u[0, 0, 1])
-            steer_next = self.steer
-            speed_next = max(0.0, (state[3] if state is not None else 0.0) + accel * self.tracker.dt)
-        # The steering angle the command leads to after one command period (the model's state).
-        period = 1.0 / self.rate_hz
-        self.steer = float(np.clip(self.steer + rate * period, -self.tracker.vehicle.max_steer,
-                                   self.tracker.vehicle.max_steer))
+            state = self.odom[-1][2] if self.odom else None
+            state = None if state is None else np.array([state.x, state.y, state.yaw, max(state.speed, 0.0),
+                                                         steer_now])
+            accel, rate, steer_next, speed_next = self._stop(state, steer_now)
+        # The command applies from `now`: the steering estimate ramps from here (see _steer_at).
+        self._remember(now, accel, rate, steer_now)
         if reason:
             self._warn("stop:" + reason.split(":")[0], f"minimal-risk stop: {reason}")
         try:
