@@ -1,0 +1,126 @@
+"""The planner's networks as one object, and the checkpoint format.
+
+A checkpoint is a directory:
+- ``config.json``: ``{"format_version", "model": ModelConfig, "normalizer": TrajectoryNormalizer,
+  "discriminator_trained": bool, "training": {...command, seed, steps, metrics...}}``
+- ``generator.safetensors``: ``encoder.*`` and ``denoiser.*`` weights
+- ``discriminator.safetensors``: ``discriminator.*`` weights (optional; written when its encoders were
+  initialised from the generator or after RL training; ``discriminator_trained`` says whether its
+  scores mean anything).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from .config import ModelConfig
+from .discriminator import Discriminator
+from .encoders import SceneEncoder
+from .generator import DiTDenoiser
+from .normalization import TrajectoryNormalizer
+
+FORMAT_VERSION = 1
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint directory is missing, incomplete or inconsistent."""
+
+
+class PlannerModel(nn.Module):
+    def __init__(self, cfg: ModelConfig, normalizer: TrajectoryNormalizer | None = None):
+        super().__init__()
+        self.cfg = cfg
+        self.encoder = SceneEncoder(cfg)
+        self.denoiser = DiTDenoiser(cfg)
+        self.discriminator = Discriminator(cfg)
+        self.normalizer = normalizer or TrajectoryNormalizer.identity(cfg.plan_points, cfg.plan_dt, 5.0)
+        self.discriminator_trained = False
+        self.training_info: dict[str, Any] = {}
+
+    def generator_state(self) -> dict[str, torch.Tensor]:
+        sd = {}
+        for prefix, mod in (("encoder", self.encoder), ("denoiser", self.denoiser)):
+            sd.update({f"{prefix}.{k}": v.detach().contiguous().cpu() for k, v in mod.state_dict().items()})
+        return sd
+
+    def config_dict(self) -> dict[str, Any]:
+        return {
+            "format_version": FORMAT_VERSION,
+            "model": self.cfg.to_dict(),
+            "normalizer": self.normalizer.to_dict(),
+            "discriminator_trained": bool(self.discriminator_trained),
+            "training": self.training_info,
+        }
+
+    def save(self, directory: str | Path, dtype: torch.dtype = torch.float32) -> Path:
+        """Write the checkpoint; ``dtype=torch.float16`` halves the files (loading casts back to fp32)."""
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+
+        def cast(sd):
+            return {k: (v.to(dtype) if v.is_floating_point() else v) for k, v in sd.items()}
+
+        save_file(cast(self.generator_state()), str(d / "generator.safetensors"))
+        disc_sd = self.discriminator.state_dict()
+        disc = {f"discriminator.{k}": v.detach().contiguous().cpu() for k, v in disc_sd.items()}
+        save_file(cast(disc), str(d / "discriminator.safetensors"))
+        meta = self.config_dict()
+        meta["weights_dtype"] = str(dtype).replace("torch.", "")
+        tmp = d / "config.json.tmp"
+        tmp.write_text(json.dumps(meta, indent=1))
+        tmp.replace(d / "config.json")
+        return d
+
+    @classmethod
+    def load(cls, directory: str | Path, discriminator_dir: str | Path | None = None) -> PlannerModel:
+        d = Path(directory)
+        cfg_path = d / "config.json"
+        if not cfg_path.is_file():
+            raise CheckpointError(f"checkpoint {d}: no config.json")
+        meta = json.loads(cfg_path.read_text())
+        if meta.get("format_version") != FORMAT_VERSION:
+            raise CheckpointError(
+                f"checkpoint {d}: format_version {meta.get('format_version')} != {FORMAT_VERSION}"
+            )
+        model = cls(ModelConfig.from_dict(meta["model"]), TrajectoryNormalizer.from_dict(meta["normalizer"]))
+        model.training_info = meta.get("training", {})
+        gen_path = d / "generator.safetensors"
+        if not gen_path.is_file():
+            raise CheckpointError(f"checkpoint {d}: no generator.safetensors")
+        sd = {k: (v.float() if v.is_floating_point() else v) for k, v in load_file(str(gen_path)).items()}
+        for prefix, mod in (("encoder", model.encoder), ("denoiser", model.denoiser)):
+            part = {k[len(prefix) + 1 :]: v for k, v in sd.items() if k.startswith(prefix + ".")}
+            mod.load_state_dict(part)
+        disc_dir = Path(discriminator_dir) if discriminator_dir else d
+        disc_meta = meta
+        if discriminator_dir:
+            p = disc_dir / "config.json"
+            if not p.is_file():
+                raise CheckpointError(f"discriminator checkpoint {disc_dir}: no config.json")
+            disc_meta = json.loads(p.read_text())
+        disc_path = disc_dir / "discriminator.safetensors"
+        if disc_path.is_file():
+            dsd = load_file(str(disc_path))
+            dsd = {k: (v.float() if v.is_floating_point() else v) for k, v in dsd.items()}
+            model.discriminator.load_state_dict({k[len("discriminator.") :]: v for k, v in dsd.items()})
+            model.discriminator_trained = bool(disc_meta.get("discriminator_trained", False))
+        elif discriminator_dir:
+            raise CheckpointError(f"discriminator checkpoint {disc_dir}: no discriminator.safetensors")
+        model.eval()
+        return model
+
+    def weights_hash(self) -> str:
+        """Content hash of the weights + config (keys the ONNX export cache)."""
+        h = hashlib.sha256(json.dumps(self.config_dict()["model"], sort_keys=True).encode())
+        h.update(json.dumps(self.normalizer.to_dict(), sort_keys=True).encode())
+        for k, v in sorted(self.state_dict().items()):
+            h.update(k.encode())
+            h.update(v.detach().cpu().contiguous().numpy().tobytes())
+        return h.hexdigest()

@@ -1,0 +1,314 @@
+"""``Rad2Policy``: the RAD-2 generator–discriminator planner behind the :class:`Planner` protocol.
+
+One planning cycle (identical for every runtime backend, see :mod:`rad2_planner.runtime`):
+
+1. ``encode``: the scene encoder runs ONCE on the observation -> scene tokens.
+2. ``denoise_<i>``, i < K: M candidates start from seeded Gaussian noise ``[1, M, T, 2]`` and are
+   denoised in K steps by the sampler of :mod:`rad2_planner.diffusion` (DDIM or DPM-Solver++),
+   batched over the M candidates; then de-normalised to ego-frame metres.
+3. ``score``: the discriminator scores each candidate in [0, 1] (skipped, scores NaN, when no
+   trained discriminator is loaded, unless ``always_score``).
+4. ``select``: the highest score; without a trained discriminator the documented fallback rule
+   ``planner.fallback_selection``: ``medoid`` (the candidate with the smallest mean distance to the
+   others — the mode of the candidate set, robust to a stray sample), ``first``, or ``safe_medoid``
+   (the medoid of the candidates whose ego box does not overlap any observed agent extrapolated at
+   constant velocity from the agent tokens; when all overlap, the candidates whose first overlap
+   comes latest).
+
+Determinism: cycle ``i`` after ``reset(seed=s)`` draws its noise from ``default_rng(s + i)``; an
+explicit ``plan(obs, seed=...)`` overrides it. Timings (ms) are reported per stage.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .config import load_params, params_dir, require
+from .diffusion import SAMPLERS, NoiseSchedule, initial_noise, sample
+from .planning_interface import PlanResult
+from .runtime.base import SCENE_INPUTS, make_backend
+
+_FIELDS = {
+    "bev": 3,
+    "map_polylines": 3,
+    "map_mask": 1,
+    "agents": 2,
+    "agents_mask": 1,
+    "route": 2,
+    "route_mask": 1,
+    "ego_state": 1,
+}
+_MASKS = ("map_mask", "agents_mask", "route_mask")
+
+
+FALLBACK_RULES = ("medoid", "first", "safe_medoid")
+
+
+class ObservationError(ValueError):
+    """An observation does not match the shapes the networks were built for."""
+
+
+def resolve_path(p: str | Path) -> Path:
+    """Relative paths in params are relative to the repository root (the parent of params/)."""
+    p = Path(p)
+    return p if p.is_absolute() else params_dir().parent / p
+
+
+def observation_inputs(observation: Any, cfg=None) -> dict[str, np.ndarray]:
+    """An Observation (object or dict, single or batched) -> the scene-encoder input batch.
+
+    Checks every field's shape against the model config and names the offending field.
+    """
+    out = {}
+    for name, unbatched_ndim in _FIELDS.items():
+        v = observation[name] if isinstance(observation, dict) else getattr(observation, name, None)
+        if v is None:
+            raise ObservationError(f"observation has no field {name!r}")
+        a = np.asarray(v)
+        if a.ndim == unbatched_ndim:
+            a = a[None]
+        elif a.ndim != unbatched_ndim + 1:
+            raise ObservationError(
+                f"observation.{name}: shape {a.shape} has {a.ndim} dims, expected "
+                f"{unbatched_ndim} (or {unbatched_ndim + 1} batched)"
+            )
+        a = a.astype(bool if name in _MASKS else np.float32, copy=False)
+        if name not in _MASKS and not np.all(np.isfinite(a)):
+            raise ObservationError(f"observation.{name}: contains non-finite values")
+        out[name] = np.ascontiguousarray(a)
+    if cfg is not None:
+        expect = {
+            "bev": (cfg.bev_channels, *cfg.bev_hw),
+            "map_polylines": (cfg.n_map, cfg.map_points, 6),
+            "map_mask": (cfg.n_map,),
+            "agents": (cfg.n_agents, 10),
+            "agents_mask": (cfg.n_agents,),
+            "route": (cfg.n_route, 4),
+            "route_mask": (cfg.n_route,),
+            "ego_state": (4,),
+        }
+        b = out["bev"].shape[0]
+        for name, shp in expect.items():
+            if out[name].shape != (b, *shp):
+                raise ObservationError(
+                    f"observation.{name}: shape {out[name].shape[1:]} does not match the model's {shp}"
+                )
+    return out
+
+
+def medoid_index(candidates: np.ndarray) -> int:
+    """Index of the candidate [M, T, 2] with the smallest mean point-wise distance to the others."""
+    d = np.linalg.norm(candidates[:, None] - candidates[None, :], axis=-1).mean(axis=-1)  # M M
+    return int(np.argmin(d.sum(axis=1)))
+
+
+def safe_medoid_index(
+    candidates: np.ndarray, agents: np.ndarray, agents_mask: np.ndarray, plan_dt: float, ego_size=(4.8, 1.9)
+) -> int:
+    """Medoid of the candidates that avoid the constant-velocity extrapolation of the observed agents.
+
+    ``agents [N, 10]`` are observation agent tokens (x, y, cos, sin, vx, vy, length, width, ...), ego
+    frame. Candidates overlapping an agent are dropped; if none is left, those whose first overlap is
+    latest are kept.
+    """
+    from .open_loop_metrics import box_corners, boxes_overlap, plan_headings
+
+    a = agents[agents_mask.astype(bool)]
+    if len(a) == 0:
+        return medoid_index(candidates)
+    m, t = candidates.shape[:2]
+    times = (np.arange(t) + 1.0) * plan_dt
+    ax = a[:, None, 0] + a[:, None, 4] * times  # N T
+    ay = a[:, None, 1] + a[:, None, 5] * times
+    ayaw = np.arctan2(a[:, 3], a[:, 2])[:, None]
+    agent_boxes = box_corners(ax, ay, ayaw, a[:, None, 6], a[:, None, 7])  # N T 4 2
+    yaw = plan_headings(candidates)
+    ego = box_corners(candidates[..., 0], candidates[..., 1], yaw, *ego_size)  # M T 4 2
+    hit = boxes_overlap(ego[:, None], agent_boxes[None]).any(axis=1)  # M T
+    first = np.where(hit.any(1), hit.argmax(1), t)
+    keep = np.nonzero(first == first.max())[0]
+    return int(keep[medoid_index(candidates[keep])])
+
+
+class Rad2Policy:
+    """RAD-2 planner. Build with :meth:`from_params` (reads ``params/planner.yaml``) or directly."""
+
+    name = "rad2"
+
+    def __init__(
+        self,
+        model,
+        params: dict[str, Any] | None = None,
+        backend: str | None = None,
+        num_candidates: int | None = None,
+        num_steps: int | None = None,
+        sampler: str | None = None,
+        seed: int | None = None,
+        device: str | None = None,
+        onnx_dir: str | Path | None = None,
+        fallback_selection: str | None = None,
+        always_score: bool = False,
+    ):
+        params = params if params is not None else load_params("planner")
+        p = require(params, "planner")
+        self.params = params
+        self.model = model
+        self.cfg = model.cfg
+        self.normalizer = model.normalizer
+        self.backend_name = backend or p["backend"]
+        self.num_candidates = int(num_candidates or p["num_candidates"])
+        self.num_steps = int(num_steps or p["num_denoise_steps"])
+        self.sampler = sampler or p["sampler"]
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"planner.sampler: unknown value {self.sampler!r} (choose from {SAMPLERS})")
+        if self.num_candidates < 1 or self.num_steps < 1:
+            raise ValueError(
+                f"num_candidates (M={self.num_candidates}) and num_denoise_steps "
+                f"(K={self.num_steps}) must be >= 1"
+            )
+        self.base_seed = int(p["seed"] if seed is None else seed)
+        self.fallback = fallback_selection or p["fallback_selection"]
+        if self.fallback not in FALLBACK_RULES:
+            raise ValueError(f"planner.fallback_selection: unknown value {self.fallback!r} {FALLBACK_RULES}")
+        self.always_score = always_score
+        self.plan_dt = float(p["plan_dt"])
+        d = require(params, "diffusion")
+        if int(d["num_train_steps"]) != self.cfg.num_train_steps:
+            raise ValueError(
+                f"diffusion.num_train_steps={d['num_train_steps']} differs from the checkpoint's "
+                f"{self.cfg.num_train_steps}"
+            )
+        self.schedule = NoiseSchedule(self.cfg.num_train_steps, d["schedule"])
+        self.x0_clip = float(d["x0_clip"])
+        runtime = dict(require(params, "runtime"))
+        runtime["onnx_dir"] = str(resolve_path(onnx_dir or runtime["onnx_dir"]))
+        runtime["tensorrt"] = dict(runtime["tensorrt"])
+        runtime["tensorrt"]["engine_cache_dir"] = str(resolve_path(runtime["tensorrt"]["engine_cache_dir"]))
+        self.backend = make_backend(self.backend_name, model, runtime, device=device or p["device"])
+        self._cycle = 0
+
+    @classmethod
+    def from_params(
+        cls, params: dict[str, Any] | None = None, checkpoint_dir: str | Path | None = None, **kwargs
+    ) -> Rad2Policy:
+        """Load the checkpoint named by ``planner.checkpoint_dir`` (and the optional discriminator)."""
+        from .networks import PlannerModel
+
+        params = params if params is not None else load_params("planner")
+        p = require(params, "planner")
+        ckpt = resolve_path(checkpoint_dir or p["checkpoint_dir"])
+        disc = p.get("discriminator_checkpoint") or None
+        model = PlannerModel.load(ckpt, resolve_path(disc) if disc else None)
+        if "onnx_dir" not in kwargs and checkpoint_dir is not None:
+            kwargs["onnx_dir"] = Path(ckpt) / "onnx"
+        return cls(model, params=params, **kwargs)
+
+    @property
+    def has_discriminator(self) -> bool:
+        return bool(self.model.discriminator_trained)
+
+    def reset(self, clip: Any | None = None, start_step: int = 0, seed: int | None = None) -> None:
+        if seed is not None:
+            self.base_seed = int(seed)
+        self._cycle = 0
+
+    def plan(
+        self,
+        observation: Any,
+        seed: int | None = None,
+        num_candidates: int | None = None,
+        num_steps: int | None = None,
+    ) -> PlanResult:
+        """One planning cycle on one observation (unbatched or batch of 1)."""
+        results = self.plan_batch(observation, seed=seed, num_candidates=num_candidates, num_steps=num_steps)
+        if len(results) != 1:
+            raise ObservationError(
+                f"plan() takes one observation, got a batch of {len(results)}; use plan_batch"
+            )
+        return results[0]
+
+    def plan_batch(
+        self,
+        observation: Any,
+        seed: int | None = None,
+        num_candidates: int | None = None,
+        num_steps: int | None = None,
+    ) -> list[PlanResult]:
+        """Plan for a batch of observations in one pass (B scenes × M candidates)."""
+        t_start = time.perf_counter()
+        m = int(num_candidates or self.num_candidates)
+        k = int(num_steps or self.num_steps)
+        timings: dict[str, float] = {}
+        inputs = observation_inputs(observation, self.cfg)
+        b = inputs["bev"].shape[0]
+        if seed is None:
+            seed = self.base_seed + self._cycle
+        self._cycle += 1
+
+        t0 = time.perf_counter()
+        scene = self.backend.encode({key: inputs[key] for key in SCENE_INPUTS})
+        timings["encode"] = (time.perf_counter() - t0) * 1e3
+
+        t0 = time.perf_counter()
+        x_init = initial_noise(b, m, self.cfg.plan_points, seed)
+        z = sample(
+            lambda x, t: self.backend.denoise(x, t, scene),
+            x_init,
+            self.schedule,
+            k,
+            self.sampler,
+            self.x0_clip,
+            timings,
+        )
+        speed = inputs["ego_state"][:, 0][:, None]  # B 1
+        candidates = np.asarray(self.normalizer.denormalize(z, speed), dtype=np.float32)  # B M T 2
+        timings["denoise_total"] = (time.perf_counter() - t0) * 1e3
+
+        t0 = time.perf_counter()
+        if self.has_discriminator or self.always_score:
+            scores = np.asarray(self.backend.score(candidates, inputs, scene), dtype=np.float32)
+        else:
+            scores = np.full((b, m), np.nan, dtype=np.float32)
+        timings["score"] = (time.perf_counter() - t0) * 1e3
+
+        t0 = time.perf_counter()
+        if self.has_discriminator:
+            selected = [int(np.argmax(scores[i])) for i in range(b)]
+            rule = "discriminator"
+        elif self.fallback == "medoid":
+            selected = [medoid_index(candidates[i]) for i in range(b)]
+            rule = "medoid"
+        elif self.fallback == "safe_medoid":
+            selected = [
+                safe_medoid_index(candidates[i], inputs["agents"][i], inputs["agents_mask"][i], self.plan_dt)
+                for i in range(b)
+            ]
+            rule = "safe_medoid"
+        else:
+            selected = [0] * b
+            rule = "first"
+        timings["select"] = (time.perf_counter() - t0) * 1e3
+        timings["total"] = (time.perf_counter() - t_start) * 1e3
+        info = {
+            "backend": self.backend_name,
+            "sampler": self.sampler,
+            "M": m,
+            "K": k,
+            "seed": int(seed),
+            "selection": rule,
+        }
+        return [
+            PlanResult(
+                candidates=candidates[i],
+                scores=scores[i],
+                selected=selected[i],
+                plan_dt=self.plan_dt,
+                timings_ms=dict(timings),
+                info=dict(info),
+            )
+            for i in range(b)
+        ]

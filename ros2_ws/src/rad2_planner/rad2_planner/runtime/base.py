@@ -1,0 +1,95 @@
+"""Runtime backend interface: the three network calls of one planning cycle.
+
+Every backend runs the SAME three graphs — the scene encoder, ONE denoising step of the DiT, the
+discriminator — with NumPy arrays in and out; the sampler loop (:mod:`rad2_planner.diffusion`), the
+(de)normalisation and the selection stay in Python/NumPy in :mod:`rad2_planner.policy`, so the code
+path is identical for PyTorch, ONNX Runtime and TensorRT.
+
+Tensor names (also the ONNX input/output names):
+- scene encoder: ``bev [B,C,H,W] f32, map_polylines [B,N_map,P,6] f32, map_mask [B,N_map] bool,
+  agents [B,N_agents,10] f32, agents_mask [B,N_agents] bool, route [B,N_route,4] f32,
+  route_mask [B,N_route] bool, ego_state [B,4] f32`` -> ``scene_tokens [B,S,D], scene_bias [B,S],
+  scene_cond [B,D], bev_tokens [B,N_bev,D]``
+- denoiser: ``x_t [B,M,T,2], t [B], scene_tokens, scene_bias, scene_cond`` -> ``x0 [B,M,T,2]``
+- discriminator: ``trajectories [B,M,T,2] (metres), map_polylines, map_mask, agents, agents_mask,
+  ego_state, bev_tokens`` -> ``scores [B,M]``
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import numpy as np
+
+SCENE_INPUTS = (
+    "bev",
+    "map_polylines",
+    "map_mask",
+    "agents",
+    "agents_mask",
+    "route",
+    "route_mask",
+    "ego_state",
+)
+SCENE_OUTPUTS = ("scene_tokens", "scene_bias", "scene_cond", "bev_tokens")
+DENOISER_INPUTS = ("x_t", "t", "scene_tokens", "scene_bias", "scene_cond")
+DENOISER_OUTPUTS = ("x0",)
+DISCRIMINATOR_INPUTS = (
+    "trajectories",
+    "map_polylines",
+    "map_mask",
+    "agents",
+    "agents_mask",
+    "ego_state",
+    "bev_tokens",
+)
+DISCRIMINATOR_OUTPUTS = ("scores",)
+BACKENDS = ("pytorch", "onnxruntime", "tensorrt")
+
+
+class BackendUnavailableError(RuntimeError):
+    """The requested backend cannot run here (its runtime library is missing or has no device)."""
+
+
+class Backend(ABC):
+    """One runtime. ``scene`` objects returned by :meth:`encode` are opaque to callers."""
+
+    name: str = "?"
+
+    @abstractmethod
+    def encode(self, inputs: dict[str, np.ndarray]) -> dict[str, Any]:
+        """Scene encoder on a batch of observations (keys ``SCENE_INPUTS``)."""
+
+    @abstractmethod
+    def denoise(self, x_t: np.ndarray, t: np.ndarray, scene: dict[str, Any]) -> np.ndarray:
+        """One DiT evaluation: predicted clean normalised trajectories [B, M, T, 2]."""
+
+    @abstractmethod
+    def score(
+        self, trajectories: np.ndarray, inputs: dict[str, np.ndarray], scene: dict[str, Any]
+    ) -> np.ndarray:
+        """Discriminator scores [B, M] of trajectories in metres."""
+
+    def scene_outputs(self, scene: dict[str, Any]) -> dict[str, np.ndarray]:
+        """The scene encoder's outputs as NumPy arrays (for recording and consistency checks)."""
+        return {k: np.asarray(scene[k]) for k in SCENE_OUTPUTS}
+
+
+def make_backend(
+    name: str, model, runtime_params: dict[str, Any], device: str = "cpu", onnx_dir: str | None = None
+) -> Backend:
+    """Backend by name (``planner.backend``): ``pytorch`` | ``onnxruntime`` | ``tensorrt``."""
+    if name == "pytorch":
+        from .torch_backend import TorchBackend
+
+        return TorchBackend(model, device=device)
+    if name == "onnxruntime":
+        from .ort_backend import OrtBackend
+
+        return OrtBackend.from_model(model, runtime_params, onnx_dir=onnx_dir)
+    if name == "tensorrt":
+        from .trt_backend import TensorRTBackend
+
+        return TensorRTBackend.from_model(model, runtime_params, onnx_dir=onnx_dir)
+    raise ValueError(f"planner.backend: unknown value {name!r} (choose from {BACKENDS})")

@@ -1,0 +1,170 @@
+"""Export the three planner graphs to ONNX (``torch.onnx.export(..., dynamo=True)``) with a cache.
+
+Files in the ONNX directory: ``scene_encoder.onnx``, ``denoiser.onnx``, ``discriminator.onnx`` and
+``manifest.json`` (the weights hash they were exported from, tensor names, opset). ``ensure_onnx``
+re-exports only when the manifest's hash differs from the model's, so a checkpoint change is picked up
+and an unchanged one costs nothing. Batch ``B`` and candidate count ``M`` are dynamic dimensions;
+the example inputs use B = 2 and M = 3 so the exporter cannot specialise them to 1.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .base import (
+    DENOISER_INPUTS,
+    DENOISER_OUTPUTS,
+    DISCRIMINATOR_INPUTS,
+    DISCRIMINATOR_OUTPUTS,
+    SCENE_INPUTS,
+    SCENE_OUTPUTS,
+)
+
+GRAPHS = ("scene_encoder", "denoiser", "discriminator")
+OPSET = 18
+log = logging.getLogger(__name__)
+
+
+def example_inputs(cfg, batch: int = 2, m: int = 3, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random inputs of the right shapes for every graph (also used by tests and benchmarks)."""
+    rng = np.random.default_rng(seed)
+    h, w = cfg.bev_hw
+    f32 = np.float32
+
+    def mask(n):
+        mk = rng.random((batch, n)) < 0.7
+        mk[:, 0] = True
+        return mk
+
+    return {
+        "bev": rng.random((batch, cfg.bev_channels, h, w)).astype(f32),
+        "map_polylines": (rng.standard_normal((batch, cfg.n_map, cfg.map_points, 6)) * 10).astype(f32),
+        "map_mask": mask(cfg.n_map),
+        "agents": (rng.standard_normal((batch, cfg.n_agents, 10)) * 10).astype(f32),
+        "agents_mask": mask(cfg.n_agents),
+        "route": (rng.standard_normal((batch, cfg.n_route, 4)) * 10).astype(f32),
+        "route_mask": mask(cfg.n_route),
+        "ego_state": (rng.random((batch, 4)) * [15, 1, 0.1, 0.05]).astype(f32),
+        "x_t": rng.standard_normal((batch, m, cfg.plan_points, 2)).astype(f32),
+        "t": rng.uniform(0, cfg.num_train_steps - 1, batch).astype(f32),
+        "trajectories": (rng.standard_normal((batch, m, cfg.plan_points, 2)) * 10).astype(f32),
+    }
+
+
+def _export(module, args: tuple, names_in, names_out, dynamic: dict, path: Path) -> None:
+    module.eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prog = torch.onnx.export(
+            module,
+            args,
+            dynamo=True,
+            input_names=list(names_in),
+            output_names=list(names_out),
+            dynamic_shapes=dynamic,
+            opset_version=OPSET,
+            optimize=True,
+            verbose=False,
+        )
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    prog.save(str(tmp))
+    os.replace(tmp, path)  # atomic: a concurrent reader never sees a half-written graph
+
+
+def export_onnx(model, out_dir: str | Path) -> dict[str, Path]:
+    """Export the scene encoder, one denoising step and the discriminator of ``model``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = model.cfg
+    model = model.to("cpu").eval()
+    ex = {k: torch.from_numpy(v) for k, v in example_inputs(cfg).items()}
+    B = torch.export.Dim("batch", min=1, max=256)
+    M = torch.export.Dim("candidates", min=1, max=4096)
+    paths = {g: out / f"{g}.onnx" for g in GRAPHS}
+
+    scene_args = tuple(ex[k] for k in SCENE_INPUTS)
+    _export(
+        model.encoder,
+        scene_args,
+        SCENE_INPUTS,
+        SCENE_OUTPUTS,
+        {k: {0: B} for k in SCENE_INPUTS},
+        paths["scene_encoder"],
+    )
+    with torch.no_grad():
+        tokens, bias, cond, bev_tokens = model.encoder(*scene_args)
+    den_args = (ex["x_t"], ex["t"], tokens, bias, cond)
+    _export(
+        model.denoiser,
+        den_args,
+        DENOISER_INPUTS,
+        DENOISER_OUTPUTS,
+        {
+            "x_t": {0: B, 1: M},
+            "t": {0: B},
+            "scene_tokens": {0: B},
+            "scene_bias": {0: B},
+            "scene_cond": {0: B},
+        },
+        paths["denoiser"],
+    )
+    disc_args = (
+        ex["trajectories"],
+        ex["map_polylines"],
+        ex["map_mask"],
+        ex["agents"],
+        ex["agents_mask"],
+        ex["ego_state"],
+        bev_tokens,
+    )
+    dyn = {k: {0: B} for k in DISCRIMINATOR_INPUTS}
+    dyn["trajectories"] = {0: B, 1: M}
+    _export(
+        model.discriminator,
+        disc_args,
+        DISCRIMINATOR_INPUTS,
+        DISCRIMINATOR_OUTPUTS,
+        dyn,
+        paths["discriminator"],
+    )
+    manifest = {
+        "weights_hash": model.weights_hash(),
+        "opset": OPSET,
+        "torch": torch.__version__,
+        "graphs": {g: p.name for g, p in paths.items()},
+        "inputs": {
+            "scene_encoder": SCENE_INPUTS,
+            "denoiser": DENOISER_INPUTS,
+            "discriminator": DISCRIMINATOR_INPUTS,
+        },
+        "outputs": {
+            "scene_encoder": SCENE_OUTPUTS,
+            "denoiser": DENOISER_OUTPUTS,
+            "discriminator": DISCRIMINATOR_OUTPUTS,
+        },
+    }
+    tmp = out / f".manifest.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(manifest, indent=1))
+    os.replace(tmp, out / "manifest.json")
+    return paths
+
+
+def ensure_onnx(model, out_dir: str | Path) -> dict[str, Path]:
+    """Export unless ``out_dir`` already holds graphs exported from exactly these weights."""
+    out = Path(out_dir)
+    man = out / "manifest.json"
+    want = model.weights_hash()
+    if man.is_file():
+        meta = json.loads(man.read_text())
+        paths = {g: out / f"{g}.onnx" for g in GRAPHS}
+        if meta.get("weights_hash") == want and all(p.is_file() for p in paths.values()):
+            return paths
+        log.info("ONNX cache %s is stale; re-exporting", out)
+    return export_onnx(model, out)

@@ -1,0 +1,55 @@
+"""PyTorch backend (CPU or CUDA): runs the modules of a :class:`PlannerModel` directly."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from .base import SCENE_INPUTS, SCENE_OUTPUTS, Backend, BackendUnavailableError
+
+
+class TorchBackend(Backend):
+    name = "pytorch"
+
+    def __init__(self, model, device: str = "cpu"):
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise BackendUnavailableError(
+                f"pytorch backend: device {device!r} requested but CUDA is not available"
+            )
+        self.device = torch.device(device)
+        self.model = model.to(self.device).eval()
+
+    def _t(self, a: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(np.ascontiguousarray(a), device=self.device)
+
+    @torch.inference_mode()
+    def encode(self, inputs: dict[str, np.ndarray]) -> dict[str, Any]:
+        outs = self.model.encoder(*(self._t(inputs[k]) for k in SCENE_INPUTS))
+        return dict(zip(SCENE_OUTPUTS, outs))
+
+    @torch.inference_mode()
+    def denoise(self, x_t: np.ndarray, t: np.ndarray, scene: dict[str, Any]) -> np.ndarray:
+        x0 = self.model.denoiser(
+            self._t(x_t), self._t(t), scene["scene_tokens"], scene["scene_bias"], scene["scene_cond"]
+        )
+        return x0.float().cpu().numpy()
+
+    @torch.inference_mode()
+    def score(
+        self, trajectories: np.ndarray, inputs: dict[str, np.ndarray], scene: dict[str, Any]
+    ) -> np.ndarray:
+        s = self.model.discriminator(
+            self._t(trajectories.astype(np.float32)),
+            self._t(inputs["map_polylines"]),
+            self._t(inputs["map_mask"]),
+            self._t(inputs["agents"]),
+            self._t(inputs["agents_mask"]),
+            self._t(inputs["ego_state"]),
+            scene["bev_tokens"],
+        )
+        return s.float().cpu().numpy()
+
+    def scene_outputs(self, scene: dict[str, Any]) -> dict[str, np.ndarray]:
+        return {k: scene[k].float().cpu().numpy() for k in SCENE_OUTPUTS}

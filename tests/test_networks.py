@@ -1,0 +1,366 @@
+"""Networks, diffusion sampler, normalisation, open-loop metrics and IL pieces (tiny configs, CPU)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from rad2_planner.config import load_params
+from rad2_planner.diffusion import NoiseSchedule, initial_noise, sample
+from rad2_planner.networks import ModelConfig, PlannerModel, TrajectoryNormalizer
+from rad2_planner.open_loop_metrics import (
+    OpenLoopAccumulator,
+    box_corners,
+    boxes_overlap,
+    displacement_errors,
+    logged_future,
+    plan_collisions,
+)
+from rad2_planner.policy import ObservationError, medoid_index, observation_inputs
+from rad2_planner.runtime.base import SCENE_INPUTS
+from rad2_planner.runtime.onnx_export import example_inputs
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """Tiny models run fastest single-threaded (and do not thrash a shared CPU)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def tiny_config(**kw) -> ModelConfig:
+    m = load_params("planner")["model"]
+    args = dict(
+        bev_channels=10,
+        bev_hw=(32, 32),
+        n_map=4,
+        map_points=5,
+        n_agents=3,
+        n_route=5,
+        plan_points=8,
+        plan_dt=0.5,
+        d_model=32,
+        num_heads=2,
+        mlp_ratio=2,
+        bev_stages=[8, 16],
+        point_mlp_hidden=16,
+        fusion_layers=1,
+        generator_layers=2,
+        discriminator_layers=1,
+        trajectory_scale_m=[40.0, 10.0],
+        num_train_steps=1000,
+        input_scale=m["input_scale"],
+    )
+    args.update(kw)
+    return ModelConfig(**args)
+
+
+def randomised_model(cfg: ModelConfig, seed: int = 0) -> PlannerModel:
+    """A model whose zero-initialised (adaLN-Zero) layers are randomised so every path matters."""
+    torch.manual_seed(seed)
+    model = PlannerModel(cfg)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.abs().sum() == 0:
+                p.normal_(0.0, 0.1)
+    return model.eval()
+
+
+def torch_inputs(cfg, batch=2, m=3, seed=0):
+    return {k: torch.from_numpy(v) for k, v in example_inputs(cfg, batch, m, seed).items()}
+
+
+def test_shapes_for_several_m():
+    cfg = tiny_config()
+    model = randomised_model(cfg)
+    ex = torch_inputs(cfg)
+    with torch.no_grad():
+        tokens, bias, cond, bev_tokens = model.encoder(*(ex[k] for k in SCENE_INPUTS))
+        assert tokens.shape == (2, cfg.scene_tokens, cfg.d_model)
+        assert bias.shape == (2, cfg.scene_tokens) and cond.shape == (2, cfg.d_model)
+        assert bev_tokens.shape == (2, cfg.bev_tokens, cfg.d_model) and cfg.bev_tokens == 16
+        for m in (1, 4, 9):
+            x = torch.randn(2, m, cfg.plan_points, 2)
+            out = model.denoiser(x, torch.tensor([10.0, 900.0]), tokens, bias, cond)
+            assert out.shape == (2, m, cfg.plan_points, 2) and torch.isfinite(out).all()
+            s = model.discriminator(
+                x * 10,
+                ex["map_polylines"],
+                ex["map_mask"],
+                ex["agents"],
+                ex["agents_mask"],
+                ex["ego_state"],
+                bev_tokens,
+            )
+            assert s.shape == (2, m) and bool(((s > 0) & (s < 1)).all())
+
+
+def test_masked_tokens_do_not_influence_outputs():
+    cfg = tiny_config()
+    model = randomised_model(cfg)
+    ex = torch_inputs(cfg)
+    ex["agents_mask"][:, 1:] = False
+    ex["map_mask"][:, 2:] = False
+    x = torch.randn(2, 3, cfg.plan_points, 2)
+    t = torch.tensor([100.0, 500.0])
+
+    def run(inp):
+        with torch.no_grad():
+            tokens, bias, cond, bev = model.encoder(*(inp[k] for k in SCENE_INPUTS))
+            return (
+                model.denoiser(x, t, tokens, bias, cond),
+                model.discriminator(
+                    x * 5,
+                    inp["map_polylines"],
+                    inp["map_mask"],
+                    inp["agents"],
+                    inp["agents_mask"],
+                    inp["ego_state"],
+                    bev,
+                ),
+            )
+
+    base = run(ex)
+    changed = {k: v.clone() for k, v in ex.items()}
+    changed["agents"][:, 1:] += 50.0
+    changed["map_polylines"][:, 2:] -= 30.0
+    other = run(changed)
+    for a, b in zip(base, other):
+        assert torch.allclose(a, b, atol=1e-5)
+    # and a valid agent does matter
+    changed["agents"][:, 0] += 5.0
+    assert not torch.allclose(run(changed)[0], base[0], atol=1e-5)
+
+
+def test_discriminator_without_agents_or_map_is_finite():
+    cfg = tiny_config()
+    model = randomised_model(cfg)
+    ex = torch_inputs(cfg)
+    ex["agents_mask"][:] = False
+    ex["map_mask"][:] = False
+    with torch.no_grad():
+        _, _, _, bev = model.encoder(*(ex[k] for k in SCENE_INPUTS))
+        s = model.discriminator(
+            ex["trajectories"],
+            ex["map_polylines"],
+            ex["map_mask"],
+            ex["agents"],
+            ex["agents_mask"],
+            ex["ego_state"],
+            bev,
+        )
+    assert torch.isfinite(s).all()
+
+
+def test_discriminator_initialised_from_generator_encoders():
+    cfg = tiny_config()
+    model = randomised_model(cfg)
+    assert not torch.equal(
+        model.discriminator.map.point_mlp.net[0].weight, model.encoder.map.point_mlp.net[0].weight
+    )
+    model.discriminator.init_from_scene_encoder(model.encoder)
+    for a, b in (
+        (model.discriminator.map, model.encoder.map),
+        (model.discriminator.agents, model.encoder.agents),
+    ):
+        for (ka, va), (kb, vb) in zip(a.state_dict().items(), b.state_dict().items()):
+            assert ka == kb and torch.equal(va, vb)
+    # independent parameters: training one does not move the other
+    with torch.no_grad():
+        model.discriminator.map.point_mlp.net[0].weight.add_(1.0)
+    assert not torch.equal(
+        model.discriminator.map.point_mlp.net[0].weight, model.encoder.map.point_mlp.net[0].weight
+    )
+
+
+def test_checkpoint_roundtrip(tmp_path):
+    cfg = tiny_config()
+    model = randomised_model(cfg)
+    model.normalizer = TrajectoryNormalizer(np.ones((8, 2)), np.full((8, 2), 2.0), 0.5)
+    model.discriminator_trained = True
+    model.save(tmp_path / "ck")
+    loaded = PlannerModel.load(tmp_path / "ck")
+    assert loaded.discriminator_trained and np.allclose(loaded.normalizer.std, 2.0)
+    ex = torch_inputs(cfg)
+    with torch.no_grad():
+        a = model.encoder(*(ex[k] for k in SCENE_INPUTS))[0]
+        b = loaded.encoder(*(ex[k] for k in SCENE_INPUTS))[0]
+    assert torch.equal(a, b)
+    assert loaded.weights_hash() == model.weights_hash()
+    # the shipped form: float16 files, loaded back as float32 with small rounding only
+    model.save(tmp_path / "half", dtype=torch.float16)
+    assert (tmp_path / "half" / "generator.safetensors").stat().st_size < 0.6 * (
+        tmp_path / "ck" / "generator.safetensors"
+    ).stat().st_size
+    half = PlannerModel.load(tmp_path / "half")
+    assert next(half.parameters()).dtype == torch.float32
+    with torch.no_grad():
+        c = half.encoder(*(ex[k] for k in SCENE_INPUTS))[0]
+    assert torch.allclose(a, c, atol=5e-2) and not torch.equal(a, c)
+
+
+def test_normalizer_roundtrip_and_speed_awareness():
+    rng = np.random.default_rng(0)
+    speeds = rng.uniform(0, 20, 200)
+    times = (np.arange(8) + 1) * 0.5
+    trajs = np.stack([speeds[:, None] * times, rng.normal(0, 0.3, (200, 8))], -1)
+    trajs[..., 0] += rng.normal(0, 0.5, (200, 8))
+    norm = TrajectoryNormalizer.fit(trajs, speeds, 0.5)
+    z = norm.normalize(trajs, speeds)
+    assert np.allclose(norm.denormalize(z, speeds), trajs, atol=1e-4)
+    # constant-velocity motion is absorbed by the prior: residual std is the noise, not the speed spread
+    assert norm.std[:, 0].max() < 1.0
+    zt = norm.normalize(
+        torch.from_numpy(trajs.astype(np.float32)), torch.from_numpy(speeds.astype(np.float32))
+    )
+    assert np.allclose(zt.numpy(), z, atol=1e-4)
+    with pytest.raises(ValueError, match="std"):
+        TrajectoryNormalizer(np.zeros((8, 2)), np.zeros((8, 2)), 0.5)
+
+
+@pytest.mark.parametrize("sampler", ["ddim", "dpmpp_2m"])
+def test_sampler_recovers_oracle_and_is_deterministic(sampler):
+    sched = NoiseSchedule(1000)
+    target = np.random.default_rng(1).normal(size=(1, 1, 8, 2)).astype(np.float32)
+    calls = []
+
+    def oracle(x, t):
+        calls.append(float(t[0]))
+        return np.broadcast_to(target, x.shape)
+
+    x = initial_noise(1, 5, 8, seed=3)
+    out = sample(oracle, x, sched, 4, sampler)
+    assert np.allclose(out, np.broadcast_to(target, out.shape), atol=1e-5)
+    assert len(calls) == 4 and calls[0] == pytest.approx(999.0) and calls == sorted(calls, reverse=True)
+    assert np.array_equal(initial_noise(1, 5, 8, 3), x) and not np.array_equal(initial_noise(1, 5, 8, 4), x)
+
+    # a denoiser that depends on x: both samplers' intermediate steps matter and stay finite
+    out2 = sample(lambda xx, t: 0.5 * xx, x, sched, 5, sampler)
+    assert np.all(np.isfinite(out2))
+    with pytest.raises(ValueError, match="K"):
+        sample(oracle, x, sched, 0, sampler)
+    with pytest.raises(ValueError, match="sampler"):
+        sample(oracle, x, sched, 2, "euler")
+
+
+def test_noise_schedule_limits():
+    s = NoiseSchedule(1000)
+    assert s.alpha_bar(0) > 0.999 and s.alpha_bar(999) < 1e-3
+    assert np.all(np.diff(s.alpha_bar(np.arange(1000))) <= 0)
+
+
+def test_box_overlap_and_collisions():
+    a = box_corners(0, 0, 0, 4.0, 2.0)
+    assert boxes_overlap(a, box_corners(3.9, 0, 0.3, 4.0, 2.0))
+    assert not boxes_overlap(a, box_corners(4.2, 0, 0, 4.0, 2.0))
+    assert not boxes_overlap(a, box_corners(0, 2.1, 0, 4.0, 2.0))
+    assert boxes_overlap(a, box_corners(2.5, 1.5, np.pi / 4, 2.0, 1.0))
+    from rad2_planner.open_loop_metrics import LoggedFuture
+
+    times = (np.arange(8) + 1) * 0.5
+    plans = np.stack([np.stack([10 * times, np.zeros(8)], -1), np.stack([10 * times, np.full(8, 4.0)], -1)])
+    # a parked car 30 m ahead in the ego lane, and a moving one far to the left
+    pose = np.zeros((2, 8, 3))
+    pose[0, :, 0] = 30.0
+    pose[1, :, 0], pose[1, :, 1] = 5 * times, 20.0
+    spd = np.array([[0.0] * 9, [5.0] * 9])
+    fut = LoggedFuture(
+        plans[0],
+        np.ones(8, bool),
+        pose,
+        np.array([[4.5, 2.0], [4.5, 2.0]]),
+        spd,
+        np.ones((2, 8), bool),
+        (4.8, 1.9),
+    )
+    col = plan_collisions(plans, fut)
+    assert col["collision"].tolist() == [True, False]
+    assert col["static"].tolist() == [True, False] and col["dynamic"].tolist() == [False, False]
+    fut.agent_valid[0] = False
+    assert not plan_collisions(plans, fut)["collision"].any()
+
+
+def test_displacement_errors_and_accumulator():
+    gt = np.stack([np.arange(1, 9, dtype=float), np.zeros(8)], -1)
+    cands = np.stack([gt + [0.0, 1.0], gt + [0.0, 3.0]])
+    d = displacement_errors(cands, 1, gt)
+    assert d == pytest.approx({"minADE": 1.0, "minFDE": 1.0, "ADE": 3.0, "FDE": 3.0})
+    assert medoid_index(np.stack([gt, gt + 0.1, gt + 0.2, gt + 10])) in (1, 2)
+
+
+def test_logged_future_and_recovery_target():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from rad2_planner.training.imitation import recovery_target, sample_steps
+    from synthetic_scenes import make_clip
+
+    clip = make_clip(num_steps=81)
+    fut = logged_future(clip, 10, 0.5, 8)
+    assert fut.ego.shape == (8, 2) and fut.ego_valid.all()
+    assert fut.ego[-1, 0] == pytest.approx(40.0, abs=1.5)  # 10 m/s for 4 s, mostly straight ahead
+    tgt0 = recovery_target(clip, 10, np.zeros(3), 0.5, 8, 2.0)
+    assert np.allclose(tgt0, fut.ego, atol=1e-4)
+    # perturbed 1 m to the right: the log is 1 m to the LEFT at first and fully rejoined after 2 s
+    tgt = recovery_target(clip, 10, np.array([0.0, -1.0, 0.0]), 0.5, 8, 2.0)
+    assert tgt[0, 1] - tgt0[0, 1] == pytest.approx(0.25, abs=0.05)
+    assert np.allclose(tgt[4:], tgt0[4:] + [0.0, 1.0], atol=0.05)
+    assert sample_steps(81, 0.1, 0.5, 8, 10) == [0, 10, 20, 30, 40]
+    acc = OpenLoopAccumulator()
+    acc.add(np.stack([tgt0, tgt0 + 1.0]), 0, fut)
+    s = acc.summary()
+    assert s["ADE"] == pytest.approx(0.0, abs=1e-6) and s["samples"] == 1.0
+
+
+def test_observation_shape_errors_name_the_field():
+    cfg = tiny_config()
+    ex = example_inputs(cfg, batch=1)
+    obs = {k: ex[k][0] for k in SCENE_INPUTS}
+    assert observation_inputs(obs, cfg)["bev"].shape == (1, 10, 32, 32)
+    bad = dict(obs, agents=np.zeros((5, 10), np.float32))
+    with pytest.raises(ObservationError, match=r"agents: shape \(5, 10\)"):
+        observation_inputs(bad, cfg)
+    with pytest.raises(ObservationError, match="ego_state"):
+        observation_inputs(dict(obs, ego_state=np.full(4, np.nan, np.float32)), cfg)
+
+
+def test_il_loss_decreases_on_a_fixed_batch():
+    from rad2_planner.training.imitation import diffusion_loss
+
+    cfg = tiny_config(bev_hw=(16, 16), bev_stages=[8])
+    torch.manual_seed(0)
+    model = PlannerModel(cfg, TrajectoryNormalizer.identity(8, 0.5, 5.0))
+    ex = torch_inputs(cfg, batch=4)
+    batch = {k: ex[k] for k in SCENE_INPUTS}
+    batch["target"] = torch.cumsum(torch.rand(4, 8, 2), dim=1) * torch.tensor([5.0, 0.5])
+    opt = torch.optim.Adam(list(model.encoder.parameters()) + list(model.denoiser.parameters()), lr=3e-3)
+    sched = NoiseSchedule(1000)
+    gen = torch.Generator().manual_seed(0)
+    losses = []
+    for _ in range(40):
+        loss = diffusion_loss(model, batch, sched, 4, gen)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    assert np.mean(losses[-10:]) < 0.5 * np.mean(losses[:5])
+
+
+def test_safe_medoid_avoids_an_extrapolated_agent():
+    from rad2_planner.policy import safe_medoid_index
+
+    times = (np.arange(8) + 1) * 0.5
+    fast = np.stack([10 * times, np.zeros(8)], -1)  # reaches the stopped car 25 m ahead
+    slow = np.stack([np.minimum(3 * times, 12.0), np.zeros(8)], -1)  # stops well short of it
+    cands = np.stack([fast, fast + [0.2, 0.0], fast - [0.2, 0.0], slow])
+    agents = np.zeros((3, 10), np.float32)
+    agents[0, :8] = [25.0, 0.0, 1.0, 0.0, 0.0, 0.0, 4.5, 2.0]
+    mask = np.array([True, False, False])
+    assert medoid_index(cands) in (0, 1, 2)
+    assert safe_medoid_index(cands, agents, mask, 0.5) == 3
+    # the same car in the next lane is no obstacle: back to the plain medoid
+    agents[0, 1] = 6.0
+    assert safe_medoid_index(cands, agents, mask, 0.5) == medoid_index(cands)

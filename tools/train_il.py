@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Imitation pretraining of the RAD-2 generator on a clip dataset (see rad2_planner/training/imitation.py).
+
+Example (the shipped checkpoint's command is recorded in its config.json under training.command):
+    nice -n 10 .venv/bin/python tools/train_il.py --data out/train_large --out out/il_run --seed 0
+Resume an interrupted run with --resume (same --out). TensorBoard logs: <out>/tb.
+Hyper-parameters come from params/training.yaml (imitation.*); --set key=value overrides one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "ros2_ws" / "src" / "rad2_planner"))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", required=True, nargs="+", help="dataset directory (index.json, clips/, maps/)")
+    ap.add_argument("--out", default=None, help="run directory (checkpoints last/ and final/, tb/)")
+    ap.add_argument(
+        "--eval-only",
+        default=None,
+        metavar="CHECKPOINT",
+        help="only print open-loop metrics of CHECKPOINT on --data",
+    )
+    ap.add_argument("--eval-stride", type=int, default=10, help="--eval-only: every n-th log step is planned")
+    ap.add_argument("--selection", default=None, help="--eval-only: fallback selection rule override")
+    ap.add_argument("--seed", type=int, default=None, help="overrides imitation.seed")
+    ap.add_argument("--max-steps", type=int, default=None, help="overrides imitation.max_steps")
+    ap.add_argument(
+        "--time-budget-min", type=float, default=None, help="stop (and save) after this many minutes"
+    )
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override an imitation.* hyper-parameter (JSON value), e.g. --set batch_size=32",
+    )
+    ap.add_argument("--workers", type=int, default=2, help="processes building the feature cache")
+    ap.add_argument("--resume", action="store_true", help="continue from <out>/last")
+    ap.add_argument("--init-from", default=None, help="start from this checkpoint's weights (fine-tuning)")
+    ap.add_argument(
+        "--export-to", default=None, help="write the final checkpoint here, float16 weights (shipped form)"
+    )
+    ap.add_argument("--no-progress", action="store_true")
+    args = ap.parse_args(argv)
+
+    from rad2_planner.training.imitation import evaluate_open_loop, train
+
+    if args.eval_only:
+        for d in args.data:
+            res = evaluate_open_loop(
+                Path(args.eval_only).resolve(),
+                d,
+                args.eval_stride,
+                selection=args.selection,
+                progress=not args.no_progress,
+            )
+            print(f"{d}: " + "  ".join(f"{k} {v:.3f}" for k, v in res.items()))
+        return 0
+    if args.out is None or len(args.data) != 1:
+        ap.error("training needs --out and exactly one --data directory")
+
+    overrides = {}
+    for kv in args.set:
+        if "=" not in kv:
+            ap.error(f"--set expects KEY=VALUE, got {kv!r}")
+        k, v = kv.split("=", 1)
+        try:
+            overrides[k] = json.loads(v)
+        except json.JSONDecodeError:
+            overrides[k] = v
+    if args.seed is not None:
+        overrides["seed"] = args.seed
+    if args.max_steps is not None:
+        overrides["max_steps"] = args.max_steps
+    data = Path(args.data[0])
+    if not (data / "index.json").is_file():
+        ap.error(f"--data {data}: no index.json (not a dataset directory)")
+    command = "python tools/train_il.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    train(
+        data,
+        args.out,
+        overrides=overrides,
+        resume=args.resume,
+        workers=args.workers,
+        progress=not args.no_progress,
+        command=command,
+        time_budget_s=args.time_budget_min * 60 if args.time_budget_min else None,
+        init_from=args.init_from,
+    )
+    final = Path(args.out) / "final"
+    print(f"final checkpoint: {final}")
+    if args.export_to:
+        import torch
+        from rad2_planner.networks import PlannerModel
+
+        PlannerModel.load(final).save(args.export_to, dtype=torch.float16)
+        print(f"exported (float16 weights) to {args.export_to}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
