@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from rad2_planner import bags
 from rad2_planner.clip import save_clip
@@ -17,7 +19,12 @@ ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ROOT / "tools"
 NODES = ROOT / "ros2_ws" / "src" / "rad2_planner" / "rad2_planner" / "nodes"
 INSTALL_LIB = ROOT / "ros2_ws" / "install" / "rad2_planner" / "lib" / "rad2_planner"
-STEPS = 12
+DATASET = ROOT / "data" / "eval_efficiency"
+STEPS = 32
+
+if str(TOOLS) not in sys.path:
+    sys.path.insert(0, str(TOOLS))
+import replay_eval  # noqa: E402
 
 _missing = [p.name for p in (NODES / "perception_node.py", NODES / "planner_node.py") if not p.is_file()]
 if not _missing and not (INSTALL_LIB / "planner_node").exists():
@@ -34,10 +41,9 @@ needs_nodes = pytest.mark.skipif(
 
 @needs_nodes
 def test_replay_lock_step_through_real_nodes(tmp_path):
-    clip = make_clip(num_steps=41)
-    clip_file = save_clip(clip, tmp_path / "clip.npz")
-    res = subprocess.run([sys.executable, str(TOOLS / "clip_to_bag.py"), "--clip", str(clip_file),
-                          "--steps", "0:30", "--out", str(tmp_path / "in")],
+    # 40 logged steps of a bundled evaluation clip; the replay plays the first STEPS of them
+    res = subprocess.run([sys.executable, str(TOOLS / "clip_to_bag.py"), "--dataset", str(DATASET),
+                          "--index", "0", "--steps", "0:40", "--out", str(tmp_path / "in")],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     out = tmp_path / "replay"
@@ -50,12 +56,31 @@ def test_replay_lock_step_through_real_nodes(tmp_path):
     # lock-step: every step got its plan, matched by stamp
     assert report["steps"] == STEPS
     assert report["plans_received"] == STEPS, report
+    assert report["steps_without_plan"] == 0
     assert report["unmatched_outputs"] == 0
     ol = report["open_loop"]
+    assert "error" not in ol, ol.get("error")
     assert ol["cycles_with_candidates"] == STEPS
+    assert ol["fallback_cycles"] == 0
+    # scored against the dataset clip (its future reaches past the bag), every plan with a full horizon
+    assert ol["future_source"] == "clip", ol["future_note"]
+    assert ol["samples"] == STEPS and ol["samples_full_horizon"] == STEPS
+    for key in ("ADE", "FDE", "minADE", "minFDE"):
+        assert ol[key] is not None and math.isfinite(ol[key]) and ol[key] >= 0, (key, ol[key])
+    assert ol["minADE"] <= ol["ADE"] and ol["minFDE"] <= ol["FDE"]
+    assert ol["ADE"] < 5.0 and ol["FDE"] < 12.0, ol
+    for key in ("CR", "DCR", "SCR", "coll_any", "offroad"):
+        assert 0.0 <= ol[key] <= 100.0, (key, ol[key])
+    assert ol["CR"] >= max(ol["DCR"], ol["SCR"]) - 1e-9
+    assert [r["step"] for r in ol["per_step"]] == list(range(STEPS))
+    # the printed table carries the metrics
+    assert "ADE selected (m)" in res.stdout and "CR collision rate (%)" in res.stdout
     planner = report["diagnostics"]["planner"]
     assert planner["messages"] >= STEPS
-    assert planner["stages"]["end_to_end"]["count"] >= STEPS
+    for stage in ("end_to_end", "preprocess", "encode"):
+        st = planner["stages"][stage]
+        assert st["count"] >= STEPS and 0 < st["p50"] <= st["p90"] <= st["p99"], (stage, st)
+    assert planner["deadline_missed"] >= 0 and "deadline_miss_rate" in planner
     assert report["wall_latency_ms"]["count"] == STEPS and report["wall_latency_ms"]["p50"] > 0
     for png in ("plans.png", "timeline.png", "latency.png"):
         assert (out / png).stat().st_size > 5_000, png
@@ -66,6 +91,53 @@ def test_replay_lock_step_through_real_nodes(tmp_path):
     assert topics["/planning/path"].msgtype == "nav_msgs/msg/Path"
     assert topics["/localization/odometry"].count == STEPS
     assert topics["/planning/diagnostics"].msgtype == "rad2_msgs/msg/PlanningDiagnostics"
+
+
+@pytest.fixture(scope="module")
+def synthetic_bag(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("synthetic_bag")
+    clip = make_clip(num_steps=50)
+    clip_file = save_clip(clip, tmp / "clip.npz")
+    res = subprocess.run([sys.executable, str(TOOLS / "clip_to_bag.py"), "--clip", str(clip_file),
+                          "--no-viz", "--out", str(tmp / "in")], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    return clip, tmp / "in"
+
+
+def _log_cycles(clip, scene, noise: float = 0.0):
+    """Cycles whose selected candidate is the logged ego future (plus a shifted second candidate)."""
+    from rad2_planner.open_loop_metrics import logged_future
+
+    cycles = []
+    for k in range(len(scene.stamps_ns)):
+        gt = logged_future(clip, k, 0.5, 8).ego
+        cands = np.stack([gt + noise, gt + [0.0, 3.0]])
+        cycles.append(replay_eval.Cycle(k, int(scene.stamps_ns[k]), cands, np.zeros(2), 0, 0.5, 1.0))
+    return cycles
+
+
+def test_open_loop_metrics_of_logged_plans(synthetic_bag):
+    """The adapter without nodes: plans equal to the log score ADE = 0, from the clip and from the bag."""
+    clip, bag = synthetic_bag
+    _, scene, meta = replay_eval.read_replay_bag(bag)
+    cycles = _log_cycles(clip, scene)
+    ol = replay_eval.open_loop_summary(cycles, scene, 0.1, meta)
+    assert ol["future_source"] == "clip", ol["future_note"]
+    assert ol["samples"] == len(cycles) - 5  # the last 5 steps have no logged future at +0.5 s
+    assert ol["ADE"] < 0.01 and ol["FDE"] < 0.01 and ol["minADE"] < 0.01
+    assert ol["CR"] == 0.0 and ol["offroad"] == 0.0
+    assert ol["samples_full_horizon"] == len(cycles) - 40  # +4 s inside the log
+    # without the clip the bag's odometry and object lists are the log (no map -> no offroad)
+    ol_bag = replay_eval.open_loop_summary(cycles, scene, 0.1, {**meta, "map_file": str(bag / "missing")})
+    assert ol_bag["future_source"] == "bag"
+    assert "offroad" not in ol_bag
+    for key in ("samples", "samples_full_horizon", "ADE", "FDE", "CR", "DCR", "SCR"):
+        assert ol_bag[key] == pytest.approx(ol[key], abs=0.01), key
+    # an offset plan: ADE equals the offset, best of M picks the logged one
+    ol_off = replay_eval.open_loop_summary(_log_cycles(clip, scene, noise=1.0), scene, 0.1, meta)
+    assert ol_off["ADE"] == pytest.approx(np.sqrt(2.0), abs=0.01)
+    assert ol_off["minADE"] == pytest.approx(np.sqrt(2.0), abs=0.01)
+    assert [r["step"] for r in ol_off["per_step"]] == list(range(len(cycles) - 5))
 
 
 def test_replay_rejects_bag_without_inputs(tmp_path):

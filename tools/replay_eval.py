@@ -42,7 +42,6 @@ for _p in (ROOT / "ros2_ws" / "src" / "rad2_planner", ROOT / "tools"):
 import latency_report  # noqa: E402
 from clip_to_bag import TOPIC_CLOCK, TOPIC_OBJECTS, TOPIC_ODOM  # noqa: E402
 from rad2_planner import bags  # noqa: E402
-from rad2_planner.geometry import world_to_ego  # noqa: E402
 from record_bag import Recorder, RecordError, ensure_ros_environment, message_class  # noqa: E402
 
 TOPIC_CANDIDATES = "/planning/candidates"
@@ -350,15 +349,117 @@ class Player:
 # --------------------------------------------------------------------------------------------------
 
 
-def logged_future_ego(scene: LoggedScene, step: int, n_points: int, plan_dt: float,
-                      log_dt: float) -> tuple[np.ndarray, np.ndarray]:
-    """[T, 2] logged ego positions at (k+1)*plan_dt after ``step`` in the ego frame of ``step``, mask [T]."""
-    offsets = np.rint(np.arange(1, n_points + 1) * plan_dt / log_dt).astype(int) + step
-    valid = offsets < len(scene.stamps_ns)
-    pts = np.zeros((n_points, 2))
-    if valid.any():
-        pts[valid] = world_to_ego(scene.ego[offsets[valid], :2], scene.ego[step])
-    return pts, valid
+def _meta_float(meta: dict, key: str, default: float | None = None) -> float | None:
+    try:
+        return float(meta[key])
+    except (KeyError, TypeError, ValueError):
+        return default
+
+
+def clip_from_metadata(meta: dict, scene: LoggedScene, log_dt: float,
+                       tol_m: float = 0.05) -> tuple[Any | None, int, str]:
+    """The clip the bag was made from (``rad2.map_file`` + ``rad2.clip_id``), the clip step of bag step 0
+    (``rad2.first_step``) and a note; ``(None, 0, why)`` when it cannot be loaded or does not match the
+    bag's odometry (then the bag itself is the log, see :func:`clip_from_bag`)."""
+    from clip_to_bag import load_clip_source
+
+    map_file, clip_id = meta.get("map_file"), str(meta.get("clip_id") or "first")
+    if not map_file:
+        return None, 0, "bag metadata names no rad2.map_file"
+    path = Path(map_file)
+    try:
+        if path.is_dir():
+            src = load_clip_source(str(path), None if clip_id in ("", "first") else clip_id, None, None)
+        else:
+            src = load_clip_source(None, None, None, str(path))
+    except Exception as exc:  # noqa: BLE001 - any load failure falls back to the bag
+        return None, 0, f"clip {clip_id!r} of {map_file} not loadable ({exc})"
+    clip = src.clip
+    first = int(_meta_float(meta, "first_step", 0.0) or 0)
+    if abs(float(clip.dt) - log_dt) > 1e-6:
+        return None, 0, f"clip dt {clip.dt} differs from the bag's {log_dt}"
+    n = len(scene.stamps_ns)
+    if first < 0 or first + n > clip.num_steps:
+        return None, 0, f"bag steps {first}..{first + n} exceed clip {clip.clip_id} ({clip.num_steps} steps)"
+    idx = first + np.arange(n)
+    err = np.hypot(clip.ego_x[idx] - scene.ego[:, 0], clip.ego_y[idx] - scene.ego[:, 1]).max()
+    if err > tol_m:
+        return None, 0, f"clip {clip.clip_id} ego differs from the bag odometry by {err:.2f} m"
+    return clip, first, f"clip {clip.clip_id} of {map_file} (bag step 0 = clip step {first})"
+
+
+def clip_from_bag(scene: LoggedScene, log_dt: float, meta: dict) -> Any:
+    """A clip-like log (the fields rad2_planner.open_loop_metrics.logged_future reads) built from the bag's
+    odometry and object lists; agents are matched across steps by id."""
+    from types import SimpleNamespace
+
+    n_steps = len(scene.stamps_ns)
+    ids = sorted({int(i) for a in scene.agents for i in a["ids"]})
+    col = {i: k for k, i in enumerate(ids)}
+    shape = (len(ids), n_steps)
+    tracks = {k: np.zeros(shape) for k in ("x", "y", "yaw", "vx", "vy")}
+    valid = np.zeros(shape, bool)
+    length, width = np.zeros(len(ids)), np.zeros(len(ids))
+    for t, a in enumerate(scene.agents):
+        rows = np.array([col[int(i)] for i in a["ids"]], dtype=np.int64)
+        if not len(rows):
+            continue
+        for k in tracks:
+            tracks[k][rows, t] = a[k]
+        valid[rows, t] = True
+        length[rows], width[rows] = a["length"], a["width"]
+    vehicle = load_params_safe("vehicle")
+    ego_length = _meta_float(meta, "ego_length", vehicle.get("length"))
+    ego_width = _meta_float(meta, "ego_width", vehicle.get("width"))
+    return SimpleNamespace(
+        clip_id="bag", dt=log_dt, num_steps=n_steps,
+        ego_x=scene.ego[:, 0], ego_y=scene.ego[:, 1], ego_yaw=scene.ego[:, 2],
+        ego_length=ego_length, ego_width=ego_width,
+        agent_ids=np.array(ids, dtype=np.int64), agent_length=length, agent_width=width,
+        agent_x=tracks["x"], agent_y=tracks["y"], agent_yaw=tracks["yaw"],
+        agent_vx=tracks["vx"], agent_vy=tracks["vy"], agent_valid=valid,
+    )
+
+
+def load_params_safe(name: str) -> dict[str, Any]:
+    """``params/<name>.yaml`` section ``name`` (flat dict), or {} when it cannot be read."""
+    try:
+        from rad2_planner.config import load_params
+
+        return dict(load_params(name).get(name, {}))
+    except Exception:  # noqa: BLE001 - only used for fallbacks
+        return {}
+
+
+class DrivableRaster:
+    """The BEV drivable-area channel at a world pose (params/bev.yaml geometry) for the offroad metric."""
+
+    def __init__(self, clip: Any):
+        from rad2_planner import bev
+        from rad2_planner.config import load_params
+
+        params = load_params("bev")
+        params = {**params, "bev": {**params["bev"], "channels": ["drivable_area"], "vector_channels": []}}
+        self.params, self.bev, self.clip = params, bev, clip
+        self.cfg = bev.BevConfig.from_params(params)
+        self.prepared = bev.prepare_map(clip.map)
+        self.origin = (self.cfg.origin_x, self.cfg.origin_y)
+        self.resolution = self.cfg.resolution
+
+    def __call__(self, pose: np.ndarray) -> np.ndarray:
+        snap = self.bev.SceneSnapshot(map=self.clip.map, ego_pose=np.asarray(pose, np.float64),
+                                      route_polyline=self.clip.route_polyline,
+                                      agents=self.bev.AgentFrame.empty())
+        return self.bev.rasterize_bev(snap, params=self.params, prepared=self.prepared)[0]
+
+
+#: Summary keys of OpenLoopAccumulator shown in the table, with units.
+METRIC_LABELS = {
+    "ADE": ("ADE selected", "m"), "FDE": ("FDE selected", "m"),
+    "minADE": ("minADE (best of M)", "m"), "minFDE": ("minFDE (best of M)", "m"),
+    "CR": ("CR collision rate", "%"), "DCR": ("DCR dynamic", "%"), "SCR": ("SCR static", "%"),
+    "coll_any": ("candidates colliding", "%"), "offroad": ("offroad (selected)", "%"),
+}
 
 
 def open_loop_summary(cycles: list[Cycle], scene: LoggedScene, log_dt: float, meta: dict) -> dict[str, Any]:
@@ -379,9 +480,41 @@ def open_loop_summary(cycles: list[Cycle], scene: LoggedScene, log_dt: float, me
 
 def _call_open_loop_metrics(olm: Any, cycles: list[Cycle], scene: LoggedScene, log_dt: float,
                             meta: dict) -> dict[str, Any]:
-    """Adapter to the networks helper's module; its API was not available when this was written."""
-    return {"error": "rad2_planner.open_loop_metrics has no adapter in replay_eval yet (API pending)",
-            "available": sorted(n for n in dir(olm) if not n.startswith("_"))}
+    """Score each cycle's candidates (ego frame of its step) against the logged future.
+
+    The log is the clip named by the bag metadata when it loads and matches the bag's odometry (its
+    future reaches past the bag's last step, and it gives the map for the offroad check); otherwise the
+    bag's own odometry and object lists. Fallback cycles (selected < 0) count only in ``fallback_cycles``.
+    """
+    clip, first, note = clip_from_metadata(meta, scene, log_dt)
+    source = "clip"
+    if clip is None:
+        clip, first, source = clip_from_bag(scene, log_dt, meta), 0, "bag"
+        note = f"bag odometry and objects ({note})"
+    drivable = None
+    if source == "clip":
+        try:
+            drivable = DrivableRaster(clip)
+        except Exception as exc:  # noqa: BLE001 - offroad is optional
+            note += f"; no offroad check ({exc})"
+    acc = olm.OpenLoopAccumulator()
+    per_step: list[dict[str, float]] = []
+    full = 0
+    for c in cycles:
+        if c.selected < 0 or c.selected >= len(c.candidates) or not np.isfinite(c.plan_dt):
+            continue
+        t = first + c.step
+        fut = olm.logged_future(clip, t, c.plan_dt, c.candidates.shape[1])
+        if drivable is not None:
+            row = acc.add(c.candidates, c.selected, fut, drivable(clip.ego_pose(t)), drivable.origin,
+                          drivable.resolution)
+        else:
+            row = acc.add(c.candidates, c.selected, fut)
+        if row:
+            full += bool(fut.ego_valid.all())
+            per_step.append({"step": c.step, **row})
+    return {**acc.summary(), "samples_full_horizon": full, "future_source": source,
+            "future_note": note, "per_step": per_step}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -422,24 +555,36 @@ def plot_plans(cycles: list[Cycle], scene: LoggedScene, png: Path, title: str, e
     plt.close(fig)
 
 
-def plot_timeline(cycles: list[Cycle], per_step: dict[str, list], png: Path, title: str) -> None:
+def plot_timeline(cycles: list[Cycle], per_step: list[dict[str, float]], png: Path, title: str) -> None:
+    """Wall latency per step, and ADE/FDE (selected and best of M) per step with collision marks."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
+    fig, axes = plt.subplots(2, 1, figsize=(10, 6.5), sharex=True)
     steps = [c.step for c in cycles]
     lat = [c.wall_latency_ms if c.wall_latency_ms is not None else np.nan for c in cycles]
     axes[0].plot(steps, lat, ".-", label="input published -> candidates received (wall)")
     axes[0].set_ylabel("ms")
-    axes[0].legend()
-    for name, values in per_step.items():
-        axes[1].plot(values[0], values[1], ".-", label=name)
-    axes[1].set_xlabel("log step")
-    axes[1].set_ylabel("m")
+    axes[0].legend(loc="upper right")
+    ax = axes[1]
     if per_step:
-        axes[1].legend()
+        x = np.array([r["step"] for r in per_step])
+        for key, style in (("ADE", "-"), ("FDE", "-"), ("minADE", "--"), ("minFDE", "--")):
+            y = np.array([r.get(key, np.nan) for r in per_step])
+            color = "tab:blue" if "ADE" in key else "tab:orange"
+            label = f"{key} ({'selected' if key[0] != 'm' else 'best of M'})"
+            ax.plot(x, y, style, marker=".", ms=3, color=color, lw=1.2, label=label)
+        hit = np.array([r.get("CR", 0.0) > 0 for r in per_step])
+        if hit.any():
+            y = np.array([r["FDE"] for r in per_step])
+            ax.plot(x[hit], y[hit], "rx", ms=7, label="selected plan collides (CR)")
+        ax.legend(loc="upper right", fontsize=8, ncol=2)
+    else:
+        ax.text(0.5, 0.5, "no open-loop metrics", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("log step")
+    ax.set_ylabel("displacement error vs logged ego (m)")
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
@@ -536,13 +681,20 @@ def replay(args: argparse.Namespace) -> int:
     table = Table(title=f"open-loop metrics: {args.bag}")
     table.add_column("metric")
     table.add_column("value", justify="right")
-    for key, value in metrics.items():
-        if isinstance(value, (int, float, np.floating)):
-            table.add_row(key, f"{value:.3f}" if isinstance(value, float) else str(value))
-        elif isinstance(value, str):
-            table.add_row(key, value)
+    for key, (label, unit) in METRIC_LABELS.items():
+        if key in metrics:
+            value = metrics[key]
+            table.add_row(f"{label} ({unit})", f"{value:.2f}" if unit == "%" else f"{value:.3f}")
+    if "samples" in metrics:
+        table.add_row("scored plans (with full horizon)",
+                      f"{int(metrics['samples'])} ({metrics['samples_full_horizon']})")
+        table.add_row("logged future from", str(metrics["future_source"]))
+    if "error" in metrics:
+        table.add_row("error", str(metrics["error"]))
+    table.add_row("fallback cycles", str(metrics.get("fallback_cycles", 0)))
     table.add_row("steps / plans received", f"{len(steps)} / {len(cycles)}")
-    table.add_row("wall latency p50 / p99 (ms)", f"{wall['p50']:.1f} / {wall['p99']:.1f}")
+    table.add_row("wall latency p50 / p90 / p99 (ms)",
+                  " / ".join(f"{wall[q]:.1f}" for q in ("p50", "p90", "p99")))
     table.add_row("replay speed (steps/s)", f"{report['steps_per_s']:.1f}")
     console.print(table)
     if latency:
@@ -551,7 +703,7 @@ def replay(args: argparse.Namespace) -> int:
         latency_report.plot_histograms(player.diagnostics, out / "latency.png", deadline,
                                        f"replay of {Path(args.bag).name}: planner latency")
     plot_plans(cycles, scene, out / "plans.png", f"replay of {Path(args.bag).name}: plans vs log")
-    plot_timeline(cycles, metrics.get("per_step", {}), out / "timeline.png",
+    plot_timeline(cycles, metrics.get("per_step", []), out / "timeline.png",
                   f"replay of {Path(args.bag).name}")
     console.print(f"wrote {out / 'replay_eval.json'}, {out}/*.png and the bag {out / 'outputs'}")
     if len(cycles) < len(steps) and not args.realtime:
