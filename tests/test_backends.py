@@ -8,46 +8,20 @@ import numpy as np
 import pytest
 import torch
 from rad2_planner.config import load_params
-from rad2_planner.networks import ModelConfig, PlannerModel
+from rad2_planner.networks import PlannerModel
 from rad2_planner.policy import Rad2Policy
 from rad2_planner.runtime import BackendUnavailableError, make_backend, onnx_export
 from rad2_planner.runtime.base import SCENE_INPUTS
 from rad2_planner.runtime.onnx_export import ensure_onnx, example_inputs
 from rad2_planner.runtime.ort_backend import OrtBackend
 from rad2_planner.runtime.torch_backend import TorchBackend
+from tiny_models import randomised_model, tiny_config
 
 
 def _tiny_model() -> PlannerModel:
-    m = load_params("planner")["model"]
-    cfg = ModelConfig(
-        bev_channels=10,
-        bev_hw=(32, 32),
-        n_map=4,
-        map_points=5,
-        n_agents=3,
-        n_route=5,
-        plan_points=8,
-        plan_dt=0.5,
-        d_model=32,
-        num_heads=2,
-        mlp_ratio=2,
-        bev_stages=[8, 16],
-        point_mlp_hidden=16,
-        fusion_layers=1,
-        generator_layers=2,
-        discriminator_layers=1,
-        trajectory_scale_m=[40.0, 10.0],
-        num_train_steps=int(load_params("planner")["diffusion"]["num_train_steps"]),
-        input_scale=m["input_scale"],
-    )
-    torch.manual_seed(0)
-    model = PlannerModel(cfg)
-    with torch.no_grad():  # randomise the adaLN-Zero layers so the whole graph matters
-        for p in model.parameters():
-            if p.abs().sum() == 0:
-                p.normal_(0.0, 0.1)
+    model = randomised_model(tiny_config())
     model.discriminator_trained = True
-    return model.eval()
+    return model
 
 
 @pytest.fixture(scope="module")

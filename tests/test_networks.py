@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from rad2_planner.config import load_params
 from rad2_planner.diffusion import NoiseSchedule, initial_noise, sample
-from rad2_planner.networks import ModelConfig, PlannerModel, TrajectoryNormalizer
+from rad2_planner.networks import PlannerModel, TrajectoryNormalizer
 from rad2_planner.open_loop_metrics import (
     OpenLoopAccumulator,
     box_corners,
@@ -17,8 +16,9 @@ from rad2_planner.open_loop_metrics import (
     plan_collisions,
 )
 from rad2_planner.policy import ObservationError, medoid_index, observation_inputs
-from rad2_planner.runtime.base import SCENE_INPUTS
+from rad2_planner.runtime.base import DISCRIMINATOR_INPUTS, SCENE_INPUTS
 from rad2_planner.runtime.onnx_export import example_inputs
+from tiny_models import randomised_model, tiny_config
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -28,44 +28,6 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-def tiny_config(**kw) -> ModelConfig:
-    m = load_params("planner")["model"]
-    args = dict(
-        bev_channels=10,
-        bev_hw=(32, 32),
-        n_map=4,
-        map_points=5,
-        n_agents=3,
-        n_route=5,
-        plan_points=8,
-        plan_dt=0.5,
-        d_model=32,
-        num_heads=2,
-        mlp_ratio=2,
-        bev_stages=[8, 16],
-        point_mlp_hidden=16,
-        fusion_layers=1,
-        generator_layers=2,
-        discriminator_layers=1,
-        trajectory_scale_m=[40.0, 10.0],
-        num_train_steps=1000,
-        input_scale=m["input_scale"],
-    )
-    args.update(kw)
-    return ModelConfig(**args)
-
-
-def randomised_model(cfg: ModelConfig, seed: int = 0) -> PlannerModel:
-    """A model whose zero-initialised (adaLN-Zero) layers are randomised so every path matters."""
-    torch.manual_seed(seed)
-    model = PlannerModel(cfg)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.abs().sum() == 0:
-                p.normal_(0.0, 0.1)
-    return model.eval()
 
 
 def torch_inputs(cfg, batch=2, m=3, seed=0):
@@ -85,15 +47,7 @@ def test_shapes_for_several_m():
             x = torch.randn(2, m, cfg.plan_points, 2)
             out = model.denoiser(x, torch.tensor([10.0, 900.0]), tokens, bias, cond)
             assert out.shape == (2, m, cfg.plan_points, 2) and torch.isfinite(out).all()
-            s = model.discriminator(
-                x * 10,
-                ex["map_polylines"],
-                ex["map_mask"],
-                ex["agents"],
-                ex["agents_mask"],
-                ex["ego_state"],
-                bev_tokens,
-            )
+            s = model.discriminator(x * 10, *(ex[k] for k in DISCRIMINATOR_INPUTS[1:-1]), bev_tokens)
             assert s.shape == (2, m) and bool(((s > 0) & (s < 1)).all())
 
 
@@ -111,15 +65,7 @@ def test_masked_tokens_do_not_influence_outputs():
             tokens, bias, cond, bev = model.encoder(*(inp[k] for k in SCENE_INPUTS))
             return (
                 model.denoiser(x, t, tokens, bias, cond),
-                model.discriminator(
-                    x * 5,
-                    inp["map_polylines"],
-                    inp["map_mask"],
-                    inp["agents"],
-                    inp["agents_mask"],
-                    inp["ego_state"],
-                    bev,
-                ),
+                model.discriminator(x * 5, *(inp[k] for k in DISCRIMINATOR_INPUTS[1:-1]), bev),
             )
 
     base = run(ex)
@@ -142,15 +88,7 @@ def test_discriminator_without_agents_or_map_is_finite():
     ex["map_mask"][:] = False
     with torch.no_grad():
         _, _, _, bev = model.encoder(*(ex[k] for k in SCENE_INPUTS))
-        s = model.discriminator(
-            ex["trajectories"],
-            ex["map_polylines"],
-            ex["map_mask"],
-            ex["agents"],
-            ex["agents_mask"],
-            ex["ego_state"],
-            bev,
-        )
+        s = model.discriminator(*(ex[k] for k in DISCRIMINATOR_INPUTS[:-1]), bev)
     assert torch.isfinite(s).all()
 
 

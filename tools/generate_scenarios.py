@@ -24,6 +24,7 @@ for _pkg in ("rad2_planner", "bev_warp_sim"):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
+from bev_warp_sim.safety import min_ttc_of_log  # noqa: E402
 from rad2_planner.scenarios import events  # noqa: E402
 from rad2_planner.scenarios.generate import generate_dataset, load_config  # noqa: E402
 
@@ -92,6 +93,7 @@ def main(argv=None) -> int:
                 list(spec["kinds"]),
                 int(spec["count"]),
                 base + int(spec["seed_offset"]),
+                log_safety=min_ttc_of_log,
                 workers=args.workers,
                 cache_dir=args.cache_dir,
                 description=f"SUMO {name}: tools/generate_scenarios.py --bundled (seed {base})",
@@ -122,6 +124,7 @@ def main(argv=None) -> int:
         list(kinds),
         int(count),
         int(seed),
+        log_safety=min_ttc_of_log,
         workers=args.workers,
         cache_dir=args.cache_dir,
         append=args.append,

@@ -15,6 +15,7 @@ from `sample_arrays(seed)`, which needs no ROS, so tests can compare what the pr
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import statistics
@@ -404,21 +405,8 @@ def decode_content(type_name: str, msg: Any, sizes: Any) -> dict[str, np.ndarray
         }
     if type_name == "SceneTokens":
         t = rc.scene_tokens_from_msg(msg, sizes)
-        return {
-            k: getattr(t, k)
-            for k in (
-                "map_polylines",
-                "map_mask",
-                "agents",
-                "agents_mask",
-                "route",
-                "route_mask",
-                "ego_state",
-                "lane_ids",
-                "agent_ids",
-                "agent_types",
-            )
-        } | {"stamp_ns": np.array(t.stamp_ns)}
+        arrays = {f.name: getattr(t, f.name) for f in dataclasses.fields(t) if f.name != "frame_id"}
+        return arrays | {"stamp_ns": np.array(t.stamp_ns)}
     if type_name == "MapPolyline":
         t = rc.scene_tokens_from_msg(SceneTokens(map_polylines=[msg]), sizes)
         return {"polyline": t.map_polylines[0], "lane_id": np.array(t.lane_ids[0])}

@@ -395,6 +395,11 @@ class Clip:
             metadata=meta,
         )
 
+    def select_agents(self, keep) -> Clip:
+        """The same clip with only the agents selected by ``keep`` (a bool mask [N] or indices)."""
+        names = ("agent_ids", "agent_types", "agent_length", "agent_width", *_AGENT_TRACKS, "agent_valid")
+        return replace(self, **{k: getattr(self, k)[keep] for k in names})
+
     # -- validation ---------------------------------------------------------------------------
     def validate(self) -> Clip:
         """Raise :class:`ClipValidationError` naming the first inconsistent field; return self."""

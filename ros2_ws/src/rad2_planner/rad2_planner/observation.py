@@ -34,13 +34,14 @@ from .tokens import (
 
 
 class ObservationError(ValueError):
-    """An observation's fields are inconsistent (message names the field and shape)."""
+    """An observation's fields are inconsistent, or do not match the sizes the networks were built for
+    (the message names the field and shape)."""
 
 
 _FLOAT_FIELDS = ("bev", "map_polylines", "agents", "route", "ego_state")
-_BOOL_FIELDS = ("map_mask", "agents_mask", "route_mask")
-# unbatched rank of each field
-_RANK = {
+BOOL_FIELDS = ("map_mask", "agents_mask", "route_mask")
+# unbatched rank of each field (also what :func:`rad2_planner.policy.observation_inputs` checks)
+FIELD_RANKS = {
     "bev": 3,
     "map_polylines": 3,
     "map_mask": 1,
@@ -90,7 +91,7 @@ class Observation:
 
     def validate(self, params: dict[str, Any] | None = None) -> Observation:
         """Check dtypes and mutual shape consistency (and, with ``params``, the configured sizes)."""
-        for name in _FLOAT_FIELDS + _BOOL_FIELDS:
+        for name in _FLOAT_FIELDS + BOOL_FIELDS:
             v = getattr(self, name)
             if not isinstance(v, np.ndarray):
                 raise ObservationError(f"{name}: expected a numpy array, got {type(v).__name__}")
@@ -103,13 +104,13 @@ class Observation:
             raise ObservationError(
                 f"ego_state: shape {self.ego_state.shape} has more than one batch dimension"
             )
-        for name, rank in _RANK.items():
+        for name, rank in FIELD_RANKS.items():
             v = getattr(self, name)
             if v.ndim != rank + nb or tuple(v.shape[:nb]) != b:
                 raise ObservationError(
                     f"{name}: shape {v.shape} does not have rank {rank} after batch shape {b}"
                 )
-        sh = {n: getattr(self, n).shape[nb:] for n in _RANK}
+        sh = {n: getattr(self, n).shape[nb:] for n in FIELD_RANKS}
         if sh["ego_state"] != (4,):
             raise ObservationError(
                 f"ego_state: shape {self.ego_state.shape} is not (4,) after batch shape {b}"

@@ -29,27 +29,11 @@ import numpy as np
 
 from .config import load_params, params_dir, require
 from .diffusion import SAMPLERS, NoiseSchedule, initial_noise, sample
+from .observation import BOOL_FIELDS, FIELD_RANKS, ObservationError
 from .planning_interface import PlanResult
 from .runtime.base import SCENE_INPUTS, make_backend
 
-_FIELDS = {
-    "bev": 3,
-    "map_polylines": 3,
-    "map_mask": 1,
-    "agents": 2,
-    "agents_mask": 1,
-    "route": 2,
-    "route_mask": 1,
-    "ego_state": 1,
-}
-_MASKS = ("map_mask", "agents_mask", "route_mask")
-
-
 FALLBACK_RULES = ("medoid", "first", "safe_medoid")
-
-
-class ObservationError(ValueError):
-    """An observation does not match the shapes the networks were built for."""
 
 
 def resolve_path(p: str | Path) -> Path:
@@ -64,7 +48,7 @@ def observation_inputs(observation: Any, cfg=None) -> dict[str, np.ndarray]:
     Checks every field's shape against the model config and names the offending field.
     """
     out = {}
-    for name, unbatched_ndim in _FIELDS.items():
+    for name, unbatched_ndim in FIELD_RANKS.items():
         v = observation[name] if isinstance(observation, dict) else getattr(observation, name, None)
         if v is None:
             raise ObservationError(f"observation has no field {name!r}")
@@ -76,8 +60,8 @@ def observation_inputs(observation: Any, cfg=None) -> dict[str, np.ndarray]:
                 f"observation.{name}: shape {a.shape} has {a.ndim} dims, expected "
                 f"{unbatched_ndim} (or {unbatched_ndim + 1} batched)"
             )
-        a = a.astype(bool if name in _MASKS else np.float32, copy=False)
-        if name not in _MASKS and not np.all(np.isfinite(a)):
+        a = a.astype(bool if name in BOOL_FIELDS else np.float32, copy=False)
+        if name not in BOOL_FIELDS and not np.all(np.isfinite(a)):
             raise ObservationError(f"observation.{name}: contains non-finite values")
         out[name] = np.ascontiguousarray(a)
     if cfg is not None:

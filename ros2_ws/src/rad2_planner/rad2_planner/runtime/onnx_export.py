@@ -115,15 +115,7 @@ def export_onnx(model, out_dir: str | Path) -> dict[str, Path]:
         },
         paths["denoiser"],
     )
-    disc_args = (
-        ex["trajectories"],
-        ex["map_polylines"],
-        ex["map_mask"],
-        ex["agents"],
-        ex["agents_mask"],
-        ex["ego_state"],
-        bev_tokens,
-    )
+    disc_args = (*(ex[k] for k in DISCRIMINATOR_INPUTS[:-1]), bev_tokens)
     dyn = {k: {0: B} for k in DISCRIMINATOR_INPUTS}
     dyn["trajectories"] = {0: B, 1: M}
     _export(

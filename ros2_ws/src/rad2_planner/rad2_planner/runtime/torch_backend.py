@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .base import SCENE_INPUTS, SCENE_OUTPUTS, Backend, BackendUnavailableError
+from .base import DISCRIMINATOR_INPUTS, SCENE_INPUTS, SCENE_OUTPUTS, Backend, BackendUnavailableError
 
 
 class TorchBackend(Backend):
@@ -42,11 +42,7 @@ class TorchBackend(Backend):
     ) -> np.ndarray:
         s = self.model.discriminator(
             self._t(trajectories.astype(np.float32)),
-            self._t(inputs["map_polylines"]),
-            self._t(inputs["map_mask"]),
-            self._t(inputs["agents"]),
-            self._t(inputs["agents_mask"]),
-            self._t(inputs["ego_state"]),
+            *(self._t(inputs[k]) for k in DISCRIMINATOR_INPUTS[1:-1]),
             scene["bev_tokens"],
         )
         return s.float().cpu().numpy()

@@ -47,13 +47,14 @@ def cut_polyline(poly: np.ndarray, s0: float, s1: float) -> np.ndarray:
     """Part of a polyline between arc lengths s0 < s1 (clamped to the polyline)."""
     s = arc_lengths(poly)
     s0, s1 = float(np.clip(s0, 0.0, s[-1])), float(np.clip(s1, 0.0, s[-1]))
+
+    def at(v: float) -> np.ndarray:
+        return np.array([np.interp(v, s, poly[:, 0]), np.interp(v, s, poly[:, 1])])
+
     if s1 - s0 < 1e-6:
-        p = np.array([np.interp(s0, s, poly[:, 0]), np.interp(s0, s, poly[:, 1])])
-        return np.stack([p, p])
+        return np.stack([at(s0), at(s0)])
     inner = (s > s0) & (s < s1)
-    start = [np.interp(s0, s, poly[:, 0]), np.interp(s0, s, poly[:, 1])]
-    end = [np.interp(s1, s, poly[:, 0]), np.interp(s1, s, poly[:, 1])]
-    return np.vstack([start, poly[inner], end])
+    return np.vstack([at(s0), poly[inner], at(s1)])
 
 
 def route_from_lanes(
@@ -99,12 +100,7 @@ def route_from_lanes(
     ptr = normal.index(cur_edge) + 1 if cur_edge in normal else (1 if normal else 0)
     while acc < extension_m and ptr < len(normal):
         want = normal[ptr]
-        nxt = None
-        for s in geom.successors[cur]:
-            e = _edge_of(geom.sumo_lane_ids[s])
-            if e == want or (e.startswith(":") and _leads_to(geom, s, want)):
-                nxt = s
-                break
+        nxt = _successor_toward(geom, cur, want)
         if nxt is None:
             break
         ids.append(nxt)
@@ -117,12 +113,16 @@ def route_from_lanes(
     return [int(geom.lane_ids[i]) for i in ids], poly
 
 
-def _leads_to(geom: LaneGeometry, lane: int, edge: str, depth: int = 4) -> bool:
+def _successor_toward(geom: LaneGeometry, lane: int, edge: str, depth: int = 5) -> int | None:
+    """The first successor of ``lane`` that is on ``edge``, or an internal (junction) lane from which
+    ``edge`` is reached through at most ``depth - 1`` further internal lanes; None if there is none."""
     for s in geom.successors[lane]:
         e = _edge_of(geom.sumo_lane_ids[s])
-        if e == edge or (depth > 0 and e.startswith(":") and _leads_to(geom, s, edge, depth - 1)):
-            return True
-    return False
+        if e == edge or (
+            depth > 0 and e.startswith(":") and _successor_toward(geom, s, edge, depth - 1) is not None
+        ):
+            return s
+    return None
 
 
 def record_to_clip(

@@ -123,6 +123,17 @@ class Event:
         ctx.sim.vehicle.setLaneChangeMode(ACTOR_ID, NO_LC_LCMODE)
         self.params["side_lane_offset"] = int(j - idx)
 
+    def _fire(
+        self, ctx: SimContext, k: int, phase: str, release_after_s: float, gap: float, v_ego: float
+    ) -> None:
+        """Record the trigger at step ``k``: enter ``phase``, release the actor ``release_after_s`` later,
+        and keep the gap and ego speed at the trigger in the clip metadata."""
+        self.phase = phase
+        self.trigger_step = k
+        self.release_step = k + int(round(release_after_s / ctx.dt))
+        self.params["gap_at_trigger_m"] = round(gap, 3)
+        self.params["ego_speed_at_trigger_mps"] = round(v_ego, 3)
+
     def _gap_to_actor(self, ctx: SimContext, on_internal: bool = True) -> float | None:
         """Bumper gap from the ego to the actor ahead on the same edge (None on different edges, or on a
         junction's internal edge unless ``on_internal``)."""
@@ -283,11 +294,7 @@ class CutIn(Event):
                 ego_idx = ctx.lane_of(EGO_ID)[1]
                 sim.vehicle.changeLane(ACTOR_ID, ego_idx, 5.0)
                 sim.vehicle.setSpeed(ACTOR_ID, max(1.0, v_e + self.dv))
-                self.phase = "change"
-                self.trigger_step = k
-                self.release_step = k + int(round((self.lc_time + 1.0) / ctx.dt))
-                self.params["gap_at_trigger_m"] = round(gap, 3)
-                self.params["ego_speed_at_trigger_mps"] = round(v_e, 3)
+                self._fire(ctx, k, "change", self.lc_time + 1.0, gap, v_e)
         elif self.phase == "change" and k >= self.release_step:
             sim.vehicle.setSpeed(ACTOR_ID, -1)
             sim.vehicle.setLaneChangeMode(ACTOR_ID, STRATEGIC_ONLY_LCMODE)
@@ -338,11 +345,7 @@ class PullOut(Event):
                 sim.vehicle.setMaxSpeed(ACTOR_ID, self.v_max)
                 sim.vehicle.setSpeed(ACTOR_ID, -1)
                 sim.vehicle.changeLane(ACTOR_ID, ctx.lane_of(EGO_ID)[1], 8.0)
-                self.phase = "pulling"
-                self.trigger_step = k
-                self.release_step = k + int(round(6.0 / ctx.dt))
-                self.params["gap_at_trigger_m"] = round(gap, 3)
-                self.params["ego_speed_at_trigger_mps"] = round(ctx.speed(EGO_ID), 3)
+                self._fire(ctx, k, "pulling", 6.0, gap, ctx.speed(EGO_ID))
         elif self.phase == "pulling" and k >= self.release_step:
             sim.vehicle.setLaneChangeMode(ACTOR_ID, STRATEGIC_ONLY_LCMODE)
             self.phase = "done"

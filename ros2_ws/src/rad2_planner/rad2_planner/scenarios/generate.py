@@ -4,17 +4,19 @@
 (network, route, traffic, event parameters, SUMO's own ``--seed``) from ``SeedSequence([s, a])``.
 An attempt is rejected (and the next one tried) when the scenario could not be set up, the event
 did not fire, the log contains any ego-agent box overlap, or, for safety kinds, the event's actor
-did not bring the ego's time-to-collision below ``safety.near_miss_ttc_s``. TTC and collisions come
-from :mod:`bev_warp_sim.safety` with ``params/sim.yaml`` (the simulator's own definition).
+did not bring the ego's time-to-collision below ``safety.near_miss_ttc_s``. TTC and collisions are the
+simulator's own definition (``bev_warp_sim.safety.min_ttc_of_log`` with ``params/sim.yaml``); the caller
+passes that function in as ``log_safety`` (tools/generate_scenarios.py does), since this package does
+not depend on ``bev_warp_sim``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,30 +70,15 @@ def _network(spec: networks.NetworkSpec, cache_dir: Path):
     return path, *_NET_CACHE[key]
 
 
-def _sub_clip(clip: Clip, keep: np.ndarray) -> Clip:
-    fields = {
-        k: getattr(clip, k)[keep]
-        for k in (
-            "agent_ids",
-            "agent_types",
-            "agent_length",
-            "agent_width",
-            "agent_x",
-            "agent_y",
-            "agent_yaw",
-            "agent_vx",
-            "agent_vy",
-            "agent_valid",
-        )
-    }
-    return dataclasses.replace(clip, **fields)
+LogSafety = Callable[[Clip, dict], dict[str, Any]]
+"""``log_safety(clip, sim_params) -> {"min_ttc", "argmin_step", "collisions", ...}``: the simulator's
+safety of a logged drive, i.e. ``bev_warp_sim.safety.min_ttc_of_log`` (a module-level function, so it
+pickles into worker processes)."""
 
 
-def check_clip(clip: Clip, kind: str, cfg: dict, sim_params: dict) -> dict[str, Any]:
+def check_clip(clip: Clip, kind: str, cfg: dict, sim_params: dict, log_safety: LogSafety) -> dict[str, Any]:
     """Safety figures of a logged clip; raises ScenarioRejected on a collision or a missing near-miss."""
-    from bev_warp_sim import safety
-
-    res = safety.min_ttc_of_log(clip, sim_params)
+    res = log_safety(clip, sim_params)
     if res["collisions"]:
         c = res["collisions"][0]
         raise ScenarioRejected("collision", f"ego overlaps agent {c['agent_id']} at step {c['step']}")
@@ -99,9 +86,7 @@ def check_clip(clip: Clip, kind: str, cfg: dict, sim_params: dict) -> dict[str, 
     actor_ids = clip.metadata.get("event", {}).get("actor_ids", [])
     if actor_ids:
         keep = np.isin(clip.agent_ids, np.asarray(actor_ids, dtype=np.int64))
-        out["actor_min_ttc"] = round(
-            float(safety.min_ttc_of_log(_sub_clip(clip, keep), sim_params)["min_ttc"]), 3
-        )
+        out["actor_min_ttc"] = round(float(log_safety(clip.select_agents(keep), sim_params)["min_ttc"]), 3)
     if kind in events.SAFETY_KINDS:
         thr = float(cfg["safety"]["near_miss_ttc_s"])
         if out.get("actor_min_ttc", float("inf")) >= thr:
@@ -112,6 +97,8 @@ def check_clip(clip: Clip, kind: str, cfg: dict, sim_params: dict) -> dict[str, 
 def generate_clip(
     kind: str,
     seed: int,
+    *,
+    log_safety: LogSafety,
     cfg: dict | None = None,
     vehicle: dict | None = None,
     sim_params: dict | None = None,
@@ -119,7 +106,8 @@ def generate_clip(
     network_kind: str | None = None,
     max_attempts: int | None = None,
 ) -> GenerationResult:
-    """One clip of ``kind`` for ``seed`` (retrying with derived seeds); ``clip`` is None if all failed."""
+    """One clip of ``kind`` for ``seed`` (retrying with derived seeds); ``clip`` is None if all failed.
+    ``log_safety``: see :data:`LogSafety`."""
     if cfg is None or vehicle is None or sim_params is None:
         c, v, s = load_config()
         cfg, vehicle, sim_params = cfg or c, vehicle or v, sim_params or s
@@ -167,7 +155,7 @@ def generate_clip(
                 raw, geom, lane_map, f"sumo_{kind}_{int(seed)}", meta, float(cfg["sim"]["route_extension_m"])
             )
             clip.validate()
-            clip.metadata.update(check_clip(clip, kind, cfg, sim_params))
+            clip.metadata.update(check_clip(clip, kind, cfg, sim_params, log_safety))
             clip.metadata["rejected_attempts"] = dict(rejections)
             return GenerationResult(
                 clip, kind, int(seed), attempt + 1, dict(rejections), time.perf_counter() - t0, details
@@ -181,8 +169,8 @@ def generate_clip(
 
 
 def _job(args) -> GenerationResult:
-    kind, seed, cache_dir = args
-    return generate_clip(kind, seed, cache_dir=cache_dir)
+    kind, seed, cache_dir, log_safety = args
+    return generate_clip(kind, seed, log_safety=log_safety, cache_dir=cache_dir)
 
 
 def plan_jobs(kinds: list[str], count: int, seed: int) -> list[tuple[str, int]]:
@@ -202,6 +190,8 @@ def generate_dataset(
     kinds: list[str],
     count: int,
     seed: int,
+    *,
+    log_safety: LogSafety,
     workers: int = 1,
     cache_dir: str | os.PathLike | None = None,
     description: str | None = None,
@@ -211,7 +201,7 @@ def generate_dataset(
     append: bool = False,
 ) -> dict[str, Any]:
     """Generate ``count`` clips into a dataset directory; returns a report (also written as
-    ``generation_report.json`` next to ``index.json``)."""
+    ``generation_report.json`` next to ``index.json``). ``log_safety``: see :data:`LogSafety`."""
     cfg, _, _ = load_config()
     cache = resolve_cache_dir(cfg, cache_dir)
     jobs = plan_jobs(kinds, count, seed)
@@ -234,7 +224,7 @@ def generate_dataset(
             first_save = False
             pending = []
 
-    args = [(k, s, str(cache)) for k, s in jobs]
+    args = [(k, s, str(cache), log_safety) for k, s in jobs]
     if workers > 1:
         import multiprocessing as mp
 

@@ -42,17 +42,7 @@ from ..open_loop_metrics import OpenLoopAccumulator, logged_future
 from ..runtime.base import SCENE_INPUTS
 from ..runtime.torch_backend import TorchBackend
 
-FIELDS = (
-    "bev",
-    "map_polylines",
-    "map_mask",
-    "agents",
-    "agents_mask",
-    "route",
-    "route_mask",
-    "ego_state",
-    "target",
-)
+FIELDS = (*SCENE_INPUTS, "target")
 
 
 # ------------------------------------------------------------------------------------------------
