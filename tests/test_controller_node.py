@@ -35,7 +35,7 @@ DRIVER = textwrap.dedent("""
                                      QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE))
     cmds = []
     latest = {"a": 0.0, "steer": 0.0}
-    t_start = time.monotonic()
+    t_start = time.monotonic()  # reset after discovery below
 
     def on_cmd(msg):
         t = time.monotonic() - t_start
@@ -44,6 +44,15 @@ DRIVER = textwrap.dedent("""
 
     node.create_subscription(ControlCommand, "control/command", on_cmd,
                              QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE))
+    # The schedule below is in seconds from t_start: wait for discovery first, so a slow DDS
+    # discovery on a loaded host does not eat into the measured windows.
+    deadline = time.monotonic() + 20.0
+    while time.monotonic() < deadline and not (
+        traj_pub.get_subscription_count() > 0 and odom_pub.get_subscription_count() > 0
+        and node.count_publishers("control/command") > 0
+    ):
+        rclpy.spin_once(node, timeout_sec=0.05)
+    t_start = time.monotonic()
     x = np.array([0.0, 0.0, 0.0, 5.0, 0.0])
     last_traj = None
     nan_sent = None
