@@ -7,14 +7,16 @@ Definitions (per planning sample; rates are means over samples, reported in %):
   logged ego future g (metres).
 - **ADE / FDE** (selected): the same for the candidate the policy selected.
 - **CR** (collision rate): the selected plan's ego box (logged ego size, heading from the plan's finite
-  differences) overlaps, at some plan time k, the box of a logged agent valid at that time
-  (agents replay their logs, they do not react). ``CR = DCR ∪ SCR``.
+  differences, turning at most the vehicle's maximum curvature times the distance moved, so a
+  standing plan's jitter does not spin the box; see :func:`plan_headings`) overlaps, at some plan
+  time k, the box of a logged agent valid at that time (agents replay their logs, they do not
+  react). ``CR = DCR ∪ SCR``.
 - **DCR** (dynamic collision rate): CR restricted to agents that move (speed at t or at the
   collision time ≥ ``static_speed``).
 - **SCR** (static collision rate): CR restricted to static obstacles: agents whose speed stays below
   ``static_speed`` over the horizon (parked cars, stopped queues, obstacles).
-- **offroad**: some corner of the ego box of the selected plan falls in a BEV cell with zero
-  drivable area (cells outside the raster are not judged).
+- **offroad**: some corner of the ego box (as for CR) of the selected plan falls in a BEV cell at most
+  half covered by drivable area (cells outside the raster are not judged).
 - **coll_any** (diagnostic): share of candidates (of all M) that collide.
 
 Box overlap uses the separating-axis test on oriented rectangles. This module imports no ROS and is
@@ -23,26 +25,73 @@ shared by the IL validation, the bag-replay evaluator and the benchmarks.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
 from .geometry import world_to_ego, wrap_angle
 
 
-def plan_headings(traj: np.ndarray, initial_heading: float = 0.0, min_step: float = 0.05) -> np.ndarray:
-    """Headings [.., T] from finite differences of ``traj [.., T, 2]`` (origin -> first point first);
-    segments shorter than ``min_step`` keep the previous heading."""
+def plan_headings(
+    traj: np.ndarray,
+    initial_heading: float = 0.0,
+    min_step: float = 0.05,
+    max_curvature: float = math.inf,
+) -> np.ndarray:
+    """Headings [.., T] of the ego box along ``traj [.., T, 2]`` (the origin precedes the first point).
+
+    Unconstrained (``max_curvature`` infinite, the default kept for callers that want raw segment
+    directions): each point takes the direction of the segment arriving at it when that is at least
+    ``min_step`` long, else the previous heading.
+
+    Kinematic (finite ``max_curvature``, 1/m), what the metrics use:
+    - the direction at point k is that of the chord from point k-1 to point k+1: on a circular arc
+      it is the tangent, whereas the arriving segment lags it by half the turn of one step and swings
+      the rear corners towards the inside of a bend (the last point keeps the arriving segment:
+      extrapolating would amplify the noise of plan tails);
+    - a backward direction moves the box along its axis (reversing) instead of spinning it round;
+    - from one point to the next the heading turns by at most ``max_curvature`` times the distance
+      moved. A car cannot rotate in place, so the decimetre jitter of a plan that stands still or
+      creeps (diffusion samples do that) does not swing the box sideways;
+    - points that moved less than ``min_step`` keep the previous heading.
+    """
     prev = np.concatenate([np.zeros_like(traj[..., :1, :]), traj[..., :-1, :]], axis=-2)
     d = traj - prev
-    yaw = np.arctan2(d[..., 1], d[..., 0])
-    short = np.linalg.norm(d, axis=-1) < min_step
+    step = np.linalg.norm(d, axis=-1)
+    short = step < min_step
+    kinematic = np.isfinite(max_curvature)
+    if kinematic:
+        chord = np.concatenate([traj[..., 1:, :] - prev[..., :-1, :], d[..., -1:, :]], axis=-2)
+        yaw = np.arctan2(chord[..., 1], chord[..., 0])
+    else:
+        yaw = np.arctan2(d[..., 1], d[..., 0])
     out = np.empty_like(yaw)
     last = np.full(yaw.shape[:-1], initial_heading, dtype=yaw.dtype)
     for k in range(yaw.shape[-1]):
-        last = np.where(short[..., k], last, yaw[..., k])
+        target = yaw[..., k]
+        if kinematic:
+            turn = wrap_angle(target - last)
+            turn = np.where(np.abs(turn) > np.pi / 2, wrap_angle(turn - np.pi), turn)  # reversing
+            lim = max_curvature * step[..., k]
+            target = wrap_angle(last + np.clip(turn, -lim, lim))
+        last = np.where(short[..., k], last, target)
         out[..., k] = last
     return out
+
+
+@lru_cache(maxsize=1)
+def vehicle_max_curvature() -> float:
+    """Largest path curvature (1/m) of the ego box centre at full steering (``params/vehicle.yaml``)."""
+    from .control.bicycle import VehicleParams, slip_and_curvature
+
+    vehicle = VehicleParams.from_params()
+    return float(slip_and_curvature(vehicle.max_steer, vehicle)[1])
+
+
+def _curvature(max_curvature: float | None) -> float:
+    return vehicle_max_curvature() if max_curvature is None else float(max_curvature)
 
 
 def box_corners(x, y, yaw, length, width) -> np.ndarray:
@@ -138,13 +187,17 @@ def displacement_errors(
     }
 
 
-def plan_collisions(trajs: np.ndarray, fut: LoggedFuture, static_speed: float = 0.5) -> dict[str, np.ndarray]:
-    """Collision flags of plans ``[M, T, 2]`` with the logged agents -> dict of bool [M]."""
+def plan_collisions(
+    trajs: np.ndarray, fut: LoggedFuture, static_speed: float = 0.5, max_curvature: float | None = None
+) -> dict[str, np.ndarray]:
+    """Collision flags of plans ``[M, T, 2]`` with the logged agents -> dict of bool [M].
+
+    Ego headings: :func:`plan_headings` limited to ``max_curvature`` (default: the vehicle's)."""
     m = trajs.shape[0]
     if fut.agent_pose.shape[0] == 0:
         z = np.zeros(m, bool)
         return {"collision": z, "dynamic": z.copy(), "static": z.copy()}
-    yaw = plan_headings(trajs)
+    yaw = plan_headings(trajs, max_curvature=_curvature(max_curvature))
     ego = box_corners(trajs[..., 0], trajs[..., 1], yaw, *fut.ego_size)  # M T 4 2
     ag = box_corners(
         fut.agent_pose[..., 0],
@@ -166,13 +219,15 @@ def offroad(
     drivable: np.ndarray,
     origin: tuple[float, float],
     resolution: float,
+    max_curvature: float | None = None,
 ) -> bool:
-    """Whether a corner of the ego box along ``traj [T, 2]`` lies on a non-drivable BEV cell.
+    """Whether a corner of the ego box along ``traj [T, 2]`` lies on a non-drivable BEV cell (drivable
+    coverage ≤ 0.5); headings as in :func:`plan_collisions`.
 
     ``drivable [H, W]`` uses the BEV convention: cell (i, j) covers x ∈ [ox + j·res, +res),
     y ∈ [oy + i·res, +res).
     """
-    yaw = plan_headings(traj[None])[0]
+    yaw = plan_headings(traj[None], max_curvature=_curvature(max_curvature))[0]
     c = box_corners(traj[:, 0], traj[:, 1], yaw, *ego_size).reshape(-1, 2)
     j = np.floor((c[:, 0] - origin[0]) / resolution).astype(int)
     i = np.floor((c[:, 1] - origin[1]) / resolution).astype(int)
@@ -186,6 +241,7 @@ class OpenLoopAccumulator:
     """Collects per-sample results; :meth:`summary` gives the metric table (rates in %)."""
 
     static_speed: float = 0.5
+    max_curvature: float | None = None  # ego heading limit, 1/m (None: params/vehicle.yaml)
     rows: list[dict[str, float]] = field(default_factory=list)
 
     def add(
@@ -202,14 +258,21 @@ class OpenLoopAccumulator:
         if de is None:
             return row
         row.update(de)
-        col = plan_collisions(candidates, fut, self.static_speed)
+        col = plan_collisions(candidates, fut, self.static_speed, self.max_curvature)
         row["CR"] = float(col["collision"][selected])
         row["DCR"] = float(col["dynamic"][selected])
         row["SCR"] = float(col["static"][selected])
         row["coll_any"] = float(col["collision"].mean())
         if drivable is not None:
             row["offroad"] = float(
-                offroad(candidates[selected], fut.ego_size, drivable, bev_origin, bev_resolution)
+                offroad(
+                    candidates[selected],
+                    fut.ego_size,
+                    drivable,
+                    bev_origin,
+                    bev_resolution,
+                    self.max_curvature,
+                )
             )
         self.rows.append(row)
         return row
