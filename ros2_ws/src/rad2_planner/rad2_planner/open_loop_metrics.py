@@ -31,7 +31,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .geometry import world_to_ego, wrap_angle
+from .geometry import box_corners, world_to_ego, wrap_angle
 
 
 def plan_headings(
@@ -92,20 +92,6 @@ def vehicle_max_curvature() -> float:
 
 def _curvature(max_curvature: float | None) -> float:
     return vehicle_max_curvature() if max_curvature is None else float(max_curvature)
-
-
-def box_corners(x, y, yaw, length, width) -> np.ndarray:
-    """[..., 4, 2] corners of oriented boxes (all arguments broadcast)."""
-    x, y, yaw, length, width = np.broadcast_arrays(
-        *(np.asarray(a, dtype=np.float64) for a in (x, y, yaw, length, width))
-    )
-    c, s = np.cos(yaw), np.sin(yaw)
-    hl, hw = length / 2.0, width / 2.0
-    lx = np.stack([hl, hl, -hl, -hl], -1)
-    ly = np.stack([hw, -hw, -hw, hw], -1)
-    cx = x[..., None] + c[..., None] * lx - s[..., None] * ly
-    cy = y[..., None] + s[..., None] * lx + c[..., None] * ly
-    return np.stack([cx, cy], -1)
 
 
 def boxes_overlap(a: np.ndarray, b: np.ndarray) -> np.ndarray:
