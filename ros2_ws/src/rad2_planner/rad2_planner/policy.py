@@ -99,7 +99,8 @@ def safe_medoid_index(
     frame. Candidates overlapping an agent are dropped; if none is left, those whose first overlap is
     latest are kept.
     """
-    from .open_loop_metrics import box_corners, boxes_overlap, plan_headings
+    from .geometry import box_corners
+    from .open_loop_metrics import boxes_overlap, plan_headings, vehicle_max_curvature
 
     a = agents[agents_mask.astype(bool)]
     if len(a) == 0:
@@ -110,7 +111,7 @@ def safe_medoid_index(
     ay = a[:, None, 1] + a[:, None, 5] * times
     ayaw = np.arctan2(a[:, 3], a[:, 2])[:, None]
     agent_boxes = box_corners(ax, ay, ayaw, a[:, None, 6], a[:, None, 7])  # N T 4 2
-    yaw = plan_headings(candidates)
+    yaw = plan_headings(candidates, max_curvature=vehicle_max_curvature())
     ego = box_corners(candidates[..., 0], candidates[..., 1], yaw, *ego_size)  # M T 4 2
     hit = boxes_overlap(ego[:, None], agent_boxes[None]).any(axis=1)  # M T
     first = np.where(hit.any(1), hit.argmax(1), t)
