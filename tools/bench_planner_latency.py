@@ -164,4 +164,10 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from rad2_planner.runtime.base import BackendUnavailableError
+
+    try:
+        raise SystemExit(main())
+    except BackendUnavailableError as e:
+        print(f"bench_planner_latency: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
