@@ -63,7 +63,13 @@ def main() -> int:
                 sim.check_alive()
             monitor.spin(0.5)
         else:
-            while len(monitor.t_traj) < a.kill_after and time.monotonic() < end:
+            # precondition of the test: the controller is tracking a plan (its latest command is
+            # not a stop) and the monitor has discovered it — on a loaded host discovery can lag
+            # the first plans by a second or more
+            def tracking() -> bool:
+                return bool(monitor.commands) and not monitor.commands[-1][1]
+
+            while (len(monitor.t_traj) < a.kill_after or not tracking()) and time.monotonic() < end:
                 monitor.spin(0.05)
                 stack.check_alive()
             # kill shortly after a fresh trajectory reached the graph (the controller tracks it)
