@@ -18,6 +18,14 @@ class PlanResult:
 
     candidates: [M, T_plan, 2] (x, y) at times (k+1)*plan_dt; scores: [M] in [0, 1] (NaN when the
     policy does not score); selected: index of the trajectory to execute; timings: stage -> ms.
+
+    Optional, filled by policies that can act stochastically (``Rad2Policy``; defaults elsewhere):
+    logits: [M] discriminator logits, scores = sigmoid(logits) (NaN when not scored);
+    log_prob: log-probability of ``selected`` under the distribution it was sampled from (NaN when
+    selected deterministically); entropy: that distribution's entropy in nats (NaN likewise);
+    probs: [M] that distribution; discriminator_inputs: the unbatched arrays the discriminator
+    consumed besides the candidates (map_polylines, map_mask, agents, agents_mask, ego_state,
+    bev_tokens), so that a trainer can recompute the logits.
     """
 
     candidates: np.ndarray
@@ -26,6 +34,11 @@ class PlanResult:
     plan_dt: float
     timings_ms: dict[str, float] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
+    logits: np.ndarray | None = None
+    log_prob: float = float("nan")
+    entropy: float = float("nan")
+    probs: np.ndarray | None = None
+    discriminator_inputs: dict[str, np.ndarray] | None = None
 
     @property
     def trajectory(self) -> np.ndarray:

@@ -6,22 +6,33 @@ One planning cycle (identical for every runtime backend, see :mod:`rad2_planner.
 2. ``denoise_<i>``, i < K: M candidates start from seeded Gaussian noise ``[1, M, T, 2]`` and are
    denoised in K steps by the sampler of :mod:`rad2_planner.diffusion` (DDIM or DPM-Solver++),
    batched over the M candidates; then de-normalised to ego-frame metres.
-3. ``score``: the discriminator scores each candidate in [0, 1] (skipped, scores NaN, when no
-   trained discriminator is loaded, unless ``always_score``).
-4. ``select``: the highest score; without a trained discriminator the documented fallback rule
-   ``planner.fallback_selection``: ``medoid`` (the candidate with the smallest mean distance to the
-   others — the mode of the candidate set, robust to a stray sample), ``first``, or ``safe_medoid``
-   (the medoid of the candidates whose ego box does not overlap any observed agent extrapolated at
-   constant velocity from the agent tokens; when all overlap, the candidates whose first overlap
-   comes latest).
+3. ``score``: the discriminator gives logits and scores = sigmoid(logits) for each candidate
+   (skipped, both NaN, when no trained discriminator is loaded and the selection does not need them,
+   unless ``always_score``).
+4. ``select``, by ``selection`` (``planner.selection_mode``):
 
-Determinism: cycle ``i`` after ``reset(seed=s)`` draws its noise from ``default_rng(s + i)``; an
-explicit ``plan(obs, seed=...)`` overrides it. Timings (ms) are reported per stage.
+   - ``deterministic`` (deployment): the highest logit; without a trained discriminator the documented
+     fallback rule ``planner.fallback_selection``: ``medoid`` (the candidate with the smallest mean
+     distance to the others — the mode of the candidate set, robust to a stray sample), ``first``, or
+     ``safe_medoid`` (the medoid of the candidates whose ego box does not overlap any observed agent
+     extrapolated at constant velocity from the agent tokens; when all overlap, the candidates whose
+     first overlap comes latest).
+   - ``sample`` (RL rollouts, scenario curation): a draw from the categorical distribution of
+     :mod:`rad2_planner.selection` (``planner.selection_distribution``, temperature, top-K); the
+     result carries the draw's log-probability and the distribution's entropy.
+
+Determinism: cycle ``i`` after ``reset(seed=s)`` draws its noise from ``default_rng(s + i)`` (one
+draw for the whole batch); an explicit ``plan(obs, seed=...)`` overrides it. ``plan_batch(...,
+seeds=[...])`` gives every row its own seed instead: row ``r`` draws its noise from
+``default_rng(seeds[r])`` alone, so its result does not depend on which rows share the batch. A
+sampled selection uses an independent stream of the same seed, ``default_rng([seed, 1])``.
+Timings (ms) are reported per stage.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +42,14 @@ from .config import load_params, params_dir, require
 from .diffusion import SAMPLERS, NoiseSchedule, initial_noise, sample
 from .observation import BOOL_FIELDS, FIELD_RANKS, ObservationError
 from .planning_interface import PlanResult
-from .runtime.base import SCENE_INPUTS, make_backend
+from .runtime.base import DISCRIMINATOR_INPUTS, SCENE_INPUTS, make_backend
+from .selection import CandidateDistribution
+from .selection import sample as sample_candidate
 
 FALLBACK_RULES = ("medoid", "first", "safe_medoid")
+SELECTION_MODES = ("deterministic", "sample")
+# Discriminator inputs recorded per row for the RL update (the trajectories are the candidates).
+RECORDED_DISCRIMINATOR_INPUTS = DISCRIMINATOR_INPUTS[1:]
 
 
 def resolve_path(p: str | Path) -> Path:
@@ -137,6 +153,8 @@ class Rad2Policy:
         onnx_dir: str | Path | None = None,
         fallback_selection: str | None = None,
         always_score: bool = False,
+        selection: str | None = None,
+        candidate_distribution: CandidateDistribution | None = None,
     ):
         params = params if params is not None else load_params("planner")
         p = require(params, "planner")
@@ -160,6 +178,8 @@ class Rad2Policy:
         if self.fallback not in FALLBACK_RULES:
             raise ValueError(f"planner.fallback_selection: unknown value {self.fallback!r} {FALLBACK_RULES}")
         self.always_score = always_score
+        self.selection = _check_mode(selection or p["selection_mode"])
+        self.distribution = candidate_distribution or CandidateDistribution.from_params(p)
         self.plan_dt = float(p["plan_dt"])
         d = require(params, "diffusion")
         if int(d["num_train_steps"]) != self.cfg.num_train_steps:
@@ -207,9 +227,13 @@ class Rad2Policy:
         seed: int | None = None,
         num_candidates: int | None = None,
         num_steps: int | None = None,
+        **options: Any,
     ) -> PlanResult:
-        """One planning cycle on one observation (unbatched or batch of 1)."""
-        results = self.plan_batch(observation, seed=seed, num_candidates=num_candidates, num_steps=num_steps)
+        """One planning cycle on one observation (unbatched or batch of 1); ``options`` as in
+        :meth:`plan_batch` (``selection``, ``candidate_distribution``, ``return_discriminator_inputs``)."""
+        results = self.plan_batch(
+            observation, seed=seed, num_candidates=num_candidates, num_steps=num_steps, **options
+        )
         if len(results) != 1:
             raise ObservationError(
                 f"plan() takes one observation, got a batch of {len(results)}; use plan_batch"
@@ -222,15 +246,28 @@ class Rad2Policy:
         seed: int | None = None,
         num_candidates: int | None = None,
         num_steps: int | None = None,
+        *,
+        seeds: Sequence[int] | None = None,
+        selection: str | None = None,
+        candidate_distribution: CandidateDistribution | None = None,
+        return_discriminator_inputs: bool = False,
     ) -> list[PlanResult]:
-        """Plan for a batch of observations in one pass (B scenes × M candidates)."""
+        """Plan for a batch of observations in one pass (B scenes × M candidates).
+
+        ``seeds``: one per row (instead of ``seed``), see the module doc. ``selection`` and
+        ``candidate_distribution`` override the policy's (``planner.selection_*``) for this call.
+        ``return_discriminator_inputs``: attach to each result what the discriminator consumed.
+        """
         t_start = time.perf_counter()
         m = int(num_candidates or self.num_candidates)
         k = int(num_steps or self.num_steps)
+        mode = _check_mode(selection or self.selection)
+        dist = candidate_distribution or self.distribution
         timings: dict[str, float] = {}
         inputs = observation_inputs(observation, self.cfg)
         b = inputs["bev"].shape[0]
-        if seed is None:
+        row_seeds = None if seeds is None else _row_seeds(seeds, b, seed)
+        if seed is None and row_seeds is None:
             seed = self.base_seed + self._cycle
         self._cycle += 1
 
@@ -239,7 +276,10 @@ class Rad2Policy:
         timings["encode"] = (time.perf_counter() - t0) * 1e3
 
         t0 = time.perf_counter()
-        x_init = initial_noise(b, m, self.cfg.plan_points, seed)
+        if row_seeds is None:
+            x_init = initial_noise(b, m, self.cfg.plan_points, seed)
+        else:
+            x_init = np.concatenate([initial_noise(1, m, self.cfg.plan_points, s) for s in row_seeds])
         z = sample(
             lambda x, t: self.backend.denoise(x, t, scene),
             x_init,
@@ -254,36 +294,30 @@ class Rad2Policy:
         timings["denoise_total"] = (time.perf_counter() - t0) * 1e3
 
         t0 = time.perf_counter()
-        if self.has_discriminator or self.always_score:
-            scores = np.asarray(self.backend.score(candidates, inputs, scene), dtype=np.float32)
+        if self._needs_scores(mode, dist):
+            logits, scores = (
+                np.asarray(a, dtype=np.float32) for a in self.backend.score_logits(candidates, inputs, scene)
+            )
         else:
-            scores = np.full((b, m), np.nan, dtype=np.float32)
+            logits = scores = np.full((b, m), np.nan, dtype=np.float32)
         timings["score"] = (time.perf_counter() - t0) * 1e3
 
         t0 = time.perf_counter()
-        if self.has_discriminator:
-            selected = [int(np.argmax(scores[i])) for i in range(b)]
-            rule = "discriminator"
-        elif self.fallback == "medoid":
-            selected = [medoid_index(candidates[i]) for i in range(b)]
-            rule = "medoid"
-        elif self.fallback == "safe_medoid":
-            selected = [
-                safe_medoid_index(candidates[i], inputs["agents"][i], inputs["agents_mask"][i], self.plan_dt)
-                for i in range(b)
-            ]
-            rule = "safe_medoid"
+        if mode == "sample":
+            rngs = [np.random.default_rng([s, 1]) for s in (row_seeds or [seed])]
+            draw = self._sample(logits, dist, rngs)
+            selected, rule = [int(i) for i in draw.index], f"sample:{dist.label}"
         else:
-            selected = [0] * b
-            rule = "first"
+            draw = None
+            selected, rule = self._select_deterministic(candidates, logits, inputs)
         timings["select"] = (time.perf_counter() - t0) * 1e3
+        recorded = self._recorded_inputs(inputs, scene) if return_discriminator_inputs else [None] * b
         timings["total"] = (time.perf_counter() - t_start) * 1e3
         info = {
             "backend": self.backend_name,
             "sampler": self.sampler,
             "M": m,
             "K": k,
-            "seed": int(seed),
             "selection": rule,
         }
         return [
@@ -293,7 +327,93 @@ class Rad2Policy:
                 selected=selected[i],
                 plan_dt=self.plan_dt,
                 timings_ms=dict(timings),
-                info=dict(info),
+                info={**info, "seed": int(seed if row_seeds is None else row_seeds[i])},
+                logits=logits[i],
+                log_prob=float("nan") if draw is None else float(draw.log_prob[i]),
+                entropy=float("nan") if draw is None else float(draw.entropy[i]),
+                probs=None if draw is None else draw.probs[i],
+                discriminator_inputs=recorded[i],
             )
             for i in range(b)
         ]
+
+    def _needs_scores(self, mode: str, dist: CandidateDistribution) -> bool:
+        """Whether this cycle runs the discriminator; a sampled draw from meaningless logits is an error."""
+        if mode == "sample" and dist.needs_logits and not (self.has_discriminator or self.always_score):
+            raise ValueError(
+                f"selection 'sample' with distribution {dist.kind!r} needs a trained discriminator, but "
+                "the loaded one is untrained (its logits mean nothing): sample with distribution "
+                "'uniform', load an RL-trained discriminator, or force it with always_score=True"
+            )
+        if mode == "sample" and dist.needs_logits:
+            return True
+        return self.has_discriminator or self.always_score
+
+    @staticmethod
+    def _sample(logits: np.ndarray, dist: CandidateDistribution, rngs: list[np.random.Generator]):
+        """One draw per row: with one generator per row each row uses its own; with a single generator
+        for the batch the rows are drawn together from it."""
+        if len(rngs) == 1:
+            return sample_candidate(logits, rngs[0], dist)
+        draws = [sample_candidate(row, rng, dist) for row, rng in zip(logits, rngs)]
+        return type(draws[0])(*(np.stack(field) for field in zip(*draws)))
+
+    def _select_deterministic(
+        self, candidates: np.ndarray, logits: np.ndarray, inputs: dict[str, np.ndarray]
+    ) -> tuple[list[int], str]:
+        b = candidates.shape[0]
+        if self.has_discriminator:
+            # Logits, not scores: a float32 sigmoid saturates to exact ties at 1.
+            return [int(np.argmax(logits[i])) for i in range(b)], "discriminator"
+        if self.fallback == "medoid":
+            return [medoid_index(candidates[i]) for i in range(b)], "medoid"
+        if self.fallback == "safe_medoid":
+            return [
+                safe_medoid_index(candidates[i], inputs["agents"][i], inputs["agents_mask"][i], self.plan_dt)
+                for i in range(b)
+            ], "safe_medoid"
+        return [0] * b, "first"
+
+    def _recorded_inputs(self, inputs: dict[str, np.ndarray], scene: dict[str, Any]) -> list[dict]:
+        """Per row, the discriminator's inputs besides the trajectories (copies, float32 / bool)."""
+        bev_tokens = np.asarray(self.backend.scene_outputs(scene)["bev_tokens"], dtype=np.float32)
+        rows = []
+        for i in range(bev_tokens.shape[0]):
+            row = {name: inputs[name][i].copy() for name in RECORDED_DISCRIMINATOR_INPUTS[:-1]}
+            row["bev_tokens"] = bev_tokens[i].copy()
+            rows.append(row)
+        return rows
+
+
+def stack_discriminator_inputs(results: Sequence[PlanResult]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """``(candidates [B, M, T, 2], batched discriminator inputs)`` from results planned with
+    ``return_discriminator_inputs=True``: what ``PlannerModel.discriminator_logits`` takes."""
+    for i, r in enumerate(results):
+        if r.discriminator_inputs is None:
+            raise ValueError(
+                f"results[{i}].discriminator_inputs is None: plan with return_discriminator_inputs=True"
+            )
+    candidates = np.stack([r.candidates for r in results])
+    batched = {
+        k: np.stack([r.discriminator_inputs[k] for r in results]) for k in RECORDED_DISCRIMINATOR_INPUTS
+    }
+    return candidates, batched
+
+
+def _check_mode(mode: str) -> str:
+    if mode not in SELECTION_MODES:
+        raise ValueError(f"planner.selection_mode: unknown value {mode!r} (choose from {SELECTION_MODES})")
+    return mode
+
+
+def _row_seeds(seeds: Sequence[int], batch: int, seed: int | None) -> list[int]:
+    """Validate ``plan_batch(seeds=...)``: one non-negative integer per observation."""
+    if seed is not None:
+        raise ValueError(f"plan_batch: give seed ({seed}) or seeds, not both")
+    seeds = list(seeds)
+    if len(seeds) != batch:
+        raise ValueError(f"seeds: {len(seeds)} given for a batch of {batch} observations")
+    for s in seeds:
+        if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0:
+            raise ValueError(f"seeds: {s!r} is not a non-negative integer")
+    return [int(s) for s in seeds]

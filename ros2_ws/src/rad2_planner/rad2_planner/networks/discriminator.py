@@ -1,5 +1,9 @@
 """RAD-2 discriminator (§3.1.2, eqs. 5–8): scores each candidate trajectory in [0, 1].
 
+:meth:`Discriminator.logits` returns the pre-sigmoid fusion output; ``forward`` is its sigmoid. The
+logits are what the stochastic policy of :mod:`rad2_planner.selection` and the RL update consume (a
+float32 sigmoid saturates, so scores cannot be inverted back to logits reliably).
+
 - Trajectory encoding: a shared per-point MLP over (x, y, Δx, Δy) (scaled), a learned [CLS] token
   prepended, a transformer encoder over [CLS] + T_plan points; the [CLS] output is the query Q_τ.
   The ego state embedding is added to Q_τ (the score of a path depends on the current speed).
@@ -64,7 +68,7 @@ class Discriminator(nn.Module):
         z = torch.zeros(b, 1, dtype=bias.dtype, device=bias.device)
         return t, torch.cat([z, bias], dim=1)
 
-    def forward(
+    def logits(
         self,
         trajectories: torch.Tensor,
         map_polylines: torch.Tensor,
@@ -74,7 +78,7 @@ class Discriminator(nn.Module):
         ego_state: torch.Tensor,
         bev_tokens: torch.Tensor,
     ) -> torch.Tensor:
-        """trajectories [B, M, T, 2] ego-frame metres -> scores [B, M] in (0, 1)."""
+        """trajectories [B, M, T, 2] ego-frame metres -> logits [B, M] (real, pre-sigmoid)."""
         b, m, t, _ = trajectories.shape
         prev = torch.cat([torch.zeros_like(trajectories[:, :, :1]), trajectories[:, :, :-1]], dim=2)
         feats = torch.cat([trajectories, trajectories - prev], dim=-1) * self.traj_scale
@@ -94,5 +98,15 @@ class Discriminator(nn.Module):
         o_b = self.psi_b(q, bev_tokens, None)
         o_a = self.psi_a(q, t_a, bias_a)
         o_am = self.psi_am(q, t_am, bias_am)
-        logit = self.fusion(torch.cat([o_m, o_b, o_a, o_am], dim=-1))[..., 0]
-        return torch.sigmoid(logit)
+        return self.fusion(torch.cat([o_m, o_b, o_a, o_am], dim=-1))[..., 0]
+
+    def forward(self, *args: torch.Tensor, **kwargs: torch.Tensor) -> torch.Tensor:
+        """Same inputs as :meth:`logits` -> scores [B, M] = sigmoid(logits) in (0, 1)."""
+        return torch.sigmoid(self.logits(*args, **kwargs))
+
+    def logits_and_scores(
+        self, *args: torch.Tensor, **kwargs: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Both outputs from one evaluation: what every runtime backend (and the ONNX graph) returns."""
+        logits = self.logits(*args, **kwargs)
+        return logits, torch.sigmoid(logits)

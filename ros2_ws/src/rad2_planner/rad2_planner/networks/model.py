@@ -20,6 +20,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from ..runtime.base import DISCRIMINATOR_INPUTS
 from .config import ModelConfig
 from .discriminator import Discriminator
 from .encoders import SceneEncoder
@@ -115,6 +116,32 @@ class PlannerModel(nn.Module):
             raise CheckpointError(f"discriminator checkpoint {disc_dir}: no discriminator.safetensors")
         model.eval()
         return model
+
+    def discriminator_logits(self, candidates, discriminator_inputs: dict[str, Any]) -> torch.Tensor:
+        """Discriminator logits ``[B, M]`` (with gradients) of ``candidates [B, M, T, 2]`` (metres).
+
+        ``discriminator_inputs``: batched arrays or tensors ``map_polylines, map_mask, agents,
+        agents_mask, ego_state, bev_tokens`` as recorded by ``Rad2Policy.plan_batch(...,
+        return_discriminator_inputs=True)`` (stack rows with ``policy.stack_discriminator_inputs``).
+        The RL update recomputes the policy's logits from exactly what the runtime backend was fed.
+        """
+        device = next(self.parameters()).device
+        traj = torch.as_tensor(candidates, device=device, dtype=torch.float32)
+        if traj.ndim != 4 or traj.shape[-1] != 2:
+            raise ValueError(f"candidates: shape {tuple(traj.shape)}, expected [B, M, T, 2]")
+        args = []
+        for name in DISCRIMINATOR_INPUTS[1:]:
+            if name not in discriminator_inputs:
+                raise ValueError(f"discriminator_inputs: missing {name!r} (need {DISCRIMINATOR_INPUTS[1:]})")
+            a = torch.as_tensor(discriminator_inputs[name], device=device)
+            a = a.bool() if name.endswith("_mask") else a.float()
+            if a.ndim == 0 or a.shape[0] != traj.shape[0]:
+                raise ValueError(
+                    f"discriminator_inputs.{name}: shape {tuple(a.shape)} does not match the batch "
+                    f"B={traj.shape[0]} of the candidates"
+                )
+            args.append(a)
+        return self.discriminator.logits(traj, *args)
 
     def weights_hash(self) -> str:
         """Content hash of the weights + config (keys the ONNX export cache)."""

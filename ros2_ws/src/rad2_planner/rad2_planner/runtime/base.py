@@ -12,7 +12,8 @@ Tensor names (also the ONNX input/output names):
   scene_cond [B,D], bev_tokens [B,N_bev,D]``
 - denoiser: ``x_t [B,M,T,2], t [B], scene_tokens, scene_bias, scene_cond`` -> ``x0 [B,M,T,2]``
 - discriminator: ``trajectories [B,M,T,2] (metres), map_polylines, map_mask, agents, agents_mask,
-  ego_state, bev_tokens`` -> ``scores [B,M]``
+  ego_state, bev_tokens`` -> ``logits [B,M], scores [B,M]`` (scores = sigmoid(logits), both from
+  the same evaluation so that no caller has to invert a saturated float32 sigmoid)
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ DISCRIMINATOR_INPUTS = (
     "ego_state",
     "bev_tokens",
 )
-DISCRIMINATOR_OUTPUTS = ("scores",)
+DISCRIMINATOR_OUTPUTS = ("logits", "scores")
 BACKENDS = ("pytorch", "onnxruntime", "tensorrt")
 
 
@@ -66,10 +67,16 @@ class Backend(ABC):
         """One DiT evaluation: predicted clean normalised trajectories [B, M, T, 2]."""
 
     @abstractmethod
+    def score_logits(
+        self, trajectories: np.ndarray, inputs: dict[str, np.ndarray], scene: dict[str, Any]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Discriminator ``(logits [B, M], scores [B, M])`` float32 of trajectories in metres."""
+
     def score(
         self, trajectories: np.ndarray, inputs: dict[str, np.ndarray], scene: dict[str, Any]
     ) -> np.ndarray:
-        """Discriminator scores [B, M] of trajectories in metres."""
+        """Discriminator scores [B, M] in (0, 1) only (the ``scores`` half of :meth:`score_logits`)."""
+        return self.score_logits(trajectories, inputs, scene)[1]
 
     def scene_outputs(self, scene: dict[str, Any]) -> dict[str, np.ndarray]:
         """The scene encoder's outputs as NumPy arrays (for recording and consistency checks)."""

@@ -1,10 +1,12 @@
 """Export the three planner graphs to ONNX (``torch.onnx.export(..., dynamo=True)``) with a cache.
 
 Files in the ONNX directory: ``scene_encoder.onnx``, ``denoiser.onnx``, ``discriminator.onnx`` and
-``manifest.json`` (the weights hash they were exported from, tensor names, opset). ``ensure_onnx``
-re-exports only when the manifest's hash differs from the model's, so a checkpoint change is picked up
-and an unchanged one costs nothing. Batch ``B`` and candidate count ``M`` are dynamic dimensions;
-the example inputs use B = 2 and M = 3 so the exporter cannot specialise them to 1.
+``manifest.json`` (the weights hash they were exported from, the export format, tensor names, opset).
+``ensure_onnx`` re-exports when the manifest's weights hash or ``export_format`` differs from the
+current ones, so a checkpoint change, or a cache written by an older exporter (format 1: discriminator
+without its ``logits`` output), is picked up; an unchanged one costs nothing. Batch ``B`` and
+candidate count ``M`` are dynamic dimensions; the example inputs use B = 2 and M = 3 so the exporter
+cannot specialise them to 1.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ from .base import (
 
 GRAPHS = ("scene_encoder", "denoiser", "discriminator")
 OPSET = 18
+# Bump whenever the graphs' interface or content changes for the same weights, so that every cached
+# export (a user's checkpoints/*/onnx) is refreshed. 2: the discriminator outputs logits and scores.
+EXPORT_FORMAT = 2
 log = logging.getLogger(__name__)
 
 
@@ -56,6 +61,20 @@ def example_inputs(cfg, batch: int = 2, m: int = 3, seed: int = 0) -> dict[str, 
         "t": rng.uniform(0, cfg.num_train_steps - 1, batch).astype(f32),
         "trajectories": (rng.standard_normal((batch, m, cfg.plan_points, 2)) * 10).astype(f32),
     }
+
+
+class DiscriminatorGraph(torch.nn.Module):
+    """The exported discriminator: ``(logits, scores)`` of one evaluation (named like the inputs,
+    so that ``dynamic_shapes`` can be keyed by input name)."""
+
+    def __init__(self, discriminator: torch.nn.Module):
+        super().__init__()
+        self.discriminator = discriminator
+
+    def forward(self, trajectories, map_polylines, map_mask, agents, agents_mask, ego_state, bev_tokens):
+        return self.discriminator.logits_and_scores(
+            trajectories, map_polylines, map_mask, agents, agents_mask, ego_state, bev_tokens
+        )
 
 
 def _export(module, args: tuple, names_in, names_out, dynamic: dict, path: Path) -> None:
@@ -119,7 +138,7 @@ def export_onnx(model, out_dir: str | Path) -> dict[str, Path]:
     dyn = {k: {0: B} for k in DISCRIMINATOR_INPUTS}
     dyn["trajectories"] = {0: B, 1: M}
     _export(
-        model.discriminator,
+        DiscriminatorGraph(model.discriminator),
         disc_args,
         DISCRIMINATOR_INPUTS,
         DISCRIMINATOR_OUTPUTS,
@@ -128,6 +147,7 @@ def export_onnx(model, out_dir: str | Path) -> dict[str, Path]:
     )
     manifest = {
         "weights_hash": model.weights_hash(),
+        "export_format": EXPORT_FORMAT,
         "opset": OPSET,
         "torch": torch.__version__,
         "graphs": {g: p.name for g, p in paths.items()},
@@ -149,14 +169,20 @@ def export_onnx(model, out_dir: str | Path) -> dict[str, Path]:
 
 
 def ensure_onnx(model, out_dir: str | Path) -> dict[str, Path]:
-    """Export unless ``out_dir`` already holds graphs exported from exactly these weights."""
+    """Export unless ``out_dir`` already holds graphs of the current format from exactly these weights."""
     out = Path(out_dir)
     man = out / "manifest.json"
     want = model.weights_hash()
     if man.is_file():
         meta = json.loads(man.read_text())
         paths = {g: out / f"{g}.onnx" for g in GRAPHS}
-        if meta.get("weights_hash") == want and all(p.is_file() for p in paths.values()):
+        current = meta.get("weights_hash") == want and meta.get("export_format") == EXPORT_FORMAT
+        if current and all(p.is_file() for p in paths.values()):
             return paths
-        log.info("ONNX cache %s is stale; re-exporting", out)
+        log.info(
+            "ONNX cache %s is stale (export_format %s, current %s); re-exporting",
+            out,
+            meta.get("export_format", 1),
+            EXPORT_FORMAT,
+        )
     return export_onnx(model, out)

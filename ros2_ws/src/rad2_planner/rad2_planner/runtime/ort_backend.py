@@ -10,6 +10,7 @@ import numpy as np
 from .base import (
     DENOISER_INPUTS,
     DISCRIMINATOR_INPUTS,
+    DISCRIMINATOR_OUTPUTS,
     SCENE_INPUTS,
     SCENE_OUTPUTS,
     Backend,
@@ -63,10 +64,11 @@ class OrtBackend(Backend):
         feed.update({k: scene[k] for k in DENOISER_INPUTS[2:]})
         return self.sessions["denoiser"].run(None, feed)[0]
 
-    def score(
+    def score_logits(
         self, trajectories: np.ndarray, inputs: dict[str, np.ndarray], scene: dict[str, Any]
-    ) -> np.ndarray:
+    ) -> tuple[np.ndarray, np.ndarray]:
         feed = {k: inputs[k] for k in DISCRIMINATOR_INPUTS[1:-1]}
         feed["trajectories"] = np.ascontiguousarray(trajectories, dtype=np.float32)
         feed["bev_tokens"] = scene["bev_tokens"]
-        return self.sessions["discriminator"].run(None, feed)[0]
+        logits, scores = self.sessions["discriminator"].run(list(DISCRIMINATOR_OUTPUTS), feed)
+        return logits, scores

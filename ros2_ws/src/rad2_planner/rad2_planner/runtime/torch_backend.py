@@ -37,15 +37,15 @@ class TorchBackend(Backend):
         return x0.float().cpu().numpy()
 
     @torch.inference_mode()
-    def score(
+    def score_logits(
         self, trajectories: np.ndarray, inputs: dict[str, np.ndarray], scene: dict[str, Any]
-    ) -> np.ndarray:
-        s = self.model.discriminator(
+    ) -> tuple[np.ndarray, np.ndarray]:
+        logits, scores = self.model.discriminator.logits_and_scores(
             self._t(trajectories.astype(np.float32)),
             *(self._t(inputs[k]) for k in DISCRIMINATOR_INPUTS[1:-1]),
             scene["bev_tokens"],
         )
-        return s.float().cpu().numpy()
+        return logits.float().cpu().numpy(), scores.float().cpu().numpy()
 
     def scene_outputs(self, scene: dict[str, Any]) -> dict[str, np.ndarray]:
         return {k: scene[k].float().cpu().numpy() for k in SCENE_OUTPUTS}

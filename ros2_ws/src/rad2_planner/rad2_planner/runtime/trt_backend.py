@@ -27,6 +27,7 @@ import numpy as np
 from .base import (
     DENOISER_INPUTS,
     DISCRIMINATOR_INPUTS,
+    DISCRIMINATOR_OUTPUTS,
     SCENE_INPUTS,
     SCENE_OUTPUTS,
     Backend,
@@ -236,10 +237,14 @@ class TensorRTBackend(Backend):
         feed.update({k: scene[k] for k in DENOISER_INPUTS[2:]})
         return self.engines["denoiser"].run(feed)[0]
 
-    def score(
+    def score_logits(
         self, trajectories: np.ndarray, inputs: dict[str, np.ndarray], scene: dict[str, Any]
-    ) -> np.ndarray:
+    ) -> tuple[np.ndarray, np.ndarray]:
+        eng = self.engines["discriminator"]
         feed = {k: inputs[k] for k in DISCRIMINATOR_INPUTS[1:-1]}
         feed["trajectories"] = trajectories.astype(np.float32)
         feed["bev_tokens"] = scene["bev_tokens"]
-        return self.engines["discriminator"].run(feed)[0]
+        # By name: the engine's I/O tensor order is TensorRT's, not necessarily the ONNX output order.
+        outs = dict(zip(eng.outputs, eng.run(feed)))
+        logits, scores = (outs[k] for k in DISCRIMINATOR_OUTPUTS)
+        return logits, scores
