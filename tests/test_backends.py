@@ -1,20 +1,25 @@
-"""Runtime backends: ONNX Runtime vs PyTorch parity, backend switching, TensorRT error, determinism."""
+"""Runtime backends: ONNX Runtime vs PyTorch parity, backend switching, TensorRT error, determinism,
+per-row seeds, sampled selection and the recorded discriminator inputs."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import math
 
 import numpy as np
 import pytest
 import torch
 from rad2_planner.config import load_params
 from rad2_planner.networks import PlannerModel
-from rad2_planner.policy import Rad2Policy
+from rad2_planner.policy import Rad2Policy, stack_discriminator_inputs
 from rad2_planner.runtime import BackendUnavailableError, make_backend, onnx_export
-from rad2_planner.runtime.base import SCENE_INPUTS
+from rad2_planner.runtime.base import DISCRIMINATOR_OUTPUTS, SCENE_INPUTS
 from rad2_planner.runtime.onnx_export import ensure_onnx, example_inputs
 from rad2_planner.runtime.ort_backend import OrtBackend
 from rad2_planner.runtime.torch_backend import TorchBackend
+from rad2_planner.selection import CandidateDistribution
+from rad2_planner.selection import sample as sample_candidate
 from tiny_models import randomised_model, tiny_config
 
 
@@ -40,6 +45,15 @@ def _obs(cfg, seed=0):
     return {k: ex[k][0] for k in SCENE_INPUTS}
 
 
+def _batch(cfg, batch, seed=0):
+    ex = example_inputs(cfg, batch=batch, seed=seed)
+    return {k: ex[k] for k in SCENE_INPUTS}
+
+
+def _row(batch_obs, i):
+    return {k: v[i : i + 1] for k, v in batch_obs.items()}
+
+
 def _policy(model, backend, onnx_dir, **kw):
     return Rad2Policy(model, backend=backend, onnx_dir=onnx_dir, **kw)
 
@@ -56,9 +70,22 @@ def test_graph_level_parity(setup):
     d_pt = pt.denoise(ex["x_t"], ex["t"], s_pt)
     d_ox = ox.denoise(ex["x_t"], ex["t"], s_ox)
     assert d_pt.shape == (2, 7, 8, 2) and np.abs(d_pt - d_ox).max() < 1e-4
-    sc_pt = pt.score(ex["trajectories"], inputs, s_pt)
-    sc_ox = ox.score(ex["trajectories"], inputs, s_ox)
-    assert sc_pt.shape == (2, 7) and np.abs(sc_pt - sc_ox).max() < 1e-4
+    lg_pt, sc_pt = pt.score_logits(ex["trajectories"], inputs, s_pt)
+    lg_ox, sc_ox = ox.score_logits(ex["trajectories"], inputs, s_ox)
+    assert lg_pt.shape == sc_pt.shape == lg_ox.shape == sc_ox.shape == (2, 7)
+    assert np.abs(lg_pt - lg_ox).max() < 1e-4 and np.abs(sc_pt - sc_ox).max() < 1e-4
+    for lg, sc in ((lg_pt, sc_pt), (lg_ox, sc_ox)):
+        assert np.allclose(sc, 1.0 / (1.0 + np.exp(-lg.astype(np.float64))), atol=1e-6)
+    assert np.array_equal(ox.score(ex["trajectories"], inputs, s_ox), sc_ox)  # score = the scores half
+
+
+def test_exported_discriminator_outputs_logits_and_scores(setup):
+    _, onnx_dir, paths = setup
+    sess = OrtBackend(paths, load_params("planner")["runtime"]).sessions["discriminator"]
+    assert tuple(o.name for o in sess.get_outputs()) == DISCRIMINATOR_OUTPUTS == ("logits", "scores")
+    manifest = json.loads((onnx_dir / "manifest.json").read_text())
+    assert manifest["export_format"] == onnx_export.EXPORT_FORMAT
+    assert manifest["outputs"]["discriminator"] == ["logits", "scores"]
 
 
 @pytest.mark.parametrize("sampler", ["ddim", "dpmpp_2m"])
@@ -70,7 +97,9 @@ def test_plan_parity_same_noise(setup, sampler):
     assert r_pt.candidates.shape == (load_params("planner")["planner"]["num_candidates"], 8, 2)
     assert np.abs(r_pt.candidates - r_ox.candidates).max() < 1e-4
     assert np.abs(r_pt.scores - r_ox.scores).max() < 1e-4
-    assert r_pt.selected == r_ox.selected == int(np.argmax(r_pt.scores))
+    assert np.abs(r_pt.logits - r_ox.logits).max() < 1e-4
+    assert r_pt.selected == r_ox.selected == int(np.argmax(r_pt.scores)) == int(np.argmax(r_pt.logits))
+    assert math.isnan(r_ox.log_prob) and math.isnan(r_ox.entropy) and r_ox.probs is None  # deterministic
     assert r_ox.info["backend"] == "onnxruntime" and r_pt.info["backend"] == "pytorch"
 
 
@@ -143,3 +172,99 @@ def test_onnx_cache_reused_and_refreshed(setup, monkeypatch):
         other.denoiser.head.bias.add_(1.0)
     ensure_onnx(other, onnx_dir)
     assert len(calls) == 1  # changed weights: re-exported
+
+
+def test_onnx_cache_written_by_an_older_exporter_is_refreshed(setup, tmp_path, monkeypatch):
+    model, onnx_dir, _ = setup
+    stale = tmp_path / "onnx"
+    stale.mkdir()
+    for f in onnx_dir.iterdir():
+        (stale / f.name).write_bytes(f.read_bytes())
+    manifest = json.loads((stale / "manifest.json").read_text())
+    del manifest["export_format"]  # format 1 manifests had no such key (scores-only discriminator)
+    (stale / "manifest.json").write_text(json.dumps(manifest))
+    calls = []
+    monkeypatch.setattr(onnx_export, "export_onnx", lambda m, d: calls.append(d) or {})
+    ensure_onnx(model, stale)
+    assert calls == [stale]
+
+
+def test_row_seeds_make_each_row_independent_of_the_batch(setup):
+    model, onnx_dir, _ = setup
+    obs = _batch(model.cfg, 3, seed=2)
+    pol = _policy(model, "onnxruntime", onnx_dir, selection="sample")
+    together = pol.plan_batch(obs, seeds=[5, 9, 13])
+    alone = pol.plan_batch(_row(obs, 1), seeds=[9])[0]
+    reordered = pol.plan_batch({k: v[[1, 0]] for k, v in obs.items()}, seeds=[9, 5])[0]
+    for r in (alone, reordered):
+        assert np.abs(r.candidates - together[1].candidates).max() < 1e-5
+        assert np.abs(r.logits - together[1].logits).max() < 1e-5
+        assert r.selected == together[1].selected and r.info["seed"] == 9
+    # one row seeded s is exactly a plan with seed s (same noise, same sampling stream)
+    single = pol.plan(_row(obs, 1), seed=9)
+    assert np.array_equal(single.candidates, alone.candidates) and single.selected == alone.selected
+    assert not np.allclose(together[0].candidates, pol.plan_batch(_row(obs, 0), seeds=[6])[0].candidates)
+    with pytest.raises(ValueError, match="seeds: 2 given for a batch of 3"):
+        pol.plan_batch(obs, seeds=[1, 2])
+    with pytest.raises(ValueError, match="seeds: -1 is not a non-negative integer"):
+        pol.plan_batch(obs, seeds=[1, -1, 2])
+    with pytest.raises(ValueError, match="give seed .* or seeds, not both"):
+        pol.plan_batch(obs, seed=3, seeds=[1, 2, 3])
+
+
+def test_sampled_selection_draws_from_the_configured_distribution(setup):
+    model, onnx_dir, _ = setup
+    obs = _batch(model.cfg, 2, seed=4)
+    dist = CandidateDistribution("softmax", temperature=0.5)
+    pol = _policy(model, "onnxruntime", onnx_dir, selection="sample", candidate_distribution=dist)
+    results = pol.plan_batch(obs, seeds=[21, 22])
+    for r, s in zip(results, (21, 22)):
+        want = sample_candidate(r.logits, np.random.default_rng([s, 1]), dist)
+        assert r.selected == int(want.index) and r.info["selection"] == "sample:softmax"
+        assert r.log_prob == pytest.approx(math.log(r.probs[r.selected]))
+        assert r.entropy == pytest.approx(float(want.entropy)) and np.allclose(r.probs.sum(), 1.0)
+    again = pol.plan_batch(obs, seeds=[21, 22])
+    assert [r.selected for r in again] == [r.selected for r in results]
+    # the same policy stays deterministic when asked, per call
+    det = pol.plan_batch(obs, seeds=[21, 22], selection="deterministic")
+    assert [r.selected for r in det] == [int(np.argmax(r.logits)) for r in results]
+    assert det[0].info["selection"] == "discriminator" and math.isnan(det[0].log_prob)
+    with pytest.raises(ValueError, match="planner.selection_mode: unknown value 'greedy'"):
+        pol.plan(_obs(model.cfg), selection="greedy")
+
+
+def test_sampling_without_a_trained_discriminator(setup):
+    model, onnx_dir, _ = setup
+    obs = _obs(model.cfg)
+    m = load_params("planner")["planner"]["num_candidates"]
+    model.discriminator_trained = False
+    try:
+        pol = _policy(model, "pytorch", onnx_dir, selection="sample")
+        with pytest.raises(ValueError, match="distribution 'softmax' needs a trained discriminator"):
+            pol.plan(obs, seed=0)
+        uni = pol.plan(obs, seed=0, candidate_distribution=CandidateDistribution("uniform"))
+        assert np.isnan(uni.logits).all() and np.isnan(uni.scores).all()  # no discriminator call
+        assert uni.info["selection"] == "sample:uniform" and 0 <= uni.selected < m
+        assert uni.log_prob == pytest.approx(-math.log(m)) and uni.entropy == pytest.approx(math.log(m))
+        forced = _policy(model, "pytorch", onnx_dir, selection="sample", always_score=True).plan(obs, seed=0)
+        assert np.isfinite(forced.logits).all() and np.isfinite(forced.log_prob)
+    finally:
+        model.discriminator_trained = True
+
+
+def test_recorded_discriminator_inputs_reproduce_the_logits_in_pytorch(setup):
+    model, onnx_dir, _ = setup
+    pol = _policy(model, "onnxruntime", onnx_dir, selection="sample")
+    results = pol.plan_batch(_batch(model.cfg, 2, seed=8), seeds=[1, 2], return_discriminator_inputs=True)
+    rec = results[0].discriminator_inputs
+    assert set(rec) == {"map_polylines", "map_mask", "agents", "agents_mask", "ego_state", "bev_tokens"}
+    assert rec["bev_tokens"].shape == (model.cfg.bev_tokens, model.cfg.d_model)
+    assert rec["map_mask"].dtype == bool and rec["bev_tokens"].dtype == np.float32
+    candidates, inputs = stack_discriminator_inputs(results)
+    logits = model.discriminator_logits(candidates, inputs)
+    assert logits.requires_grad  # the RL update differentiates through it
+    want = np.stack([r.logits for r in results])
+    assert np.abs(logits.detach().numpy() - want).max() < 1e-4
+    assert pol.plan(_obs(model.cfg), seed=0).discriminator_inputs is None  # only when asked
+    with pytest.raises(ValueError, match="return_discriminator_inputs=True"):
+        stack_discriminator_inputs([pol.plan(_obs(model.cfg), seed=0)])

@@ -92,6 +92,30 @@ def test_discriminator_without_agents_or_map_is_finite():
     assert torch.isfinite(s).all()
 
 
+def test_discriminator_logits_and_scores_agree():
+    cfg = tiny_config()
+    model = randomised_model(cfg)
+    ex = torch_inputs(cfg, m=5)
+    with torch.no_grad():
+        bev = model.encoder(*(ex[k] for k in SCENE_INPUTS))[3]
+        args = (*(ex[k] for k in DISCRIMINATOR_INPUTS[:-1]), bev)
+        logits = model.discriminator.logits(*args)
+        both = model.discriminator.logits_and_scores(*args)
+        scores = model.discriminator(*args)
+    assert logits.shape == (2, 5) and torch.equal(both[0], logits) and torch.equal(both[1], scores)
+    assert torch.equal(scores, torch.sigmoid(logits))
+    # the model-side helper takes NumPy or tensors, batched, and keeps the graph for the RL update
+    recorded = {k: ex[k].numpy() for k in DISCRIMINATOR_INPUTS[1:-1]} | {"bev_tokens": bev.numpy()}
+    again = model.discriminator_logits(ex["trajectories"].numpy(), recorded)
+    assert torch.allclose(again, logits, atol=1e-6) and again.requires_grad
+    with pytest.raises(ValueError, match="discriminator_inputs: missing 'bev_tokens'"):
+        model.discriminator_logits(ex["trajectories"], {k: recorded[k] for k in DISCRIMINATOR_INPUTS[1:-1]})
+    with pytest.raises(ValueError, match=r"discriminator_inputs.ego_state: shape \(1, 4\) does not match"):
+        model.discriminator_logits(ex["trajectories"], recorded | {"ego_state": recorded["ego_state"][:1]})
+    with pytest.raises(ValueError, match=r"candidates: shape \(5, 8, 2\)"):
+        model.discriminator_logits(ex["trajectories"][0], recorded)
+
+
 def test_discriminator_initialised_from_generator_encoders():
     cfg = tiny_config()
     model = randomised_model(cfg)

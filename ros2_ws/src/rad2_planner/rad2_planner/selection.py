@@ -144,9 +144,9 @@ def _full_log_probs(a: np.ndarray, dist: CandidateDistribution) -> np.ndarray:
 
 
 def _entropy_of(logp: np.ndarray) -> np.ndarray:
-    p = np.exp(logp)
-    # 0·log 0 = 0: excluded candidates (log p = -inf) contribute nothing.
-    return -np.sum(np.where(p > 0, p * logp, 0.0), axis=-1)
+    # 0·log 0 = 0: excluded candidates (log p = -inf) contribute nothing (and 0·-inf would be NaN).
+    finite = np.where(np.isfinite(logp), logp, 0.0)
+    return -np.sum(np.exp(logp) * finite, axis=-1)
 
 
 def adaptive_top_k(entropy_nats: Any, k_min: int, k_max: int, m: int) -> np.ndarray:
