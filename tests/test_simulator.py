@@ -1,6 +1,7 @@
-"""Closed-loop simulator: replay fidelity, latched execution, batching, purity, reactive agents,
-rewards and metrics."""
+"""Closed-loop simulator: replay fidelity, latched execution, batching, purity (branching, random action
+sequences, pickling), reactive agents, rewards and metrics."""
 
+import pickle
 from dataclasses import replace
 
 import numpy as np
@@ -9,7 +10,11 @@ from bev_warp_sim import rewards as rw
 from bev_warp_sim import simulator as simmod
 from bev_warp_sim.metrics import EpisodeResult, aggregate
 from bev_warp_sim.reference_policies import make_policy
+from bev_warp_sim.rollout import PerRowPlanners, run_rollouts
 from bev_warp_sim.simulator import Controls, SimulationError, Simulator
+from bev_warp_sim.trace import EpisodeTrace, decision_intervals
+from hypothesis import given, settings
+from hypothesis import strategies as hs
 from rad2_planner.config import load_params
 from synthetic_scenes import make_clip
 
@@ -27,11 +32,11 @@ def clip():
 
 
 def test_expert_replay_tracks_the_log(sim, clip):
-    pl = make_policy("expert")
-    pl.reset(clip, 0)
-    st = sim.run(sim.init([clip], [0], max_steps=60), [pl], h_reuse=1)
-    res = st.results[0]
-    track = st.ego_track(0)
+    [ro], stats = run_rollouts(sim, PerRowPlanners(lambda: make_policy("expert")), [clip], h_reuse=1,
+                               max_steps=60)
+    res = ro.result
+    track = ro.trace.ego
+    assert stats.env_steps == 60 and stats.decisions == 60
     dev = np.hypot(track[:, 0] - clip.ego_x[: len(track)], track[:, 1] - clip.ego_y[: len(track)])
     assert res.termination == "max_steps" and not res.collided
     assert dev.max() < 0.2
@@ -40,14 +45,14 @@ def test_expert_replay_tracks_the_log(sim, clip):
 
 def test_observation_at_start_equals_logged_and_moves_with_ego(sim, clip):
     st = sim.init([clip], [10])
-    obs = simmod.observe(st)
+    obs = simmod.observe(st, simulator=sim)
     logged = sim.logged_observation(clip, 10)
     np.testing.assert_array_equal(obs.bev, logged.bev)
     np.testing.assert_allclose(obs.route, logged.route, atol=1e-5)
-    st2, _ = simmod.step(st, Controls(np.tile([[0.0, 0.3]], (40, 1))))
+    st2, _ = simmod.step(st, Controls(np.tile([[0.0, 0.3]], (40, 1))), simulator=sim)
     for _ in range(5):
-        st2, _ = simmod.step(st2)
-    obs2 = simmod.observe(st2)
+        st2, _ = simmod.step(st2, simulator=sim)
+    obs2 = simmod.observe(st2, simulator=sim)
     assert obs2.ego_state[3] > 0.0  # the simulated steering shows in the ego state
     assert not np.allclose(obs2.bev, sim.logged_observation(clip, int(st2.t[0])).bev)
 
@@ -64,7 +69,7 @@ def test_latch_breaks_early_on_safety_violation(sim):
     assert steps < 40, "the latch should have been cut short"
     assert st.break_reason[0] == "safety"
     assert st.ttc_track(0)[-1] < PARAMS["latch"]["ttc_break_s"]
-    assert st.decisions[0][0].end_step == st.t[0]
+    assert decision_intervals(sim.trace(st, 0))[0].end_step == st.t[0]
 
 
 def test_latch_runs_h_reuse_steps_when_safe(sim, clip):
@@ -105,6 +110,83 @@ def test_step_is_pure(sim, clip):
     np.testing.assert_array_equal(st.ego, ego0)
     np.testing.assert_array_equal(st.t, t0)
     assert len(st.ego_hist) == n_hist and len(st2.ego_hist) == n_hist + 1
+    with pytest.raises(ValueError, match="read-only"):
+        st.ego[0, 0] = 1.0  # states are values: their arrays cannot be written
+
+
+def _drive(sim, state, controls, steps):
+    """Commit ``controls`` at every decision and step ``steps`` times (or to the end)."""
+    for _ in range(steps):
+        if state.done.all():
+            break
+        need = np.flatnonzero(sim.needs_decision(state))
+        if len(need):
+            state = sim.commit(state, {int(b): controls for b in need})
+        state, _ = sim.step(state)
+    return state
+
+
+def test_branched_continuations_do_not_see_each_other(sim):
+    clip = make_clip(num_steps=200)
+    root = _drive(sim, sim.init([clip], [50], max_steps=80), Controls(np.zeros((40, 2))), 10)
+    root_bytes = pickle.dumps(root)
+    root_decisions = root.decisions[0]
+    # two continuations from ONE state: one brakes hard, one accelerates into the slower leader
+    brake = _drive(sim, root, Controls(np.tile([[-3.0, 0.0]], (40, 1))), 100)
+    speed = _drive(sim, root, Controls(np.tile([[3.0, 0.0]], (40, 1))), 100)
+    assert pickle.dumps(root) == root_bytes  # the branch point is untouched
+    assert root.decisions[0] is root_decisions
+    n_root = len(root_decisions)
+    assert brake.decisions[0][:n_root] == root_decisions and speed.decisions[0][:n_root] == root_decisions
+    assert brake.decisions[0][n_root:] and speed.decisions[0][n_root:]
+    assert not set(map(id, brake.decisions[0][n_root:])) & set(map(id, speed.decisions[0][n_root:]))
+    tb, ts = sim.trace(brake, 0), sim.trace(speed, 0)
+    assert ts.collided and not tb.collided
+    rb, rs = rw.compute_rewards(tb, PARAMS), rw.compute_rewards(ts, PARAMS)
+    assert rs["rad2_collision"] == -PARAMS["ttc"]["t_max"] and rb["rad2_collision"] > rs["rad2_collision"]
+    # the branch's intervals end where its own next decision or its own end is
+    ends = [iv.end_step for iv in decision_intervals(tb)]
+    assert ends[-1] == tb.end_step and ends[: n_root - 1] == [d.step for d in root_decisions[1:]]
+    # and the root continues exactly as before either branch ran
+    again = _drive(sim, pickle.loads(root_bytes), Controls(np.tile([[-3.0, 0.0]], (40, 1))), 100)
+    np.testing.assert_array_equal(sim.trace(again, 0).ego, tb.ego)
+
+
+@settings(max_examples=15, deadline=None, derandomize=True)
+@given(hs.lists(hs.tuples(hs.floats(-6.0, 3.0), hs.floats(-0.4, 0.4), hs.integers(1, 12)), min_size=1,
+                max_size=6))
+def test_random_action_sequences_never_mutate_their_input(actions):
+    sim = _PROPERTY_SIM
+    state = sim.init([_PROPERTY_CLIP, _PROPERTY_CLIP], [30, 31], max_steps=40)
+    for accel, rate, hold in actions:
+        if state.done.all():
+            break
+        before = pickle.dumps(state)
+        need = np.flatnonzero(sim.needs_decision(state))
+        u = Controls(np.tile([[accel, rate]], (40, 1)))
+        committed = sim.commit(state, {int(b): u for b in need}, h_reuse=hold) if len(need) else state
+        stepped, _ = sim.step(committed)
+        again, _ = sim.step(committed)
+        assert pickle.dumps(state) == before
+        assert pickle.dumps(stepped) == pickle.dumps(again)  # deterministic given the state
+        assert len(stepped.ego_hist) == len(state.ego_hist) + 1
+        state = stepped
+
+
+_PROPERTY_SIM = Simulator()
+_PROPERTY_CLIP = make_clip(num_steps=120)
+
+
+def test_state_pickles_small_and_resumes_identically(sim, clip):
+    st = _drive(sim, sim.init([clip], [0]), Controls(np.zeros((40, 2))), 20)
+    blob = pickle.dumps(st)
+    assert len(blob) < 64_000, f"a one-clip state pickles to {len(blob)} bytes"
+    restored = pickle.loads(blob)
+    a = _drive(sim, st, Controls(np.ones((40, 2)) * [0.5, 0.0]), 10)
+    b = _drive(sim, restored, Controls(np.ones((40, 2)) * [0.5, 0.0]), 10)
+    np.testing.assert_array_equal(a.ego, b.ego)
+    with pytest.raises(SimulationError, match="not registered"):
+        sim.step(replace(st, clip_keys=("nowhere#0",)))
 
 
 def test_collision_ends_episode_with_attribution(sim, clip):
@@ -115,7 +197,7 @@ def test_collision_ends_episode_with_attribution(sim, clip):
         if sim.needs_decision(st)[0]:
             st = sim.commit(st, {0: pl.plan(sim.observe(st)[0])})
         st, _ = sim.step(st)
-    res = st.results[0]
+    res = sim.episode_result(st, 0)
     assert res.termination == "collision" and res.collided and res.at_fault
     assert res.collisions[0]["ego_zone"] == "front" and res.min_ttc == 0.0
     assert res.r_coll == -PARAMS["ttc"]["t_max"] and res.plan_r1 == 0.0
@@ -149,7 +231,7 @@ def test_reactive_follower_brakes_for_a_stopping_ego():
             if s.needs_decision(st)[0]:
                 st = s.commit(st, {0: brake}, h_reuse=40)
             st, _ = s.step(st)
-        results[reactive] = st.results[0]
+        results[reactive] = s.episode_result(st, 0)
     assert results[False].collided and not results[False].at_fault  # rear-ended while braking
     assert results[False].collisions[0]["ego_zone"] == "rear"
     assert not results[True].collided  # the IDM follower stops behind the ego
@@ -211,3 +293,42 @@ def test_metrics_definitions():
     assert m["comfort_violation_clips"] == pytest.approx(0.2)
     with pytest.raises(ValueError, match="results"):
         aggregate([], PARAMS)
+
+
+def _trace(n=11, ego_speed=9.0, lateral=0.0, ttc=None, **kw):
+    """Straight drive along x: the ego at ``ego_speed`` (``lateral`` m to the left of the log), the log at
+    10 m/s, 0.1 s steps; the route is the x axis."""
+    k = np.arange(n)
+    ego = np.zeros((n, 6))
+    ego[:, 0], ego[:, 1], ego[:, 3] = ego_speed * k * 0.1, lateral, ego_speed
+    expert_xy = np.stack([10.0 * k * 0.1, np.zeros(n)], -1)
+    base = dict(clip_id="c", scenario_kind="slow_leader", dt=0.1, t_max=3.0, start_step=0, end_step=n - 1,
+                window_end=n - 1, termination="clip_end", ego=ego,
+                ttc=np.full(n, 3.0) if ttc is None else np.asarray(ttc, float), route_s=ego[:, 0].copy(),
+                speed_limits=np.full(n, 13.9), expert_s=expert_xy[:, 0].copy(), expert_xy=expert_xy,
+                collided=False, at_fault=False, offroad=False)
+    base.update(kw)
+    return EpisodeTrace(**base)
+
+
+def test_reward_registry_hand_computed():
+    tr = _trace(ttc=[3.0, 3.0, 2.5, 1.2] + [3.0] * 7)  # progress 9 m against the log's 10 m: rho = 0.9
+    r = rw.compute_rewards(tr, PARAMS)
+    assert set(r) == set(rw.REWARDS)
+    assert r["rad2_collision"] == pytest.approx(1.2 - 3.0)  # Eq. 13: worst margin
+    assert r["rad2_efficiency"] == pytest.approx((0.9 - 1.05) + 1.0)  # Eq. 14: below the window
+    assert r["rad2"] == pytest.approx(-1.8 + 0.85)  # weights 1 and 1 in params/sim.yaml
+    assert r["correction_planner"] == pytest.approx(0.9)
+    # Plan-R1: gates pass; comfort, TTC (1.2 >= 0.95) and speed-limit terms 1, progress 0.9 (weights 2/5/2/1)
+    assert r["plan_r1"] == pytest.approx((2 + 5 + 2 + 0.9) / 10)
+    # LaViPlan against the log: 1 m to the side at the log's speed -> ADE = FDE = 1
+    assert rw.reward_laviplan(_trace(ego_speed=10.0, lateral=1.0), PARAMS) == pytest.approx(-2 * np.log(2.0))
+    assert rw.reward_laviplan(_trace(ego_speed=10.0), PARAMS) == pytest.approx(0.0)
+    hit = _trace(collided=True, termination="collision")
+    assert rw.reward_rad2_collision(hit, PARAMS) == -3.0
+    assert rw.reward_correction_planner(hit, PARAMS) == -1.0 and rw.reward_plan_r1(hit, PARAMS) == 0.0
+    fast = _trace(ego_speed=11.5)  # rho = 1.15: above the window
+    assert rw.reward_rad2_efficiency(fast, PARAMS) == pytest.approx(1.10 - 1.15 + 1.0)
+    assert rw.reward_correction_planner(fast, PARAMS) == 1.0  # progress capped at 1
+    with pytest.raises(ValueError, match="unknown reward"):
+        rw.compute_rewards(tr, PARAMS, ["made_up"])

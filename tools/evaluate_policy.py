@@ -40,12 +40,15 @@ def main(argv=None) -> int:
     ap.add_argument("--gifs", type=int, default=None,
                     help="worst clips to render per split (evaluation.worst_clips_gif)")
     ap.add_argument("--checkpoint", default=None, help="checkpoint directory for the rad2 policy")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="evaluation seed: the learned policy's noise (reference policies are deterministic)")
     ap.add_argument("--no-progress", action="store_true", help="hide progress bars")
     args = ap.parse_args(argv)
 
     from bev_warp_sim.evaluate import (
         evaluate_split,
         full_table,
+        make_decider,
         markdown_tables,
         paper_table,
         render_worst,
@@ -64,11 +67,17 @@ def main(argv=None) -> int:
     console = Console(width=max(Console().width, 160))
     evals = []
     for policy in args.policy:
+        decider = make_decider(policy, **(kwargs if policy == "rad2" else {}))  # loaded once per policy
         for split in args.split:
             evals.append(evaluate_split(policy, split, params, max_clips=args.max_clips,
                                         batch_size=args.batch_size, h_reuse=args.h_reuse,
-                                        progress=not args.no_progress,
-                                        policy_kwargs=kwargs if policy == "rad2" else None))
+                                        progress=not args.no_progress, decider=decider, seed=args.seed))
+            st = evals[-1].stats
+            rate = st.env_steps / max(st.wall_s, 1e-9)
+            console.print(f"{policy} @ {Path(split).name}: {st.env_steps} env steps, "
+                          f"{st.decisions} decisions in {st.wall_s:.1f} s ({rate:.0f} steps/s; plan "
+                          f"{st.seconds['plan']:.1f} s, observe {st.seconds['observe']:.1f} s, track "
+                          f"{st.seconds['commit']:.1f} s, step {st.seconds['step']:.1f} s)")
     console.print(paper_table(evals))
     console.print(full_table(evals))
     out = Path(args.out)

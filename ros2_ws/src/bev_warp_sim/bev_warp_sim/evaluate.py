@@ -1,8 +1,10 @@
 """Closed-loop evaluation of a policy on a split (dataset directory): metrics, tables, JSON, GIFs.
 
-Each clip is one episode from step 0 to its end (or ``sim.max_steps``); ``evaluation.batch_size``
-clips step together; the policy replans every ``evaluation.h_reuse`` steps (1: every step, like the
-10 Hz stack) and earlier when the safety check fires. The paper's Table 1 layout takes the safety
+Each clip is one episode from step 0 to its end (or ``sim.max_steps``), driven by the rollout engine
+(:mod:`bev_warp_sim.rollout`): ``evaluation.batch_size`` clips step together, the learned policy is
+loaded once and plans every clip of a step in one batched call; the policy replans every
+``evaluation.h_reuse`` steps (1: every step, like the 10 Hz stack) and earlier when the safety check
+fires. The paper's Table 1 layout takes the safety
 columns (CR, AF-CR, Safety@1, Safety@2) from the safety-oriented split and the efficiency columns
 (EP-Mean, EP@1.0, EP@0.9) from the efficiency-oriented split.
 """
@@ -18,7 +20,8 @@ import numpy as np
 from rad2_planner.config import load_params
 
 from bev_warp_sim.metrics import EFFICIENCY_COLUMNS, SAFETY_COLUMNS, EpisodeResult, aggregate, worst_results
-from bev_warp_sim.reference_policies import make_policy
+from bev_warp_sim.reference_policies import PolicyError, make_policy
+from bev_warp_sim.rollout import BatchedPolicy, PerRowPlanners, RolloutStats, run_rollouts
 from bev_warp_sim.simulator import Simulator
 
 
@@ -30,6 +33,7 @@ class SplitEvaluation:
     results: list[EpisodeResult]
     tracks: dict[str, np.ndarray] = field(default_factory=dict)  # clip_id -> [n, 6] ego track
     agent_tracks: dict[str, list[np.ndarray]] = field(default_factory=dict)  # reactive: per step [N, 3]
+    stats: RolloutStats | None = None  # env steps, decisions and wall time per stage
 
     def as_dict(self) -> dict[str, Any]:
         return {"policy": self.policy, "split": self.split, "metrics": self.metrics,
@@ -46,6 +50,18 @@ def split_kind(path: str | Path) -> str:
     return "other"
 
 
+def make_decider(policy: str, **policy_kwargs: Any):
+    """The decision maker of a registered policy: ``rad2`` is loaded ONCE and plans every row of a step in
+    one batched call (deterministic deployment selection); reference policies get one instance per row."""
+    from bev_warp_sim.reference_policies import POLICIES
+
+    if policy not in POLICIES:
+        raise PolicyError(f"policy: {policy!r} is not one of {sorted(POLICIES)}")
+    if policy == "rad2":
+        return BatchedPolicy(make_policy("rad2", **policy_kwargs), selection="deterministic")
+    return PerRowPlanners(lambda: make_policy(policy, **policy_kwargs))
+
+
 def evaluate_split(
     policy: str,
     dataset_dir: str | Path,
@@ -56,8 +72,14 @@ def evaluate_split(
     progress: bool = True,
     policy_kwargs: dict[str, Any] | None = None,
     simulator: Simulator | None = None,
+    decider=None,
+    seed: int = 0,
 ) -> SplitEvaluation:
-    """Run ``policy`` (a name in ``reference_policies.POLICIES``) on every clip of ``dataset_dir``."""
+    """Run ``policy`` (a name in ``reference_policies.POLICIES``) on every clip of ``dataset_dir``.
+
+    ``decider`` reuses an already built decision maker (:func:`make_decider`) across splits; ``seed``
+    is the evaluation seed (the learned policy's noise; reference policies are deterministic).
+    """
     from rad2_planner.clip import load_dataset
     from tqdm import tqdm
 
@@ -73,24 +95,17 @@ def evaluate_split(
     if not clips:
         raise ValueError(f"dataset_dir: {dataset_dir} holds no clips")
     sim = simulator if simulator is not None else Simulator(params)
+    decider = decider if decider is not None else make_decider(policy, **(policy_kwargs or {}))
     out = SplitEvaluation(policy=policy, split=str(dataset_dir), metrics={}, results=[])
-    bar = tqdm(total=len(clips), desc=f"{policy} @ {Path(dataset_dir).name}", unit="clip",
-               disable=not progress)
-    for i in range(0, len(clips), batch_size):
-        chunk = clips[i:i + batch_size]
-        planners = []
-        for k, c in enumerate(chunk):
-            pl = make_policy(policy, **(policy_kwargs or {}))
-            pl.reset(c, 0, seed=i + k)
-            planners.append(pl)
-        state = sim.init(chunk, [0] * len(chunk))
-        state = sim.run(state, planners, h_reuse=h_reuse, progress=bar.update)
-        for b, c in enumerate(chunk):
-            out.results.append(state.results[b])
-            out.tracks[c.clip_id] = state.ego_track(b)
-            if sim.reactive:
-                out.agent_tracks[c.clip_id] = [h[b] for h in state.agent_hist[: len(out.tracks[c.clip_id])]]
-    bar.close()
+    with tqdm(total=len(clips), desc=f"{policy} @ {Path(dataset_dir).name}", unit="clip",
+              disable=not progress) as bar:
+        rollouts, out.stats = run_rollouts(sim, decider, clips, batch_size=batch_size, seed=seed,
+                                           h_reuse=h_reuse, progress=bar.update)
+    for c, r in zip(clips, rollouts):
+        out.results.append(r.result)
+        out.tracks[c.clip_id] = np.asarray(r.trace.ego)
+        if sim.reactive:
+            out.agent_tracks[c.clip_id] = list(r.agent_track)
     out.metrics = aggregate(out.results, params)
     return out
 

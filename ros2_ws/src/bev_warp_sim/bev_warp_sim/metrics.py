@@ -25,6 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from bev_warp_sim import rewards as rw
+from bev_warp_sim.trace import EpisodeTrace
+
 SAFETY_COLUMNS = ("CR", "AF-CR", "Safety@1", "Safety@2")
 EFFICIENCY_COLUMNS = ("EP-Mean", "EP@1.0", "EP@0.9")
 PAPER_COLUMNS = SAFETY_COLUMNS + EFFICIENCY_COLUMNS
@@ -59,6 +62,25 @@ class EpisodeResult:
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         return {k: (float(v) if isinstance(v, np.floating) else v) for k, v in d.items()}
+
+
+def episode_outcome(trace: EpisodeTrace, params: dict[str, Any]) -> EpisodeResult:
+    """The :class:`EpisodeResult` of a finished rollout: a pure function of its trace."""
+    ego_prog, exp_prog, rho = rw.episode_progress(trace, params)
+    any_step, viol = rw.episode_comfort(trace, params)
+    return EpisodeResult(
+        clip_id=trace.clip_id, scenario_kind=trace.scenario_kind, start_step=trace.start_step,
+        end_step=trace.end_step, num_steps=trace.num_steps, termination=trace.termination,
+        collided=trace.collided, at_fault=trace.at_fault, offroad=trace.offroad,
+        min_ttc=rw.episode_min_ttc(trace), rho=float(rho), ego_progress_m=ego_prog,
+        expert_progress_m=exp_prog,
+        comfort_violation_rate=float(any_step.mean()) if len(any_step) else 0.0,
+        comfort_any=bool(any_step.any()), r_coll=rw.reward_rad2_collision(trace, params),
+        r_eff=rw.reward_rad2_efficiency(trace, params), plan_r1=rw.reward_plan_r1(trace, params),
+        collisions=[dict(c) for c in trace.collisions],
+        comfort_by_term={k: float(v.mean()) for k, v in viol.items()},
+        num_decisions=len(trace.decisions),
+    )
 
 
 def aggregate(results: list[EpisodeResult], params: dict[str, Any]) -> dict[str, float]:

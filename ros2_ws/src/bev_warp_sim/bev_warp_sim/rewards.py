@@ -1,4 +1,18 @@
-"""Rollout rewards: RAD-2's safety and efficiency rewards (Eq. 13, 14) and Plan-R1's rule-based reward.
+"""Rollout rewards as a registry of pure functions of a finished rollout (:class:`EpisodeTrace`).
+
+:data:`REWARDS` maps a name (the ``rewards.rl_reward`` parameter, or a trainer's choice) to
+``fn(trace, params) -> float``; nothing here reads or writes simulator state, so a new reward is a new
+function, never an edit of the simulator.
+
+- ``rad2_collision``: RAD-2 Eq. 12–13, ``r_coll = min_t (T_t − T_max)`` (``−T_max`` after a collision);
+- ``rad2_efficiency``: RAD-2 Eq. 14, ``r_eff`` of the ego progress ρ;
+- ``rad2``: ``w_coll · r_coll + w_eff · r_eff`` (``rewards.rad2`` weights);
+- ``plan_r1``: Plan-R1's rule-based reward (gates × weighted soft terms, below);
+- ``correction_planner``: CorrectionPlanner's ``min(ρ, 1) · 1[no collision] − 1[collision]``;
+- ``laviplan``: LaViPlan's planning reward ``−log(1 + ADE) − log(1 + FDE)`` of the driven ego positions
+  against the logged ones over the executed steps.
+
+Definitions:
 
 - ``r_coll = min_t (T_t − T_max)`` over the rollout (≤ 0; 0 when T_t never dropped below T_max).
 - Ego progress ``ρ``: the ego's arc-length progress along the route polyline over the rollout window
@@ -16,9 +30,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from bev_warp_sim.trace import EpisodeTrace
 
 
 class RoutePath:
@@ -194,3 +211,106 @@ def plan_r1_reward(
     }
     soft = sum(weights[k] * terms[k] for k in terms) / sum(weights.values())
     return {"total": float(gates * soft), "gates": float(gates), "direction": direction, **terms}
+
+
+# ----------------------------------------------------------------------------------------------------
+# Quantities of a finished rollout (shared by the outcome, the metrics and the rewards)
+
+
+def episode_progress(trace: EpisodeTrace, params: dict[str, Any]) -> tuple[float, float, float]:
+    """(ego progress m, expert progress m, ρ) along the route over the rollout's planned window."""
+    ego = float(trace.route_s[-1] - trace.route_s[0])
+    expert = float(trace.expert_s[-1] - trace.expert_s[0])
+    rho = progress_ratio(ego, expert, float(params["rewards"]["min_expert_progress_m"]))
+    return ego, expert, rho
+
+
+def episode_comfort(trace: EpisodeTrace, params: dict[str, Any]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Per-step "any comfort term violated" ``[n]`` and the violations per term."""
+    sig = comfort_signals(trace.ego[:, :3], trace.ego[:, 3], trace.dt)
+    viol = comfort_violations(sig, params["comfort"])
+    any_step = np.zeros(len(trace.ego), bool)
+    for v in viol.values():
+        any_step |= v
+    return any_step, viol
+
+
+def episode_min_ttc(trace: EpisodeTrace) -> float:
+    """``min_t T_t`` over steps 1..L (the start state is the log's); 0 after a collision."""
+    if trace.collided:
+        return 0.0
+    return float(trace.ttc[1:].min()) if len(trace.ttc) > 1 else trace.t_max
+
+
+# ----------------------------------------------------------------------------------------------------
+# The registry
+
+RewardFn = Callable[[EpisodeTrace, dict[str, Any]], float]
+
+
+def reward_rad2_collision(trace: EpisodeTrace, params: dict[str, Any]) -> float:
+    """RAD-2 Eq. 13 over the rollout; a collision is the worst margin, ``−T_max``."""
+    if trace.collided:
+        return -trace.t_max
+    return r_coll(trace.ttc[1:], trace.t_max)
+
+
+def reward_rad2_efficiency(trace: EpisodeTrace, params: dict[str, Any]) -> float:
+    """RAD-2 Eq. 14 of the rollout's ego progress ρ."""
+    cfg = params["rewards"]
+    return r_eff(episode_progress(trace, params)[2], float(cfg["rho_low"]), float(cfg["rho_high"]))
+
+
+def reward_rad2(trace: EpisodeTrace, params: dict[str, Any]) -> float:
+    """RAD-2's two sequence-level rewards combined with the ``rewards.rad2`` weights."""
+    w = params["rewards"]["rad2"]
+    return float(w["weight_collision"]) * reward_rad2_collision(trace, params) + float(
+        w["weight_efficiency"]) * reward_rad2_efficiency(trace, params)
+
+
+def plan_r1_terms(trace: EpisodeTrace, params: dict[str, Any]) -> dict[str, float]:
+    """Plan-R1's reward of the rollout with every gate and term."""
+    any_step, _ = episode_comfort(trace, params)
+    return plan_r1_reward(
+        collided=trace.collided, drivable_ok=not trace.offroad, route_s=trace.route_s, speeds=trace.ego[:, 3],
+        speed_limits=trace.speed_limits, comfort_ok=not any_step.any(), min_ttc=episode_min_ttc(trace),
+        rho=episode_progress(trace, params)[2], dt=trace.dt, params=params)
+
+
+def reward_plan_r1(trace: EpisodeTrace, params: dict[str, Any]) -> float:
+    return plan_r1_terms(trace, params)["total"]
+
+
+def reward_correction_planner(trace: EpisodeTrace, params: dict[str, Any]) -> float:
+    """CorrectionPlanner's rule reward: progress (capped at 1) without a collision, −1 with one."""
+    if trace.collided:
+        return -1.0
+    return float(min(max(episode_progress(trace, params)[2], 0.0), 1.0))
+
+
+def reward_laviplan(trace: EpisodeTrace, params: dict[str, Any]) -> float:
+    """LaViPlan's planning reward: ``−log(1 + ADE) − log(1 + FDE)`` against the log (executed steps)."""
+    n = min(len(trace.ego), len(trace.expert_xy))
+    if n < 2:
+        return 0.0
+    err = np.hypot(*(trace.ego[1:n, :2] - trace.expert_xy[1:n]).T)
+    return float(-np.log1p(err.mean()) - np.log1p(err[-1]))
+
+
+REWARDS: dict[str, RewardFn] = {
+    "rad2_collision": reward_rad2_collision,
+    "rad2_efficiency": reward_rad2_efficiency,
+    "rad2": reward_rad2,
+    "plan_r1": reward_plan_r1,
+    "correction_planner": reward_correction_planner,
+    "laviplan": reward_laviplan,
+}
+
+
+def compute_rewards(trace: EpisodeTrace, params: dict[str, Any], names=None) -> dict[str, float]:
+    """Rewards ``names`` (default: every registered one) of a finished rollout."""
+    names = list(REWARDS) if names is None else list(names)
+    unknown = [n for n in names if n not in REWARDS]
+    if unknown:
+        raise ValueError(f"rewards: unknown reward(s) {unknown} (choose from {sorted(REWARDS)})")
+    return {n: float(REWARDS[n](trace, params)) for n in names}

@@ -1,4 +1,4 @@
-"""BEV-Warp closed-loop simulator: explicit batched state, pure step, latched execution (RAD-2 §3.2, §3.3.1).
+"""BEV-Warp closed-loop simulator: immutable batched state, pure step, latched execution (RAD-2 §3.2, §3.3.1).
 
 A rollout replays a logged clip from ``start_step``. At log step ``t`` the planner sees the logged
 observation of time ``t`` (BEV rasterised at the logged ego pose, tokens in that frame) warped into the
@@ -10,8 +10,16 @@ which ends the latch so the next step is a decision point. Every step integrates
 for ``sim.dt``, advances the log, checks collisions (with at-fault attribution), time to collision
 (Eq. 12) and the drivable area, and records the ego track. An episode ends at the end of the clip (or
 after ``sim.max_steps``), on a collision (``sim.terminate_on_collision``) or off-road
-(``sim.terminate_on_offroad``); its :class:`~bev_warp_sim.metrics.EpisodeResult` (rewards included)
-is then filled in.
+(``sim.terminate_on_offroad``).
+
+**Purity.** :class:`SimState` is a frozen value: its arrays are read-only, its histories and decision
+points are tuples of immutable records, and it holds no reference to the simulator — clips are named
+by a content key in a process-wide registry (:func:`register_clip`), so a state pickles to a few kB
+and a worker process resolves the same key after registering the same clip. ``commit`` and ``step``
+return new states and never touch their input, so any number of continuations can branch from one
+state (GRPO groups). Outcomes and rewards are pure functions of the finished rollout's
+:class:`~bev_warp_sim.trace.EpisodeTrace` (:meth:`Simulator.trace`,
+:func:`bev_warp_sim.metrics.episode_outcome`, :data:`bev_warp_sim.rewards.REWARDS`).
 
 Agents are replayed from the log (non-reactive, the paper's setting) or, with
 ``sim.reactive_agents``, follow their logged paths with an IDM speed that reacts to the ego when it is
@@ -21,15 +29,15 @@ the agents where the log had them) and TTC uses the agents' constant-speed conti
 paths.
 
 Everything is batched: ``B`` rollouts (any mix of clips and start steps) step together; the single-
-rollout functions :func:`init`, :func:`observe` and :func:`step` are the ``B = 1`` case. ``step`` does
-not modify the state passed in; it returns a new one.
+rollout functions :func:`init`, :func:`observe` and :func:`step` are the ``B = 1`` case. The driving
+loop (observe → plan → commit → step) lives in :mod:`bev_warp_sim.rollout`.
 """
 
 from __future__ import annotations
 
-import copy
+import hashlib
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -39,7 +47,8 @@ from rad2_planner.planning_interface import PlanResult
 
 from bev_warp_sim import rewards as rw
 from bev_warp_sim import safety
-from bev_warp_sim.metrics import EpisodeResult
+from bev_warp_sim.metrics import EpisodeResult, episode_outcome
+from bev_warp_sim.trace import DecisionPoint, EpisodeTrace, frozen_array
 from bev_warp_sim.warp import BevWarper, warp_tokens
 
 
@@ -64,21 +73,43 @@ class SimContext:
     ego_state: np.ndarray  # bicycle state (x, y, yaw, v, delta)
 
 
-@dataclass
-class DecisionPoint:
-    """A step where a new trajectory started a latch interval (the TC-GRPO decision set K_i)."""
+# ----------------------------------------------------------------------------------------------------
+# clip registry: states name clips by content key
 
-    step: int
-    ego_state: np.ndarray
-    selected: int
-    trajectory: np.ndarray | None
-    candidates: np.ndarray | None
-    scores: np.ndarray | None
-    reason: str  # start | latch_done | safety
-    observation: Any = None
-    end_step: int = -1  # last step executed from this latch
-    interval_min_ttc: float = float("inf")
-    rewards: dict[str, float] = field(default_factory=dict)
+
+_REGISTRY: OrderedDict[str, Any] = OrderedDict()
+
+
+def clip_key(clip) -> str:
+    """Content key of a clip: its id and a hash of its log arrays (two edits of one id never collide)."""
+    h = hashlib.sha1(str(clip.clip_id).encode())
+    h.update(np.float64(clip.dt).tobytes())
+    for name in ("ego_x", "ego_y", "ego_yaw", "ego_speed", "agent_x", "agent_y", "agent_yaw", "agent_valid",
+                 "route_polyline"):
+        h.update(np.ascontiguousarray(getattr(clip, name)).tobytes())
+    h.update(str(clip.map.map_id).encode())
+    return f"{clip.clip_id}#{h.hexdigest()[:16]}"
+
+
+def register_clip(clip, capacity: int | None = None) -> str:
+    """Make ``clip`` resolvable by its key in this process (least recently used clips are dropped beyond
+    ``capacity``, ``sim.clip_registry_size``); returns the key."""
+    key = clip_key(clip)
+    _REGISTRY[key] = clip
+    _REGISTRY.move_to_end(key)
+    cap = int(capacity if capacity is not None else load_params("sim")["sim"]["clip_registry_size"])
+    while len(_REGISTRY) > max(cap, 1):
+        _REGISTRY.popitem(last=False)
+    return key
+
+
+def registered_clip(key: str):
+    try:
+        return _REGISTRY[key]
+    except KeyError:
+        raise SimulationError(
+            f"clip_keys: {key!r} is not registered in this process (register_clip(clip) first, or raise "
+            "sim.clip_registry_size)") from None
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -185,12 +216,13 @@ class _ClipData:
 # state
 
 
-@dataclass
+@dataclass(frozen=True)
 class SimState:
-    """State of ``B`` rollouts. Arrays have a leading batch axis; history lists hold one entry per step."""
+    """State of ``B`` rollouts, an immutable value. Arrays have a leading batch axis and are read-only;
+    histories hold one entry per step (``ego_hist[k]`` is ``[B, 6]``); ``decisions[b]`` and
+    ``collisions[b]`` are tuples of immutable records of rollout ``b``."""
 
-    sim: Simulator
-    data: list[_ClipData]
+    clip_keys: tuple[str, ...]  # registry keys (register_clip)
     start: np.ndarray  # [B] first log step
     end: np.ndarray  # [B] last log step of the planned window
     t: np.ndarray  # [B] current log step
@@ -200,40 +232,33 @@ class SimState:
     latch_pos: np.ndarray  # [B] index of the next latched control
     latch_len: np.ndarray  # [B] controls to replay (0: no latch)
     needs_plan: np.ndarray  # [B] bool: the next step is a decision point
-    break_reason: list[str]
+    break_reason: tuple[str, ...]
     done: np.ndarray  # [B] bool
-    termination: list[str]
+    termination: tuple[str, ...]
     collided: np.ndarray  # [B] bool
     at_fault: np.ndarray  # [B] bool
     offroad: np.ndarray  # [B] bool
-    collisions: list[list[dict]]
+    collisions: tuple[tuple[dict, ...], ...]
     agent_pose: np.ndarray  # [B, N, 3] current agent poses (reactive: simulated)
     agent_vel: np.ndarray  # [B, N, 2]
     agent_valid: np.ndarray  # [B, N]
     agent_s: np.ndarray  # [B, N] reactive progress along the logged path
     agent_v: np.ndarray  # [B, N] reactive speed
-    ego_hist: list[np.ndarray]  # per step [B, 6]: x, y, yaw, v, delta, accel
-    ttc_hist: list[np.ndarray]  # per step [B] T_t (step 0: the start state)
-    agent_hist: list[np.ndarray]  # reactive only: per step [B, N, 3]
-    decisions: list[list[DecisionPoint]]
-    results: list[EpisodeResult | None]
+    ego_hist: tuple[np.ndarray, ...]  # per step [B, 6]: x, y, yaw, v, delta, accel
+    ttc_hist: tuple[np.ndarray, ...]  # per step [B] T_t (step 0: the start state)
+    agent_hist: tuple[np.ndarray, ...]  # reactive only: per step [B, N, 3]
+    decisions: tuple[tuple[DecisionPoint, ...], ...]
     steps_taken: int = 0
+
+    def __post_init__(self):
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, np.ndarray) and v.flags.writeable:
+                object.__setattr__(self, f.name, frozen_array(v))
 
     @property
     def batch_size(self) -> int:
         return int(len(self.t))
-
-    def copy(self) -> SimState:
-        new = copy.copy(self)
-        for name in ("start", "end", "t", "ego", "accel", "controls", "latch_pos", "latch_len", "needs_plan",
-                     "done", "collided", "at_fault", "offroad", "agent_pose", "agent_vel", "agent_valid",
-                     "agent_s", "agent_v"):
-            setattr(new, name, getattr(self, name).copy())
-        for name in ("break_reason", "termination", "ego_hist", "ttc_hist", "agent_hist", "results"):
-            setattr(new, name, list(getattr(self, name)))
-        new.collisions = [list(c) for c in self.collisions]
-        new.decisions = [list(d) for d in self.decisions]
-        return new
 
     def ego_track(self, b: int) -> np.ndarray:
         """``[n, 6]`` recorded ego states of rollout ``b`` (x, y, yaw, v, delta, accel)."""
@@ -244,13 +269,22 @@ class SimState:
         n = int(self.t[b] - self.start[b]) + 1
         return np.array([h[b] for h in self.ttc_hist[:n]])
 
+    def agent_track(self, b: int) -> list[np.ndarray]:
+        """Reactive agents: per step ``[N, 3]`` simulated poses of rollout ``b`` (empty when log-replayed)."""
+        n = int(self.t[b] - self.start[b]) + 1
+        return [h[b] for h in self.agent_hist[:n]]
+
+
+def _with_row(items: tuple, b: int, value) -> tuple:
+    return items[:b] + (value,) + items[b + 1:]
+
 
 # ----------------------------------------------------------------------------------------------------
 # simulator
 
 
 class Simulator:
-    """Holds parameters, the controller, the warper and per-clip caches; its methods are pure in the state."""
+    """Holds parameters, the controller, the warper and caches; every method is pure in the state."""
 
     def __init__(
         self,
@@ -281,9 +315,10 @@ class Simulator:
         self.h_reuse = int(self.params["latch"]["h_reuse"])
         if self.h_reuse < 1:
             raise SimulationError(f"latch.h_reuse: must be >= 1, got {self.h_reuse}")
+        self.registry_size = int(cfg["clip_registry_size"])
         self._maps: dict[str, _MapGeometry] = {}
-        self._clips: OrderedDict[int, _ClipData] = OrderedDict()
-        self._obs_cache: OrderedDict[tuple[int, str, int], Any] = OrderedDict()
+        self._clips: OrderedDict[str, _ClipData] = OrderedDict()
+        self._obs_cache: OrderedDict[tuple[str, int], Any] = OrderedDict()
         self._obs_cache_size = int(cfg["feature_cache_steps"])
         self.wheelbase = float(self.vehicle_params["vehicle"]["wheelbase"])
 
@@ -294,50 +329,61 @@ class Simulator:
             self._maps[key] = _MapGeometry(lane_map, float(self.params["sim"]["offroad_margin_m"]))
         return self._maps[key]
 
-    def clip_data(self, clip) -> _ClipData:
-        key = id(clip)
-        if key not in self._clips:
-            self._clips[key] = _ClipData(clip, self.look)
+    def clip_data(self, key: str) -> _ClipData:
+        """Derived arrays of the registered clip ``key`` (cached; rebuilt from the registry when evicted)."""
+        data = self._clips.get(key)
+        if data is None:
+            data = _ClipData(registered_clip(key), self.look)
+            self._clips[key] = data
             while len(self._clips) > 256:
                 self._clips.popitem(last=False)
-        return self._clips[key]
+        else:
+            self._clips.move_to_end(key)
+        return data
 
-    def logged_observation(self, clip, t: int):
+    def clip(self, state: SimState, b: int):
+        return self.clip_data(state.clip_keys[b]).clip
+
+    def logged_observation(self, clip, t: int, key: str | None = None):
         """The logged observation of step ``t`` (BEV + tokens at the logged pose); cached per (clip, t)."""
         from rad2_planner.bev import snapshot_from_clip
         from rad2_planner.observation import build_observation
 
-        key = (id(clip), clip.clip_id, int(t))
-        obs = self._obs_cache.get(key)
+        cache_key = (key or clip_key(clip), int(t))
+        obs = self._obs_cache.get(cache_key)
         if obs is None:
             snap = snapshot_from_clip(clip, int(t), self.bev_params, self.vehicle_params)
             obs = build_observation(snap, params=self.bev_params)
-            self._obs_cache[key] = obs
+            self._obs_cache[cache_key] = obs
             while len(self._obs_cache) > self._obs_cache_size:
                 self._obs_cache.popitem(last=False)
         else:
-            self._obs_cache.move_to_end(key)
+            self._obs_cache.move_to_end(cache_key)
         return obs
 
     # -- init -----------------------------------------------------------------------------------------
     def init(self, clips, start_steps=0, max_steps: int | None = None) -> SimState:
         """Start ``B`` rollouts: ``clips`` a Clip or a list; ``start_steps`` an int or one per clip."""
+        from rad2_planner.bev import ego_state_from_clip
+
         clips = [clips] if not isinstance(clips, list | tuple) else list(clips)
         if not clips:
             raise SimulationError("clips: empty list")
         b = len(clips)
         starts = np.broadcast_to(np.asarray(start_steps, dtype=np.int64), (b,)).copy()
-        data = [self.clip_data(c) for c in clips]
+        keys = tuple(register_clip(c, self.registry_size) for c in clips)
+        data = [self.clip_data(k) for k in keys]
         max_steps = int(self.params["sim"]["max_steps"]) if max_steps is None else int(max_steps)
         ends = np.empty(b, dtype=np.int64)
         for i, (c, s) in enumerate(zip(clips, starts)):
+            if abs(float(c.dt) - self.dt) > 1e-3 * self.dt:
+                raise SimulationError(f"clips[{i}].dt: {c.dt} s differs from sim.dt {self.dt} s (clip "
+                                      f"{c.clip_id!r}; resample it first)")
             if not 0 <= s < c.num_steps - 1:
                 raise SimulationError(
                     f"start_steps[{i}]: {int(s)} outside [0, {c.num_steps - 2}] for clip {c.clip_id!r}")
             ends[i] = c.num_steps - 1 if max_steps <= 0 else min(c.num_steps - 1, s + max_steps)
             self.map_geometry(c.map)
-        from rad2_planner.bev import ego_state_from_clip
-
         ego = np.zeros((b, 5))
         accel = np.zeros(b)
         for i, (c, s) in enumerate(zip(clips, starts)):
@@ -347,31 +393,29 @@ class Simulator:
         vmax = self.controller.vehicle.max_steer
         ego[:, 4] = np.clip(ego[:, 4], -vmax, vmax)
         n_max = max((d.boxes.shape[0] for d in data), default=0)
-        h = self.controller.horizon
-        state = SimState(
-            sim=self, data=data, start=starts, end=ends, t=starts.copy(), ego=ego, accel=accel,
-            controls=np.zeros((b, h, 2)), latch_pos=np.zeros(b, np.int64), latch_len=np.zeros(b, np.int64),
-            needs_plan=np.ones(b, bool), break_reason=["start"] * b, done=np.zeros(b, bool),
-            termination=[""] * b, collided=np.zeros(b, bool), at_fault=np.zeros(b, bool),
-            offroad=np.zeros(b, bool), collisions=[[] for _ in range(b)],
-            agent_pose=np.zeros((b, n_max, 3)), agent_vel=np.zeros((b, n_max, 2)),
-            agent_valid=np.zeros((b, n_max), bool), agent_s=np.zeros((b, n_max)),
-            agent_v=np.zeros((b, n_max)),
-            ego_hist=[], ttc_hist=[], agent_hist=[], decisions=[[] for _ in range(b)], results=[None] * b,
-        )
+        pose, vel = np.zeros((b, n_max, 3)), np.zeros((b, n_max, 2))
+        valid, agent_s, agent_v = np.zeros((b, n_max), bool), np.zeros((b, n_max)), np.zeros((b, n_max))
         for i, d in enumerate(data):
             n = d.boxes.shape[0]
             s = int(starts[i])
-            state.agent_pose[i, :n] = d.boxes[:, s, :3]
-            state.agent_vel[i, :n] = d.vel[:, s]
-            state.agent_valid[i, :n] = d.valid[:, s]
-            state.agent_s[i, :n] = d.agent_s[:, s]
-            state.agent_v[i, :n] = d.agent_speed[:, s]
-        state.ego_hist.append(np.column_stack([ego, accel]))
-        state.ttc_hist.append(self._ttc(state))
-        if self.reactive:
-            state.agent_hist.append(state.agent_pose.copy())
-        return state
+            pose[i, :n] = d.boxes[:, s, :3]
+            vel[i, :n] = d.vel[:, s]
+            valid[i, :n] = d.valid[:, s]
+            agent_s[i, :n] = d.agent_s[:, s]
+            agent_v[i, :n] = d.agent_speed[:, s]
+        h = self.controller.horizon
+        state = SimState(
+            clip_keys=keys, start=starts, end=ends, t=starts.copy(), ego=ego, accel=accel,
+            controls=np.zeros((b, h, 2)), latch_pos=np.zeros(b, np.int64), latch_len=np.zeros(b, np.int64),
+            needs_plan=np.ones(b, bool), break_reason=("start",) * b, done=np.zeros(b, bool),
+            termination=("",) * b, collided=np.zeros(b, bool), at_fault=np.zeros(b, bool),
+            offroad=np.zeros(b, bool), collisions=((),) * b, agent_pose=pose, agent_vel=vel,
+            agent_valid=valid, agent_s=agent_s, agent_v=agent_v,
+            ego_hist=(frozen_array(np.column_stack([ego, accel])),), ttc_hist=(), agent_hist=(),
+            decisions=((),) * b,
+        )
+        return replace(state, ttc_hist=(frozen_array(self._ttc(state)),),
+                       agent_hist=(frozen_array(pose.copy()),) if self.reactive else ())
 
     # -- observation ----------------------------------------------------------------------------------
     def ego_state_vector(self, state: SimState) -> np.ndarray:
@@ -387,11 +431,13 @@ class Simulator:
         if not idx:
             return []
         es = self.ego_state_vector(state).astype(np.float32)
-        sim_pose = state.ego[idx, :3]
         if self.reactive:
             return [self._render_reactive(state, i) for i in idx]
-        logged = [self.logged_observation(state.data[i].clip, int(state.t[i])) for i in idx]
-        ref_pose = np.stack([state.data[i].clip.ego_pose(int(state.t[i])) for i in idx])
+        clips = [self.clip(state, i) for i in idx]
+        logged = [self.logged_observation(c, int(state.t[i]), state.clip_keys[i])
+                  for c, i in zip(clips, idx)]
+        ref_pose = np.stack([c.ego_pose(int(state.t[i])) for c, i in zip(clips, idx)])
+        sim_pose = np.asarray(state.ego[idx, :3])
         bev = self.warper(np.stack([o.bev for o in logged]), ref_pose, sim_pose)
         out = []
         for k, i in enumerate(idx):
@@ -405,7 +451,8 @@ class Simulator:
         from rad2_planner.bev import AgentFrame, snapshot_from_clip
         from rad2_planner.observation import build_observation
 
-        clip = state.data[i].clip
+        d = self.clip_data(state.clip_keys[i])
+        clip = d.clip
         t = int(state.t[i])
         snap = snapshot_from_clip(clip, t, self.bev_params, self.vehicle_params)
         n = clip.num_agents
@@ -421,13 +468,13 @@ class Simulator:
         for k in list(snap.history):
             j = max(steps_in - k, 0)
             poses = state.agent_hist[j][i]
-            valid = state.data[i].valid[:, max(t - k, 0)]
+            valid = d.valid[:, max(t - k, 0)]
             snap.history[k] = frame(poses, valid, np.zeros((len(poses), 2)))
         es = self.ego_state_vector(state)[i]
         return build_observation(snap, ego_pose=state.ego[i, :3], ego_state=es, params=self.bev_params)
 
     def context(self, state: SimState, i: int) -> SimContext:
-        return SimContext(clip=state.data[i].clip, step=int(state.t[i]), pose=state.ego[i, :3].copy(),
+        return SimContext(clip=self.clip(state, i), step=int(state.t[i]), pose=state.ego[i, :3].copy(),
                           ego_state=state.ego[i].copy())
 
     # -- decisions ------------------------------------------------------------------------------------
@@ -436,70 +483,64 @@ class Simulator:
 
     def commit(self, state: SimState, actions: dict[int, Any], observations: dict[int, Any] | None = None,
                h_reuse: int | None = None) -> SimState:
-        """Latch new actions for some rollouts (``{b: PlanResult | [T, 2] ego-frame plan | Controls}``).
+        """A new state with new actions latched for some rollouts (``{b: PlanResult | [T, 2] ego-frame plan
+        | Controls}``); ``observations`` optionally kept in the decision points.
 
         Plans are tracked by one batched iLQR solve; ``h_reuse`` overrides ``latch.h_reuse``.
         """
-        state = state.copy()
         h_reuse = self.h_reuse if h_reuse is None else int(h_reuse)
         if h_reuse < 1:
             raise SimulationError(f"h_reuse: must be >= 1, got {h_reuse}")
-        plans, plan_rows, plan_dts = [], [], []
+        controls, latch_len = state.controls.copy(), state.latch_len.copy()
+        latch_pos = state.latch_pos.copy()
+        needs_plan, decisions = state.needs_plan.copy(), state.decisions
+        horizon = controls.shape[1]
+        plans: list[tuple[int, np.ndarray, float]] = []
         for b, act in actions.items():
             b = int(b)
             if not 0 <= b < state.batch_size:
                 raise SimulationError(f"actions: rollout index {b} outside [0, {state.batch_size})")
             if state.done[b]:
                 continue
-            dp = DecisionPoint(step=int(state.t[b]), ego_state=state.ego[b].copy(), selected=0,
-                               trajectory=None, candidates=None, scores=None, reason=state.break_reason[b],
-                               observation=None if observations is None else observations.get(b))
+            record: dict[str, Any] = {}
             if isinstance(act, Controls):
                 u = np.asarray(act.values, dtype=np.float64)
                 if u.ndim != 2 or u.shape[1] != 2 or len(u) < 1 or not np.isfinite(u).all():
                     raise SimulationError(
                         f"actions[{b}]: controls must be a finite [H, 2] array, got shape {u.shape}")
-                h = min(len(u), state.controls.shape[1])
-                state.controls[b] = 0.0
-                state.controls[b, :h] = u[:h]
-                state.latch_len[b] = min(h_reuse, h)
+                h = min(len(u), horizon)
+                controls[b] = 0.0
+                controls[b, :h] = u[:h]
+                latch_len[b] = min(h_reuse, h)
             else:
-                if isinstance(act, PlanResult):
-                    traj = np.asarray(act.trajectory, dtype=np.float64)
-                    dp.selected = int(act.selected)
-                    dp.candidates = np.asarray(act.candidates)
-                    dp.scores = np.asarray(act.scores)
-                    plan_dt = float(act.plan_dt)
-                else:
-                    traj = np.asarray(act, dtype=np.float64)
-                    plan_dt = self.plan_dt
+                traj, plan_dt, record = _plan_record(act, self.plan_dt)
                 if traj.ndim != 2 or traj.shape[1] != 2 or len(traj) < 1 or not np.isfinite(traj).all():
                     raise SimulationError(f"actions[{b}]: trajectory must be a finite [T, 2] array, got "
                                           f"shape {traj.shape}")
-                dp.trajectory = traj
                 plans.append((b, traj, plan_dt))
-                plan_rows.append(b)
-                plan_dts.append(plan_dt)
-                state.latch_len[b] = min(h_reuse, state.controls.shape[1])
-            state.latch_pos[b] = 0
-            state.needs_plan[b] = False
-            state.decisions[b].append(dp)
-        if plans:
-            # group by (T, plan_dt) so one reference build + one iLQR solve serves each group
-            groups: dict[tuple[int, float], list[int]] = {}
-            for k, (_, traj, pdt) in enumerate(plans):
-                groups.setdefault((len(traj), pdt), []).append(k)
-            for (_, pdt), ks in groups.items():
-                rows = [plans[k][0] for k in ks]
-                pts = np.stack([plans[k][1] for k in ks])
-                ref = self.controller.reference(pts, pdt, state.ego[rows, :3], frame="ego")
-                sol = self.controller.solve(state.ego[rows], ref)
-                state.controls[rows] = sol.controls
-        return state
+                latch_len[b] = min(h_reuse, horizon)
+            dp = DecisionPoint(step=int(state.t[b]), ego_state=frozen_array(state.ego[b].copy()),
+                               accel=float(state.accel[b]), reason=state.break_reason[b],
+                               observation=None if observations is None else observations.get(b), **record)
+            latch_pos[b] = 0
+            needs_plan[b] = False
+            decisions = _with_row(decisions, b, decisions[b] + (dp,))
+        # group by (T, plan_dt) so one reference build + one iLQR solve serves each group
+        groups: dict[tuple[int, float], list[int]] = {}
+        for k, (_, traj, pdt) in enumerate(plans):
+            groups.setdefault((len(traj), pdt), []).append(k)
+        for (_, pdt), ks in groups.items():
+            rows = [plans[k][0] for k in ks]
+            pts = np.stack([plans[k][1] for k in ks])
+            ego = np.asarray(state.ego[rows])
+            ref = self.controller.reference(pts, pdt, ego[:, :3], frame="ego")
+            controls[rows] = self.controller.solve(ego, ref).controls
+        return replace(state, controls=controls, latch_len=latch_len, latch_pos=latch_pos,
+                       needs_plan=needs_plan, decisions=decisions)
 
     # -- step -----------------------------------------------------------------------------------------
     def step(self, state: SimState) -> tuple[SimState, dict[str, Any]]:
-        """Advance every running rollout by one step with its next latched control."""
+        """The state one step later for every running rollout (its next latched control); pure."""
         from rad2_planner.control.bicycle import clamp_controls
         from rad2_planner.control.bicycle import step as bicycle_step
 
@@ -509,90 +550,93 @@ class Simulator:
         if missing.any():
             raise SimulationError(
                 f"step: rollouts {np.flatnonzero(missing).tolist()} have no controls left (commit an action)")
-        state = state.copy()
         rows = np.flatnonzero(run)
-        u = state.controls[rows, state.latch_pos[rows]]
-        u = clamp_controls(state.ego[rows], u, self.controller.vehicle, self.dt)
-        state.ego[rows] = bicycle_step(state.ego[rows], u, self.controller.vehicle, self.dt)
-        state.ego[rows, 2] = wrap_angle(state.ego[rows, 2])
-        state.accel[rows] = u[:, 0]
-        state.latch_pos[rows] += 1
-        state.t[rows] += 1
-        self._advance_agents(state, rows)
-        ttc = self._ttc(state)
-        hits = self._collisions(state, rows)
-        on_road = self._on_road(state, rows)
-        state.ego_hist.append(np.column_stack([state.ego, state.accel]))
-        state.ttc_hist.append(np.where(run, ttc, state.ttc_hist[-1]))
-        if self.reactive:
-            state.agent_hist.append(state.agent_pose.copy())
+        ego, accel = state.ego.copy(), state.accel.copy()
+        latch_pos, t = state.latch_pos.copy(), state.t.copy()
+        u = state.controls[rows, latch_pos[rows]]
+        u = clamp_controls(ego[rows], u, self.controller.vehicle, self.dt)
+        ego[rows] = bicycle_step(ego[rows], u, self.controller.vehicle, self.dt)
+        ego[rows, 2] = wrap_angle(ego[rows, 2])
+        accel[rows] = u[:, 0]
+        latch_pos[rows] += 1
+        t[rows] += 1
+        moved = replace(state, ego=ego, accel=accel, latch_pos=latch_pos, t=t,
+                        **self._advance_agents(state, t, ego, rows))
+        ttc = self._ttc(moved)
+        hits, collided, at_fault, collisions = self._collisions(moved, rows)
+        on_road = self._on_road(moved, rows)
         cfg = self.params["sim"]
         ttc_break = float(self.params["latch"]["ttc_break_s"])
+        needs_plan, offroad, done = state.needs_plan.copy(), state.offroad.copy(), state.done.copy()
+        break_reason, termination = list(state.break_reason), list(state.termination)
         finished = []
         for k, b in enumerate(rows):
-            dp = state.decisions[b][-1] if state.decisions[b] else None
-            if dp is not None:
-                dp.end_step = int(state.t[b])
-                dp.interval_min_ttc = min(dp.interval_min_ttc, float(ttc[b]))
-            reason = ""
-            if hits[k]:
-                reason = "collision"
-            elif ttc[b] < ttc_break:
-                reason = "safety"
-            if reason:
-                state.needs_plan[b] = True
-                state.break_reason[b] = "safety"
-            elif state.latch_pos[b] >= state.latch_len[b]:
-                state.needs_plan[b] = True
-                state.break_reason[b] = "latch_done"
+            if hits[k] or ttc[b] < ttc_break:
+                needs_plan[b] = True
+                break_reason[b] = "safety"
+            elif latch_pos[b] >= state.latch_len[b]:
+                needs_plan[b] = True
+                break_reason[b] = "latch_done"
             if not on_road[k]:
-                state.offroad[b] = True
+                offroad[b] = True
             term = ""
             if hits[k] and cfg["terminate_on_collision"]:
                 term = "collision"
             elif not on_road[k] and cfg["terminate_on_offroad"]:
                 term = "offroad"
-            elif state.t[b] >= state.end[b]:
-                term = "clip_end" if state.end[b] == state.data[b].num_steps - 1 else "max_steps"
+            elif t[b] >= state.end[b]:
+                at_clip_end = state.end[b] == self.clip_data(state.clip_keys[b]).num_steps - 1
+                term = "clip_end" if at_clip_end else "max_steps"
             if term:
-                state.done[b] = True
-                state.termination[b] = term
+                done[b] = True
+                termination[b] = term
                 finished.append(int(b))
-        state.steps_taken += 1
-        for b in finished:
-            state.results[b] = self.episode_result(state, b)
-        return state, {"ttc": ttc, "collided": state.collided.copy(), "finished": finished}
+        new = replace(
+            moved, needs_plan=needs_plan, break_reason=tuple(break_reason), offroad=offroad, done=done,
+            termination=tuple(termination), collided=collided, at_fault=at_fault, collisions=collisions,
+            ego_hist=state.ego_hist + (frozen_array(np.column_stack([ego, accel])),),
+            ttc_hist=state.ttc_hist + (frozen_array(np.where(run, ttc, state.ttc_hist[-1])),),
+            agent_hist=state.agent_hist + ((frozen_array(moved.agent_pose.copy()),) if self.reactive else ()),
+            steps_taken=state.steps_taken + 1,
+        )
+        return new, {"ttc": ttc, "collided": collided.copy(), "finished": finished}
 
     # -- physics of the scene -------------------------------------------------------------------------
-    def _advance_agents(self, state: SimState, rows) -> None:
+    def _advance_agents(self, state: SimState, t: np.ndarray, ego: np.ndarray, rows) -> dict[str, np.ndarray]:
+        """New agent arrays for log step ``t`` (log replay, or the reactive IDM step)."""
+        out = {k: getattr(state, k).copy() for k in ("agent_pose", "agent_vel", "agent_valid", "agent_s",
+                                                     "agent_v")}
         for b in rows:
-            d = state.data[b]
+            d = self.clip_data(state.clip_keys[b])
             n = d.boxes.shape[0]
-            t = int(state.t[b])
+            tb = int(t[b])
             if not self.reactive:
-                state.agent_pose[b, :n] = d.boxes[:, t, :3]
-                state.agent_vel[b, :n] = d.vel[:, t]
-                state.agent_valid[b, :n] = d.valid[:, t]
+                out["agent_pose"][b, :n] = d.boxes[:, tb, :3]
+                out["agent_vel"][b, :n] = d.vel[:, tb]
+                out["agent_valid"][b, :n] = d.valid[:, tb]
             else:
-                self._reactive_step(state, b, t)
+                self._reactive_step(out, d, b, tb, ego[b])
+        return out
 
-    def _reactive_step(self, state: SimState, b: int, t: int) -> None:
-        """IDM along the logged path towards the logged progress, braking for an ego ahead on the path."""
+    def _reactive_step(self, agents: dict[str, np.ndarray], d: _ClipData, b: int, t: int, ego) -> None:
+        """IDM along the logged path towards the logged progress, braking for an ego ahead on the path.
+
+        Writes row ``b`` of the (fresh, not yet frozen) agent arrays ``agents``."""
         cfg = self.params["reactive"]
-        d = state.data[b]
         clip = d.clip
         n = d.boxes.shape[0]
-        ego = state.ego[b]
         el, ew = clip.ego_length, clip.ego_width
+        pose_a, vel_a, valid_a = agents["agent_pose"], agents["agent_vel"], agents["agent_valid"]
+        s_a, v_a = agents["agent_s"], agents["agent_v"]
         for j in range(n):
             if not d.valid[j, t]:
-                state.agent_valid[b, j] = False
+                valid_a[b, j] = False
                 continue
             s_log = d.agent_s[j, t]
-            if not state.agent_valid[b, j]:  # (re)appears: start on the log
-                state.agent_s[b, j], state.agent_v[b, j] = s_log, d.agent_speed[j, t]
-            s, v = state.agent_s[b, j], state.agent_v[b, j]
-            pose = state.agent_pose[b, j]
+            if not valid_a[b, j]:  # (re)appears: start on the log
+                s_a[b, j], v_a[b, j] = s_log, d.agent_speed[j, t]
+            s, v = s_a[b, j], v_a[b, j]
+            pose = pose_a[b, j]
             c, sn = np.cos(pose[2]), np.sin(pose[2])
             dx, dy = ego[0] - pose[0], ego[1] - pose[1]
             lon, lat = c * dx + sn * dy, -sn * dx + c * dy
@@ -623,11 +667,10 @@ class Simulator:
             f = 0.0 if span <= 1e-9 else float(np.clip((s_new - sp[k0]) / span, 0.0, 1.0))
             xa, xb = d.boxes[j, ta, :3], d.boxes[j, tb, :3]
             yaw = xa[2] + f * wrap_angle(xb[2] - xa[2])
-            state.agent_pose[b, j] = [xa[0] + f * (xb[0] - xa[0]), xa[1] + f * (xb[1] - xa[1]),
-                                      wrap_angle(yaw)]
-            state.agent_vel[b, j] = v_new * np.array([np.cos(yaw), np.sin(yaw)])
-            state.agent_s[b, j], state.agent_v[b, j] = s_new, v_new
-            state.agent_valid[b, j] = True
+            pose_a[b, j] = [xa[0] + f * (xb[0] - xa[0]), xa[1] + f * (xb[1] - xa[1]), wrap_angle(yaw)]
+            vel_a[b, j] = v_new * np.array([np.cos(yaw), np.sin(yaw)])
+            s_a[b, j], v_a[b, j] = s_new, v_new
+            valid_a[b, j] = True
 
     def _agent_future(self, state: SimState) -> tuple[np.ndarray, np.ndarray]:
         """``[B, N, K+1, 5]`` agent boxes over the look-ahead and their validity."""
@@ -637,7 +680,8 @@ class Simulator:
         boxes = np.zeros((b, n_max, k1, 5))
         valid = np.zeros((b, n_max, k1), bool)
         tau = np.arange(k1) * self.dt
-        for i, d in enumerate(state.data):
+        for i, key in enumerate(state.clip_keys):
+            d = self.clip_data(key)
             n = d.boxes.shape[0]
             if n == 0:
                 continue
@@ -654,19 +698,25 @@ class Simulator:
                 valid[i, :n] = state.agent_valid[i, :n, None]
         return boxes, valid
 
+    def _ego_sizes(self, state: SimState) -> np.ndarray:
+        clips = (self.clip_data(k).clip for k in state.clip_keys)
+        return np.array([[c.ego_length, c.ego_width] for c in clips])
+
     def _ttc(self, state: SimState) -> np.ndarray:
         from rad2_planner.control.bicycle import slip_and_curvature
 
         boxes, valid = self._agent_future(state)
         _, kappa = slip_and_curvature(state.ego[:, 4], self.controller.vehicle)
-        size = np.array([[d.clip.ego_length, d.clip.ego_width] for d in state.data])
-        return safety.ttc_at_state(state.ego[:, :3], state.ego[:, 3], state.ego[:, 3] * kappa, size, boxes,
-                                   valid, self.params)
+        return safety.ttc_at_state(state.ego[:, :3], state.ego[:, 3], state.ego[:, 3] * kappa,
+                                   self._ego_sizes(state), boxes, valid, self.params)
 
-    def _collisions(self, state: SimState, rows) -> np.ndarray:
-        out = np.zeros(len(rows), bool)
+    def _collisions(self, state: SimState, rows):
+        """(hit per row in ``rows``, new collided, at_fault and collision records) after a step."""
+        hits = np.zeros(len(rows), bool)
+        collided, at_fault = state.collided.copy(), state.at_fault.copy()
+        collisions = state.collisions
         for k, b in enumerate(rows):
-            d = state.data[b]
+            d = self.clip_data(state.clip_keys[b])
             n = d.boxes.shape[0]
             if n == 0:
                 continue
@@ -676,10 +726,11 @@ class Simulator:
             hit = safety.collisions(ego_box, agent_boxes, state.agent_valid[b, :n])
             if not hit.any():
                 continue
-            out[k] = True
-            state.collided[b] = True
-            known = {c["agent_index"] for c in state.collisions[b]}
+            hits[k] = True
+            collided[b] = True
+            known = {c["agent_index"] for c in collisions[b]}
             ev = state.ego[b, 3] * np.array([np.cos(state.ego[b, 2]), np.sin(state.ego[b, 2])])
+            new = []
             for j in np.flatnonzero(hit):
                 if int(j) in known:
                     continue
@@ -688,91 +739,71 @@ class Simulator:
                 info = safety.classify_collision(
                     ego_box, ev, agent_boxes[j], state.agent_vel[b, j], self.params, agent_index=int(j),
                     road_heading=geom.road_heading(pt))
-                rec = {"step": int(state.t[b]), "agent_id": int(clip.agent_ids[j]),
-                       "agent_type": int(clip.agent_types[j]), **info.as_dict()}
-                state.collisions[b].append(rec)
+                new.append({"step": int(state.t[b]), "agent_id": int(clip.agent_ids[j]),
+                            "agent_type": int(clip.agent_types[j]), **info.as_dict()})
                 if info.at_fault:
-                    state.at_fault[b] = True
-        return out
+                    at_fault[b] = True
+            if new:
+                collisions = _with_row(collisions, b, collisions[b] + tuple(new))
+        return hits, collided, at_fault, collisions
 
     def _on_road(self, state: SimState, rows) -> np.ndarray:
         out = np.ones(len(rows), bool)
         for k, b in enumerate(rows):
-            out[k] = bool(self.map_geometry(state.data[b].clip.map).on_road(state.ego[b, :2])[0])
+            out[k] = bool(self.map_geometry(self.clip(state, b).map).on_road(state.ego[b, :2])[0])
         return out
 
-    # -- episode summary ------------------------------------------------------------------------------
-    def episode_result(self, state: SimState, b: int) -> EpisodeResult:
-        d = state.data[b]
+    # -- finished rollouts ----------------------------------------------------------------------------
+    def trace(self, state: SimState, b: int) -> EpisodeTrace:
+        """The immutable record of rollout ``b`` that outcomes, metrics and rewards are computed from."""
+        d = self.clip_data(state.clip_keys[b])
         clip = d.clip
         track = state.ego_track(b)
-        ttc = state.ttc_track(b)[1:]  # T_t for t = 1..L (the start state is the log's)
-        start, end = int(state.start[b]), int(state.end[b])
-        s_ego = d.route.project(track[:, :2])[0]
-        ego_prog = float(s_ego[-1] - s_ego[0])
-        exp_prog = float(d.expert_s[end] - d.expert_s[start])
-        rcfg = self.params["rewards"]
-        rho = rw.progress_ratio(ego_prog, exp_prog, float(rcfg["min_expert_progress_m"]))
-        sig = rw.comfort_signals(track[:, :3], track[:, 3], self.dt)
-        viol = rw.comfort_violations(sig, self.params["comfort"])
-        any_step = np.zeros(len(track), bool)
-        for v in viol.values():
-            any_step |= v
-        min_ttc = float(ttc.min()) if len(ttc) else self.t_max
-        if state.collided[b]:
-            min_ttc = 0.0
-        geom = self.map_geometry(clip.map)
-        limits = geom.speed_limit(track[:, :2])
-        pr1 = rw.plan_r1_reward(
-            collided=bool(state.collided[b]), drivable_ok=not bool(state.offroad[b]), route_s=s_ego,
-            speeds=track[:, 3], speed_limits=limits, comfort_ok=not any_step.any(), min_ttc=min_ttc, rho=rho,
-            dt=self.dt, params=self.params,
-        )
-        r_c = rw.r_coll(ttc, self.t_max) if len(ttc) else 0.0
-        if state.collided[b]:
-            r_c = -self.t_max
-        r_e = rw.r_eff(rho, float(rcfg["rho_low"]), float(rcfg["rho_high"]))
-        for dp in state.decisions[b]:
-            dp.rewards = {"r_coll": r_c, "r_eff": r_e,
-                          "interval_r_coll": min(dp.interval_min_ttc, self.t_max) - self.t_max}
-        return EpisodeResult(
-            clip_id=clip.clip_id, scenario_kind=str(clip.metadata.get("scenario_kind", "")), start_step=start,
-            end_step=int(state.t[b]), num_steps=int(state.t[b]) - start, termination=state.termination[b],
+        start, window_end = int(state.start[b]), int(state.end[b])
+        return EpisodeTrace(
+            clip_id=clip.clip_id, scenario_kind=str(clip.metadata.get("scenario_kind", "")), dt=self.dt,
+            t_max=self.t_max, start_step=start, end_step=int(state.t[b]), window_end=window_end,
+            termination=state.termination[b], ego=frozen_array(track),
+            ttc=frozen_array(state.ttc_track(b)),
+            route_s=frozen_array(d.route.project(track[:, :2])[0]),
+            speed_limits=frozen_array(self.map_geometry(clip.map).speed_limit(track[:, :2])),
+            expert_s=frozen_array(d.expert_s[start:window_end + 1]),
+            expert_xy=frozen_array(np.stack([clip.ego_x, clip.ego_y], -1)[start:window_end + 1]),
             collided=bool(state.collided[b]), at_fault=bool(state.at_fault[b]),
             offroad=bool(state.offroad[b]),
-            min_ttc=min_ttc, rho=float(rho), ego_progress_m=ego_prog, expert_progress_m=exp_prog,
-            comfort_violation_rate=float(any_step.mean()) if len(any_step) else 0.0,
-            comfort_any=bool(any_step.any()), r_coll=float(r_c), r_eff=float(r_e),
-            plan_r1=float(pr1["total"]),
-            collisions=list(state.collisions[b]),
-            comfort_by_term={k: float(v.mean()) for k, v in viol.items()},
-            num_decisions=len(state.decisions[b]),
+            collisions=state.collisions[b], decisions=state.decisions[b],
         )
 
-    # -- driving loop ---------------------------------------------------------------------------------
-    def run(self, state: SimState, planners: list, h_reuse: int | None = None,
-            record_observations: bool = False, progress=None) -> SimState:
-        """Drive all rollouts to the end with one ``Planner`` per rollout (``reset`` already called)."""
-        if len(planners) != state.batch_size:
-            raise SimulationError(f"planners: {len(planners)} given for {state.batch_size} rollouts")
-        while not state.done.all():
-            need = np.flatnonzero(self.needs_decision(state))
-            if len(need):
-                obs = self.observe(state, need)
-                actions, kept = {}, {}
-                for b, o in zip(need, obs):
-                    pl = planners[b]
-                    if hasattr(pl, "set_sim_context"):
-                        pl.set_sim_context(self.context(state, int(b)))
-                    actions[int(b)] = pl.plan(o)
-                    if record_observations:
-                        kept[int(b)] = o
-                state = self.commit(state, actions, kept if record_observations else None, h_reuse=h_reuse)
-            before = int(state.done.sum())
-            state, _ = self.step(state)
-            if progress is not None:
-                progress(int(state.done.sum()) - before)
-        return state
+    def episode_result(self, state: SimState, b: int) -> EpisodeResult:
+        """The outcome of rollout ``b`` (:func:`bev_warp_sim.metrics.episode_outcome` of its trace)."""
+        return episode_outcome(self.trace(state, b), self.params)
+
+    def results(self, state: SimState) -> list[EpisodeResult | None]:
+        """Outcomes of the finished rollouts (``None`` for those still running)."""
+        return [self.episode_result(state, b) if state.done[b] else None for b in range(state.batch_size)]
+
+
+def _plan_record(act, default_plan_dt: float) -> tuple[np.ndarray, float, dict[str, Any]]:
+    """(trajectory, plan_dt, DecisionPoint fields) of a PlanResult or a bare ``[T, 2]`` plan."""
+    if not isinstance(act, PlanResult):
+        traj = np.asarray(act, dtype=np.float64)
+        return traj, default_plan_dt, {"trajectory": frozen_array(traj.copy())}
+    traj = np.asarray(act.trajectory, dtype=np.float64)
+
+    def arr(v):
+        return None if v is None else frozen_array(np.array(v))
+
+    info = dict(act.info)
+    record = {
+        "selected": int(act.selected), "trajectory": frozen_array(traj.copy()),
+        "candidates": arr(act.candidates),
+        "scores": arr(act.scores), "logits": arr(getattr(act, "logits", None)),
+        "probs": arr(getattr(act, "probs", None)), "log_prob": float(getattr(act, "log_prob", np.nan)),
+        "entropy": float(getattr(act, "entropy", np.nan)),
+        "seed": int(info["seed"]) if "seed" in info else None,
+        "discriminator_inputs": getattr(act, "discriminator_inputs", None), "info": info,
+    }
+    return traj, float(act.plan_dt), record
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -788,31 +819,29 @@ def default_simulator() -> Simulator:
     return _DEFAULT
 
 
-def init(clip, start_step: int = 0, params: dict[str, Any] | None = None, simulator: Simulator | None = None,
+def init(clip, start_step: int = 0, simulator: Simulator | None = None,
          max_steps: int | None = None) -> SimState:
-    """One rollout of ``clip`` from ``start_step`` (``params``: a sim.yaml dict to override the defaults)."""
-    if simulator is not None:
-        sim = simulator
-    else:
-        sim = Simulator(params) if params is not None else default_simulator()
-    return sim.init([clip], [start_step], max_steps=max_steps)
+    """One rollout of ``clip`` from ``start_step`` (on ``simulator``, default: one with params/sim.yaml)."""
+    return (simulator or default_simulator()).init([clip], [start_step], max_steps=max_steps)
 
 
-def observe(state: SimState):
+def observe(state: SimState, simulator: Simulator | None = None):
     """The observation of a single rollout (warped logged BEV + transformed tokens + simulated ego state)."""
     if state.batch_size != 1:
         raise SimulationError(f"observe: expected a single rollout, got B={state.batch_size} (use Simulator)")
-    return state.sim.observe(state)[0]
+    return (simulator or default_simulator()).observe(state)[0]
 
 
-def step(state: SimState, plan_or_controls=None, observation=None) -> tuple[SimState, dict[str, Any]]:
+def step(state: SimState, plan_or_controls=None, observation=None,
+         simulator: Simulator | None = None) -> tuple[SimState, dict[str, Any]]:
     """Advance a single rollout one step; a given plan (PlanResult, [T, 2] ego-frame trajectory or
     :class:`Controls`) starts a new latch first. Without one the latched controls continue."""
+    sim = simulator or default_simulator()
     if state.batch_size != 1:
         raise SimulationError(f"step: expected a single rollout, got B={state.batch_size} (use Simulator)")
     if state.done[0]:
         raise SimulationError(f"step: the episode is over ({state.termination[0]})")
     if plan_or_controls is not None:
         obs = None if observation is None else {0: observation}
-        state = state.sim.commit(state, {0: plan_or_controls}, obs)
-    return state.sim.step(state)
+        state = sim.commit(state, {0: plan_or_controls}, obs)
+    return sim.step(state)

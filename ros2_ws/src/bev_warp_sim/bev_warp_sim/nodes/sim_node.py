@@ -233,7 +233,7 @@ class SimNode(Node):
         self.state, _ = self.sim.step(self.state)
         self.sim_time_ns = step_end
         if self.state.done[0]:
-            res = self.state.results[0]
+            res = self.sim.episode_result(self.state, 0)
             self.results.append(res)
             payload = {"index": self.clip_index, "of": len(self.clips), **res.as_dict()}
             self.pub_result.publish(String(data=json.dumps(payload)))
