@@ -145,3 +145,6 @@ def test_from_params_reads_planner_yaml():
     d = CandidateDistribution.from_params(p)
     assert (d.top_k_min, d.top_k_max) == (p["selection_top_k_min"], p["selection_top_k_max"])
     assert d.label == "normalized_sigmoid+topk"
+    del p["selection_temperature"]
+    with pytest.raises(ValueError, match="missing parameter 'planner.selection_temperature'"):
+        CandidateDistribution.from_params(p)

@@ -178,7 +178,7 @@ class Rad2Policy:
         if self.fallback not in FALLBACK_RULES:
             raise ValueError(f"planner.fallback_selection: unknown value {self.fallback!r} {FALLBACK_RULES}")
         self.always_score = always_score
-        self.selection = _check_mode(selection or p["selection_mode"])
+        self.selection = _check_mode(selection or require(params, "planner.selection_mode"))
         self.distribution = candidate_distribution or CandidateDistribution.from_params(p)
         self.plan_dt = float(p["plan_dt"])
         d = require(params, "diffusion")
@@ -263,6 +263,7 @@ class Rad2Policy:
         k = int(num_steps or self.num_steps)
         mode = _check_mode(selection or self.selection)
         dist = candidate_distribution or self.distribution
+        scored = self._needs_scores(mode, dist)  # before any network call: a bad request fails fast
         timings: dict[str, float] = {}
         inputs = observation_inputs(observation, self.cfg)
         b = inputs["bev"].shape[0]
@@ -280,26 +281,16 @@ class Rad2Policy:
             x_init = initial_noise(b, m, self.cfg.plan_points, seed)
         else:
             x_init = np.concatenate([initial_noise(1, m, self.cfg.plan_points, s) for s in row_seeds])
-        z = sample(
-            lambda x, t: self.backend.denoise(x, t, scene),
-            x_init,
-            self.schedule,
-            k,
-            self.sampler,
-            self.x0_clip,
-            timings,
-        )
-        speed = inputs["ego_state"][:, 0][:, None]  # B 1
-        candidates = np.asarray(self.normalizer.denormalize(z, speed), dtype=np.float32)  # B M T 2
+        candidates = self._denoise(x_init, scene, inputs, k, timings)
         timings["denoise_total"] = (time.perf_counter() - t0) * 1e3
 
         t0 = time.perf_counter()
-        if self._needs_scores(mode, dist):
+        if scored:
             logits, scores = (
                 np.asarray(a, dtype=np.float32) for a in self.backend.score_logits(candidates, inputs, scene)
             )
         else:
-            logits = scores = np.full((b, m), np.nan, dtype=np.float32)
+            logits, scores = np.full((2, b, m), np.nan, dtype=np.float32)
         timings["score"] = (time.perf_counter() - t0) * 1e3
 
         t0 = time.perf_counter()
@@ -313,13 +304,7 @@ class Rad2Policy:
         timings["select"] = (time.perf_counter() - t0) * 1e3
         recorded = self._recorded_inputs(inputs, scene) if return_discriminator_inputs else [None] * b
         timings["total"] = (time.perf_counter() - t_start) * 1e3
-        info = {
-            "backend": self.backend_name,
-            "sampler": self.sampler,
-            "M": m,
-            "K": k,
-            "selection": rule,
-        }
+        info = {"backend": self.backend_name, "sampler": self.sampler, "M": m, "K": k, "selection": rule}
         return [
             PlanResult(
                 candidates=candidates[i],
@@ -336,6 +321,22 @@ class Rad2Policy:
             )
             for i in range(b)
         ]
+
+    def _denoise(
+        self, x_init: np.ndarray, scene: Any, inputs: dict[str, np.ndarray], k: int, timings: dict
+    ) -> np.ndarray:
+        """K sampler steps from ``x_init [B, M, T, 2]`` -> candidates in ego-frame metres (float32)."""
+        z = sample(
+            lambda x, t: self.backend.denoise(x, t, scene),
+            x_init,
+            self.schedule,
+            k,
+            self.sampler,
+            self.x0_clip,
+            timings,
+        )
+        speed = inputs["ego_state"][:, 0][:, None]  # B 1
+        return np.asarray(self.normalizer.denormalize(z, speed), dtype=np.float32)  # B M T 2
 
     def _needs_scores(self, mode: str, dist: CandidateDistribution) -> bool:
         """Whether this cycle runs the discriminator; a sampled draw from meaningless logits is an error."""

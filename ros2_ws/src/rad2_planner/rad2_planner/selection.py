@@ -80,14 +80,19 @@ class CandidateDistribution:
     @classmethod
     def from_params(cls, planner: dict[str, Any]) -> CandidateDistribution:
         """From the ``planner:`` block of params/planner.yaml (``selection_*`` keys)."""
-        top_k = planner["selection_top_k"]
-        entropy_k = top_k == "entropy"
+
+        def get(key: str) -> Any:
+            if key not in planner:
+                raise ValueError(f"missing parameter 'planner.{key}' (params/planner.yaml)")
+            return planner[key]
+
+        entropy_k = get("selection_top_k") == "entropy"
         return cls(
-            kind=planner["selection_distribution"],
-            temperature=planner["selection_temperature"],
-            top_k=top_k,
-            top_k_min=int(planner["selection_top_k_min"]) if entropy_k else None,
-            top_k_max=int(planner["selection_top_k_max"]) if entropy_k else None,
+            kind=get("selection_distribution"),
+            temperature=get("selection_temperature"),
+            top_k=get("selection_top_k"),
+            top_k_min=get("selection_top_k_min") if entropy_k else None,
+            top_k_max=get("selection_top_k_max") if entropy_k else None,
         )
 
     @property
