@@ -83,7 +83,7 @@ def _record(args, params, ckpt, onnx_dir, path: Path, policy_cls) -> None:
     )
     backend = policy.backend
     rec: dict[str, list[dict[str, np.ndarray]]] = {"scene_encoder": [], "denoiser": [], "discriminator": []}
-    enc, den, sco = backend.encode, backend.denoise, backend.score
+    enc, den, sco = backend.encode, backend.denoise, backend.score_logits
 
     def r_enc(inputs):
         rec["scene_encoder"].append({k: np.array(v) for k, v in inputs.items()})
@@ -108,7 +108,7 @@ def _record(args, params, ckpt, onnx_dir, path: Path, policy_cls) -> None:
         )
         return sco(traj, inputs, scene)
 
-    backend.encode, backend.denoise, backend.score = r_enc, r_den, r_sco
+    backend.encode, backend.denoise, backend.score_logits = r_enc, r_den, r_sco
     n = 0
     for clip in iter_dataset(ROOT / args.data):
         policy.plan(build_observation(snapshot_from_clip(clip, min(50, clip.num_steps - 1))))

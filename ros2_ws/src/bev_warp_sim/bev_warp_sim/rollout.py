@@ -127,7 +127,7 @@ class BatchedPolicy:
 
     ``selection``: ``deterministic`` (deployment: argmax of the discriminator or the fallback rule) or
     ``sample`` (the training-time stochastic policy); ``plan_kwargs`` go to every ``plan_batch`` call
-    (e.g. ``selection_distribution="uniform"``, ``num_candidates``).
+    (e.g. ``candidate_distribution=CandidateDistribution(kind="uniform")``, ``num_candidates``).
     """
 
     def __init__(self, policy, selection: str = "deterministic", record_discriminator_inputs: bool = False,
