@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,6 +41,9 @@ def main(argv=None) -> int:
     ap.add_argument("--gifs", type=int, default=None,
                     help="worst clips to render per split (evaluation.worst_clips_gif)")
     ap.add_argument("--checkpoint", default=None, help="checkpoint directory for the rad2 policy")
+    ap.add_argument("--workers", type=int, default=0,
+                    help="collect the rollouts in N Ray workers (rollout.* in params/training.yaml; 0: this "
+                         "process)")
     ap.add_argument("--seed", type=int, default=0,
                     help="evaluation seed: the learned policy's noise (reference policies are deterministic)")
     ap.add_argument("--no-progress", action="store_true", help="hide progress bars")
@@ -66,18 +70,34 @@ def main(argv=None) -> int:
     kwargs = {"checkpoint_dir": args.checkpoint} if args.checkpoint else {}
     console = Console(width=max(Console().width, 160))
     evals = []
+    if args.workers < 0:
+        ap.error(f"--workers: must be >= 0, got {args.workers}")
     for policy in args.policy:
-        decider = make_decider(policy, **(kwargs if policy == "rad2" else {}))  # loaded once per policy
+        pool, decider, runner = None, None, None
+        if args.workers:
+            from rad2_rl.workers import PolicySpec, RolloutPool
+
+            threads = int(load_params("training")["rollout"]["threads_per_worker"])
+            spec = PolicySpec(name=policy, checkpoint_dir=args.checkpoint, threads=threads)
+            pool = RolloutPool(spec, num_workers=args.workers, sim_params=params)
+            runner = pool.run
+        else:
+            decider = make_decider(policy, **(kwargs if policy == "rad2" else {}))  # loaded once per policy
         for split in args.split:
+            t0 = time.perf_counter()
             evals.append(evaluate_split(policy, split, params, max_clips=args.max_clips,
                                         batch_size=args.batch_size, h_reuse=args.h_reuse,
-                                        progress=not args.no_progress, decider=decider, seed=args.seed))
+                                        progress=not args.no_progress, decider=decider, seed=args.seed,
+                                        runner=runner))
             st = evals[-1].stats
-            rate = st.env_steps / max(st.wall_s, 1e-9)
-            console.print(f"{policy} @ {Path(split).name}: {st.env_steps} env steps, "
-                          f"{st.decisions} decisions in {st.wall_s:.1f} s ({rate:.0f} steps/s; plan "
-                          f"{st.seconds['plan']:.1f} s, observe {st.seconds['observe']:.1f} s, track "
-                          f"{st.seconds['commit']:.1f} s, step {st.seconds['step']:.1f} s)")
+            wall = time.perf_counter() - t0
+            sec = {k: f"{v:.1f} s" for k, v in st.seconds.items()}
+            console.print(f"{policy} @ {Path(split).name}: {st.env_steps} env steps, {st.decisions} "
+                          f"decisions in {wall:.1f} s wall ({st.env_steps / wall:.0f} steps/s); stage "
+                          f"seconds summed over workers: plan {sec['plan']}, observe {sec['observe']}, "
+                          f"track {sec['commit']}, step {sec['step']}")
+        if pool is not None:
+            pool.close()
     console.print(paper_table(evals))
     console.print(full_table(evals))
     out = Path(args.out)

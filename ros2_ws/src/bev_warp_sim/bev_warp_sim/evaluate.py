@@ -11,6 +11,7 @@ columns (CR, AF-CR, Safety@1, Safety@2) from the safety-oriented split and the e
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,11 +75,14 @@ def evaluate_split(
     simulator: Simulator | None = None,
     decider=None,
     seed: int = 0,
+    runner=None,
 ) -> SplitEvaluation:
     """Run ``policy`` (a name in ``reference_policies.POLICIES``) on every clip of ``dataset_dir``.
 
     ``decider`` reuses an already built decision maker (:func:`make_decider`) across splits; ``seed``
-    is the evaluation seed (the learned policy's noise; reference policies are deterministic).
+    is the evaluation seed (the learned policy's noise; reference policies are deterministic);
+    ``runner`` replaces the in-process engine with one of the same signature as
+    ``run_rollouts`` without its first two arguments (e.g. ``rad2_rl.workers.RolloutPool.run``).
     """
     from rad2_planner.clip import load_dataset
     from tqdm import tqdm
@@ -94,17 +98,19 @@ def evaluate_split(
         clips = clips[: int(max_clips)]
     if not clips:
         raise ValueError(f"dataset_dir: {dataset_dir} holds no clips")
-    sim = simulator if simulator is not None else Simulator(params)
-    decider = decider if decider is not None else make_decider(policy, **(policy_kwargs or {}))
+    if runner is None:
+        sim = simulator if simulator is not None else Simulator(params)
+        decider = decider if decider is not None else make_decider(policy, **(policy_kwargs or {}))
+        runner = functools.partial(run_rollouts, sim, decider)
     out = SplitEvaluation(policy=policy, split=str(dataset_dir), metrics={}, results=[])
     with tqdm(total=len(clips), desc=f"{policy} @ {Path(dataset_dir).name}", unit="clip",
               disable=not progress) as bar:
-        rollouts, out.stats = run_rollouts(sim, decider, clips, batch_size=batch_size, seed=seed,
-                                           h_reuse=h_reuse, progress=bar.update)
+        rollouts, out.stats = runner(clips, 1, batch_size=batch_size, seed=seed, h_reuse=h_reuse,
+                                     progress=bar.update)
     for c, r in zip(clips, rollouts):
         out.results.append(r.result)
         out.tracks[c.clip_id] = np.asarray(r.trace.ego)
-        if sim.reactive:
+        if r.agent_track:
             out.agent_tracks[c.clip_id] = list(r.agent_track)
     out.metrics = aggregate(out.results, params)
     return out
