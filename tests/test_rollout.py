@@ -101,3 +101,29 @@ def test_ray_workers_match_the_single_process_engine(sim, clips, uniform_spec):
         assert [d.selected for d in x.trace.decisions] == [d.selected for d in y.trace.decisions]
         np.testing.assert_array_equal(x.trace.ego, y.trace.ego)
         assert x.rewards == y.rewards
+
+
+def test_curation_keeps_hard_clips_and_refuses_overlap_with_evaluation_sets(sim, tmp_path):
+    from rad2_planner.config import load_params
+    from rad2_rl.curation import CurationError, composition, judge, overlapping, write_sets
+
+    pool = load_dataset(resolve_path("data/train"))
+    pool = [c for c in pool if c.scenario_kind in ("hard_brake", "free_road")][:2] + pool[-1:]
+    held_out = load_dataset(resolve_path("data/eval_efficiency"))[:2]
+    assert overlapping(pool, held_out) == [] and overlapping(held_out[:1], held_out) == [held_out[0].clip_id]
+    rollouts, _ = run_rollouts(sim, PerRowPlanners(lambda: make_policy("constant_velocity")), pool, 2,
+                               max_steps=60, h_reuse=8)
+    cfg = load_params("training")["curation"]
+    verdicts = judge(pool, rollouts, cfg)
+    for v, clip in zip(verdicts, pool):
+        group = [r for r in rollouts if r.trace.clip_id == clip.clip_id]
+        risky = any(r.result.collided or r.result.min_ttc < cfg["safety_max_min_ttc_s"] for r in group)
+        assert v.keep_safety == (risky and clip.scenario_kind in cfg["safety_kinds"])
+        assert not (v.keep_efficiency and clip.scenario_kind in cfg["safety_kinds"])
+    assert sum(r["pool"] for r in composition(verdicts)) == len(pool)
+    safety_dir, eff_dir = write_sets(pool, verdicts, tmp_path, held_out)
+    kept = load_dataset(safety_dir) + load_dataset(eff_dir)
+    assert {c.clip_id for c in kept} == {v.clip_id for v in verdicts if v.keep_safety or v.keep_efficiency}
+    assert kept, "constant velocity into a hard-braking leader should be kept as safety-critical"
+    with pytest.raises(CurationError, match="evaluation set"):  # a held-out clip in a written set
+        write_sets(pool, verdicts, tmp_path / "again", held_out + kept[:1])

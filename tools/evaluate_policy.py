@@ -58,6 +58,7 @@ def main(argv=None) -> int:
         render_worst,
         write_json,
     )
+    from rad2_planner.clip import read_index
     from rad2_planner.config import load_params
     from rich.console import Console
 
@@ -85,8 +86,12 @@ def main(argv=None) -> int:
             decider = make_decider(policy, **(kwargs if policy == "rad2" else {}))  # loaded once per policy
         for split in args.split:
             t0 = time.perf_counter()
+            batch = args.batch_size
+            if args.workers and batch is None:  # several chunks per worker keep them all busy to the end
+                n = min(len(read_index(split)["clips"]), args.max_clips or 1 << 30)
+                batch = max(1, min(int(params["evaluation"]["batch_size"]), -(-n // (4 * args.workers))))
             evals.append(evaluate_split(policy, split, params, max_clips=args.max_clips,
-                                        batch_size=args.batch_size, h_reuse=args.h_reuse,
+                                        batch_size=batch, h_reuse=args.h_reuse,
                                         progress=not args.no_progress, decider=decider, seed=args.seed,
                                         runner=runner))
             st = evals[-1].stats

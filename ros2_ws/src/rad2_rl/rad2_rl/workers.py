@@ -47,6 +47,7 @@ class PolicySpec:
     distribution: str | None = None
     record_discriminator_inputs: bool = False
     threads: int | None = None
+    always_score: bool = False  # score with the discriminator even when it is untrained (benchmarks)
     planner_overrides: dict[str, Any] = field(default_factory=dict)  # planner.* keys
 
     def planner_params(self) -> dict[str, Any]:
@@ -72,7 +73,7 @@ class PolicySpec:
 
             torch.set_num_threads(int(self.threads))
         params = self.planner_params()
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, Any] = {"always_score": self.always_score}
         if self.backend:
             kwargs["backend"] = self.backend
         policy = Rad2Policy.from_params(params, checkpoint_dir=self.checkpoint_dir, **kwargs)
@@ -146,14 +147,23 @@ class RolloutPool:
         import ray
 
         chunks = chunk_rows(expand_rows(clips, group_size, start_steps), batch_size)
-        pending = {self.actors[i % self.num_workers].run_chunk.remote(c, kwargs): i
-                   for i, c in enumerate(chunks)}
+        queue = list(enumerate(chunks))
+        pending: dict[Any, tuple[int, Any]] = {}
+
+        def submit(actor) -> None:  # the next chunk goes to whichever worker is free (no straggler)
+            if queue:
+                i, chunk = queue.pop(0)
+                pending[actor.run_chunk.remote(chunk, kwargs)] = (i, actor)
+
+        for actor in self.actors:
+            submit(actor)
         results: dict[int, tuple[list[Rollout], RolloutStats]] = {}
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
             for ref in ready:
-                i = pending.pop(ref)
+                i, actor = pending.pop(ref)
                 results[i] = ray.get(ref)
+                submit(actor)
                 if progress is not None:
                     progress(len(results[i][0]))
         stats = RolloutStats()
