@@ -119,18 +119,6 @@ def steer_for_curvature(kappa, vehicle: VehicleParams):
     return np.arctan(t)
 
 
-def continuous_dynamics(state, control, vehicle: VehicleParams) -> np.ndarray:
-    """x' = f(x, u) (used by the CasADi comparison and by tests)."""
-    state = np.asarray(state, dtype=np.float64)
-    control = np.asarray(control, dtype=np.float64)
-    beta, kappa = slip_and_curvature(state[..., ISTEER], vehicle)
-    v = state[..., IV]
-    th = state[..., IYAW] + beta
-    return np.stack(
-        [v * np.cos(th), v * np.sin(th), v * kappa, control[..., IA], control[..., IRATE]], axis=-1
-    )
-
-
 def step(state, control, vehicle: VehicleParams, dt: float) -> np.ndarray:
     """One midpoint (RK2) step. ``state`` (..., 5), ``control`` (..., 2) -> next state (..., 5).
 

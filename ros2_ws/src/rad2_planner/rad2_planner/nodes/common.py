@@ -328,8 +328,3 @@ def run_node(node_class, args: list[str] | None = None, **kwargs) -> int:
                 pass
         rclpy.try_shutdown()
     return 0
-
-
-def stamp_to_ns(stamp) -> int:
-    """builtin_interfaces/Time -> integer nanoseconds."""
-    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)

@@ -31,10 +31,6 @@ from .runner import ScenarioRejected, run_scenario
 _NET_CACHE: dict[str, tuple[Any, networks.LaneGeometry, Any]] = {}
 
 
-class GenerationFailed(RuntimeError):
-    """All attempts of one clip were rejected."""
-
-
 @dataclass
 class GenerationResult:
     clip: Clip | None
