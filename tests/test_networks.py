@@ -312,7 +312,12 @@ def test_il_loss_decreases_on_a_fixed_batch():
 
 
 def test_safe_medoid_avoids_an_extrapolated_agent():
+    from rad2_planner.control.bicycle import VehicleParams
+    from rad2_planner.open_loop_metrics import vehicle_max_curvature
     from rad2_planner.policy import safe_medoid_index
+
+    vehicle = VehicleParams.from_params()  # ego box and tightest turn of params/vehicle.yaml
+    limits = ((vehicle.length, vehicle.width), vehicle_max_curvature())
 
     times = (np.arange(8) + 1) * 0.5
     fast = np.stack([10 * times, np.zeros(8)], -1)  # reaches the stopped car 25 m ahead
@@ -322,7 +327,7 @@ def test_safe_medoid_avoids_an_extrapolated_agent():
     agents[0, :8] = [25.0, 0.0, 1.0, 0.0, 0.0, 0.0, 4.5, 2.0]
     mask = np.array([True, False, False])
     assert medoid_index(cands) in (0, 1, 2)
-    assert safe_medoid_index(cands, agents, mask, 0.5) == 3
+    assert safe_medoid_index(cands, agents, mask, 0.5, *limits) == 3
     # the same car in the next lane is no obstacle: back to the plain medoid
     agents[0, 1] = 6.0
-    assert safe_medoid_index(cands, agents, mask, 0.5) == medoid_index(cands)
+    assert safe_medoid_index(cands, agents, mask, 0.5, *limits) == medoid_index(cands)

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from dataclasses import dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -297,13 +297,14 @@ class Simulator:
 
         self.params = params if params is not None else load_params("sim")
         self.bev_params = bev_params if bev_params is not None else load_params("bev")
-        self.vehicle_params = load_params("vehicle")
         planner_params = planner_params if planner_params is not None else load_params("planner")
         self.plan_dt = float(planner_params["planner"]["plan_dt"])
         cfg = self.params["sim"]
         self.dt = float(cfg["dt"])
         self.reactive = bool(cfg["reactive_agents"])
         self.controller = controller if controller is not None else TrackingController()
+        # the simulated vehicle is the controller's (an injected controller may model another vehicle)
+        self.vehicle_params = {"vehicle": asdict(self.controller.vehicle)}
         if abs(self.controller.dt - self.dt) > 1e-9:
             raise SimulationError(f"sim.dt: {self.dt} differs from controller.dt {self.controller.dt}")
         self.warper = BevWarper(self.bev_params, backend=str(cfg["warp_backend"]))

@@ -107,7 +107,8 @@ def medoid_index(candidates: np.ndarray) -> int:
 
 
 def safe_medoid_index(
-    candidates: np.ndarray, agents: np.ndarray, agents_mask: np.ndarray, plan_dt: float, ego_size=(4.8, 1.9)
+    candidates: np.ndarray, agents: np.ndarray, agents_mask: np.ndarray, plan_dt: float,
+    ego_size: tuple[float, float], max_curvature: float,
 ) -> int:
     """Medoid of the candidates that avoid the constant-velocity extrapolation of the observed agents.
 
@@ -116,7 +117,7 @@ def safe_medoid_index(
     latest are kept.
     """
     from .geometry import box_corners
-    from .open_loop_metrics import boxes_overlap, plan_headings, vehicle_max_curvature
+    from .open_loop_metrics import boxes_overlap, plan_headings
 
     a = agents[agents_mask.astype(bool)]
     if len(a) == 0:
@@ -127,7 +128,7 @@ def safe_medoid_index(
     ay = a[:, None, 1] + a[:, None, 5] * times
     ayaw = np.arctan2(a[:, 3], a[:, 2])[:, None]
     agent_boxes = box_corners(ax, ay, ayaw, a[:, None, 6], a[:, None, 7])  # N T 4 2
-    yaw = plan_headings(candidates, max_curvature=vehicle_max_curvature())
+    yaw = plan_headings(candidates, max_curvature=max_curvature)
     ego = box_corners(candidates[..., 0], candidates[..., 1], yaw, *ego_size)  # M T 4 2
     hit = boxes_overlap(ego[:, None], agent_boxes[None]).any(axis=1)  # M T
     first = np.where(hit.any(1), hit.argmax(1), t)
@@ -155,9 +156,16 @@ class Rad2Policy:
         always_score: bool = False,
         selection: str | None = None,
         candidate_distribution: CandidateDistribution | None = None,
+        vehicle_params: dict[str, Any] | None = None,
     ):
+        from .control.bicycle import VehicleParams, slip_and_curvature
+
         params = params if params is not None else load_params("planner")
         p = require(params, "planner")
+        # the ego box and its tightest turn for safe_medoid come from vehicle.yaml (or the given vehicle)
+        vehicle = VehicleParams.from_params(vehicle_params)
+        self.ego_size = (vehicle.length, vehicle.width)
+        self.max_curvature = float(slip_and_curvature(vehicle.max_steer, vehicle)[1])
         self.params = params
         self.model = model
         self.cfg = model.cfg
@@ -370,7 +378,8 @@ class Rad2Policy:
             return [medoid_index(candidates[i]) for i in range(b)], "medoid"
         if self.fallback == "safe_medoid":
             return [
-                safe_medoid_index(candidates[i], inputs["agents"][i], inputs["agents_mask"][i], self.plan_dt)
+                safe_medoid_index(candidates[i], inputs["agents"][i], inputs["agents_mask"][i], self.plan_dt,
+                                  self.ego_size, self.max_curvature)
                 for i in range(b)
             ], "safe_medoid"
         return [0] * b, "first"
