@@ -24,8 +24,8 @@ TOOLS = ROOT / "tools"
 sys.path.insert(0, str(TOOLS))
 
 import clip_to_bag  # noqa: E402
-import latency_report  # noqa: E402
 from rad2_planner.clip import save_clip  # noqa: E402
+from rad2_planner.latency import records_from_bag, summarise  # noqa: E402
 
 PY = sys.executable
 START_S = 1_700_000_000.0
@@ -196,8 +196,8 @@ def _write_diagnostics_bag(path: Path, n: int = 100) -> list[float]:
 
 def test_latency_report_percentiles_from_bag(tmp_path):
     e2e = _write_diagnostics_bag(tmp_path / "diag")
-    records = latency_report.records_from_bag(tmp_path / "diag")
-    summary = latency_report.summarise(records)["planner"]
+    records = records_from_bag(tmp_path / "diag")
+    summary = summarise(records)["planner"]
     row = summary["stages"]["end_to_end"]
     assert row["count"] == 100
     assert row["p50"] == pytest.approx(50.5)

@@ -91,10 +91,10 @@ class Monitor:
 
     def __init__(self, bag_dir: Path | None, record_bev: bool):
         import rclpy
-        from latency_report import diagnostics_record
         from rad2_msgs.msg import PlanningDiagnostics, Trajectory
         from rad2_planner import bags
         from rad2_planner import ros_conversions as rc
+        from rad2_planner.latency import diagnostics_record
         from rclpy.serialization import deserialize_message
         from rclpy.signals import SignalHandlerOptions
         from record_bag import Recorder
@@ -229,12 +229,6 @@ class _NullWriter:
 # --------------------------------------------------------------------------------------------------
 
 
-def stats(values) -> dict[str, float]:
-    from latency_report import stats as _stats
-
-    return _stats(values)
-
-
 def print_report(report: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -276,8 +270,8 @@ def print_report(report: dict[str, Any]) -> None:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from bringup import Bringup
-    from latency_report import print_tables, summarise
     from rad2_planner.config import load_params
+    from rad2_planner.latency import print_tables, stats, summarise
 
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)

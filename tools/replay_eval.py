@@ -39,9 +39,8 @@ for _p in (ROOT / "ros2_ws" / "src" / "rad2_planner", ROOT / "tools"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
-import latency_report  # noqa: E402
 from clip_to_bag import TOPIC_CLOCK, TOPIC_OBJECTS, TOPIC_ODOM  # noqa: E402
-from rad2_planner import bags  # noqa: E402
+from rad2_planner import bags, latency  # noqa: E402
 from record_bag import Recorder, RecordError, ensure_ros_environment, message_class  # noqa: E402
 
 TOPIC_CANDIDATES = "/planning/candidates"
@@ -275,7 +274,7 @@ class Player:
 
     def _on_diagnostics(self, topic: str, msgtype: str, data: bytes, log_ns: int) -> None:
         msg = bags.deserialize(data, msgtype, self.writer.store)
-        self.diagnostics.append(latency_report.diagnostics_record(msg, log_ns))
+        self.diagnostics.append(latency.diagnostics_record(msg, log_ns))
 
     # -- running ---------------------------------------------------------------------------------
     def wait_for_outputs(self, timeout: float) -> None:
@@ -666,14 +665,14 @@ def replay(args: argparse.Namespace) -> int:
     if not cycles:
         raise ReplayError(f"no planner output for any of {len(steps)} steps; node logs in {out / 'logs'}")
     metrics = open_loop_summary(cycles, scene, log_dt, {**meta, "map_file": map_file, "clip_id": clip_id})
-    latency = latency_report.summarise(player.diagnostics) if player.diagnostics else {}
-    wall = latency_report.stats(c.wall_latency_ms for c in cycles if c.wall_latency_ms is not None)
+    diag_summary = latency.summarise(player.diagnostics) if player.diagnostics else {}
+    wall = latency.stats(c.wall_latency_ms for c in cycles if c.wall_latency_ms is not None)
     report = {
         "bag": str(args.bag), "mode": mode, "steps": len(steps), "plans_received": len(cycles),
         "steps_without_plan": len(steps) - len(cycles), "unmatched_outputs": player.unmatched,
         "startup_s": ready_s, "play_s": play_s, "total_s": time.perf_counter() - t_start,
         "steps_per_s": len(steps) / play_s if play_s > 0 else None,
-        "open_loop": metrics, "wall_latency_ms": wall, "diagnostics": latency,
+        "open_loop": metrics, "wall_latency_ms": wall, "diagnostics": diag_summary,
         "map_file": str(map_file), "clip_id": clip_id, "outputs_bag": str(out / "outputs"),
     }
     (out / "replay_eval.json").write_text(json.dumps(_jsonable(report), indent=1))
@@ -697,11 +696,11 @@ def replay(args: argparse.Namespace) -> int:
                   " / ".join(f"{wall[q]:.1f}" for q in ("p50", "p90", "p99")))
     table.add_row("replay speed (steps/s)", f"{report['steps_per_s']:.1f}")
     console.print(table)
-    if latency:
-        deadline = latency_report._default_deadline()
-        latency_report.print_tables(latency, deadline, "planning diagnostics")
-        latency_report.plot_histograms(player.diagnostics, out / "latency.png", deadline,
-                                       f"replay of {Path(args.bag).name}: planner latency")
+    if diag_summary:
+        deadline = latency.default_deadline()
+        latency.print_tables(diag_summary, deadline, "planning diagnostics")
+        latency.plot_histograms(player.diagnostics, out / "latency.png", deadline,
+                               f"replay of {Path(args.bag).name}: planner latency")
     plot_plans(cycles, scene, out / "plans.png", f"replay of {Path(args.bag).name}: plans vs log")
     plot_timeline(cycles, metrics.get("per_step", []), out / "timeline.png",
                   f"replay of {Path(args.bag).name}")
