@@ -15,17 +15,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rad2_planner import bags
+from rad2_planner import bags, input_bags
+from rad2_planner.clip import save_clip
 from rad2_planner.geometry import wrap_angle
+from rad2_planner.latency import records_from_bag, summarise
 from synthetic_scenes import make_clip
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ROOT / "tools"
-sys.path.insert(0, str(TOOLS))
-
-import clip_to_bag  # noqa: E402
-from rad2_planner.clip import save_clip  # noqa: E402
-from rad2_planner.latency import records_from_bag, summarise  # noqa: E402
 
 PY = sys.executable
 START_S = 1_700_000_000.0
@@ -36,8 +33,8 @@ def clip_bag(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("clipbag")
     clip = make_clip(num_steps=41)
     clip_file = save_clip(clip, tmp / "clip.npz")
-    source = clip_to_bag.load_clip_source(None, None, None, str(clip_file))
-    counts = clip_to_bag.clip_to_bag(source, tmp / "bag", start_time_s=START_S)
+    source = input_bags.load_clip_source(None, None, None, str(clip_file))
+    counts = input_bags.clip_to_bag(source, tmp / "bag", start_time_s=START_S)
     return source.clip, clip_file, tmp / "bag", counts  # the clip as read back from disk
 
 

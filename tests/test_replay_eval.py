@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rad2_planner import bags
+from rad2_planner import bags, replay
 from rad2_planner.clip import save_clip
 from synthetic_scenes import make_clip
 
@@ -21,10 +21,6 @@ NODES = ROOT / "ros2_ws" / "src" / "rad2_planner" / "rad2_planner" / "nodes"
 INSTALL_LIB = ROOT / "ros2_ws" / "install" / "rad2_planner" / "lib" / "rad2_planner"
 DATASET = ROOT / "data" / "eval_efficiency"
 STEPS = 32
-
-if str(TOOLS) not in sys.path:
-    sys.path.insert(0, str(TOOLS))
-import replay_eval  # noqa: E402
 
 _missing = [p.name for p in (NODES / "perception_node.py", NODES / "planner_node.py") if not p.is_file()]
 if not _missing and not (INSTALL_LIB / "planner_node").exists():
@@ -112,29 +108,29 @@ def _log_cycles(clip, scene, noise: float = 0.0):
     for k in range(len(scene.stamps_ns)):
         gt = logged_future(clip, k, 0.5, 8).ego
         cands = np.stack([gt + noise, gt + [0.0, 3.0]])
-        cycles.append(replay_eval.Cycle(k, int(scene.stamps_ns[k]), cands, np.zeros(2), 0, 0.5, 1.0))
+        cycles.append(replay.Cycle(k, int(scene.stamps_ns[k]), cands, np.zeros(2), 0, 0.5, 1.0))
     return cycles
 
 
 def test_open_loop_metrics_of_logged_plans(synthetic_bag):
     """The adapter without nodes: plans equal to the log score ADE = 0, from the clip and from the bag."""
     clip, bag = synthetic_bag
-    _, scene, meta = replay_eval.read_replay_bag(bag)
+    _, scene, meta = replay.read_replay_bag(bag)
     cycles = _log_cycles(clip, scene)
-    ol = replay_eval.open_loop_summary(cycles, scene, 0.1, meta)
+    ol = replay.open_loop_summary(cycles, scene, 0.1, meta)
     assert ol["future_source"] == "clip", ol["future_note"]
     assert ol["samples"] == len(cycles) - 5  # the last 5 steps have no logged future at +0.5 s
     assert ol["ADE"] < 0.01 and ol["FDE"] < 0.01 and ol["minADE"] < 0.01
     assert ol["CR"] == 0.0 and ol["offroad"] == 0.0
     assert ol["samples_full_horizon"] == len(cycles) - 40  # +4 s inside the log
     # without the clip the bag's odometry and object lists are the log (no map -> no offroad)
-    ol_bag = replay_eval.open_loop_summary(cycles, scene, 0.1, {**meta, "map_file": str(bag / "missing")})
+    ol_bag = replay.open_loop_summary(cycles, scene, 0.1, {**meta, "map_file": str(bag / "missing")})
     assert ol_bag["future_source"] == "bag"
     assert "offroad" not in ol_bag
     for key in ("samples", "samples_full_horizon", "ADE", "FDE", "CR", "DCR", "SCR"):
         assert ol_bag[key] == pytest.approx(ol[key], abs=0.01), key
     # an offset plan: ADE equals the offset, best of M picks the logged one
-    ol_off = replay_eval.open_loop_summary(_log_cycles(clip, scene, noise=1.0), scene, 0.1, meta)
+    ol_off = replay.open_loop_summary(_log_cycles(clip, scene, noise=1.0), scene, 0.1, meta)
     assert ol_off["ADE"] == pytest.approx(np.sqrt(2.0), abs=0.01)
     assert ol_off["minADE"] == pytest.approx(np.sqrt(2.0), abs=0.01)
     assert [r["step"] for r in ol_off["per_step"]] == list(range(len(cycles) - 5))

@@ -5,6 +5,8 @@ Poses are (x, y, yaw) with yaw in radians CCW from +x. All functions broadcast o
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
@@ -92,3 +94,13 @@ def box_corners(x, y, yaw, length, width) -> np.ndarray:
     cx = x[..., None] + c[..., None] * lx - s[..., None] * ly
     cy = y[..., None] + s[..., None] * lx + c[..., None] * ly
     return np.stack([cx, cy], axis=-1)
+
+
+def yaw_to_quaternion(yaw: float) -> tuple[float, float, float, float]:
+    """Planar rotation about +z as a quaternion (x, y, z, w)."""
+    return 0.0, 0.0, math.sin(yaw / 2.0), math.cos(yaw / 2.0)
+
+
+def quaternion_to_yaw(x: float, y: float, z: float, w: float) -> float:
+    """Yaw (rotation about +z) of a unit quaternion; roll and pitch are ignored (planar world)."""
+    return math.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))

@@ -37,6 +37,7 @@ from rad2_msgs.msg import (
 from std_msgs.msg import Header
 
 from .bags import planning_diagnostics_record, time_to_ns
+from .geometry import quaternion_to_yaw, yaw_to_quaternion
 
 EGO_FRAME = "base_link"
 WORLD_FRAME = "map"
@@ -768,19 +769,13 @@ def candidate_set_from_msg(msg: CandidateSet) -> CandidateSetArrays:
     )
 
 
-def _yaw_to_quaternion(yaw: float) -> tuple[float, float, float, float]:
-    """Planar rotation about +z as (x, y, z, w)."""
-    return 0.0, 0.0, math.sin(yaw / 2.0), math.cos(yaw / 2.0)
-
-
 def _quaternion_to_yaw(kind: str, field_name: str, q: Any) -> float:
     values = np.array([q.x, q.y, q.z, q.w], dtype=np.float64)
     _check_finite(kind, field_name, values)
     norm = float(np.linalg.norm(values))
     if abs(norm - 1.0) > 1e-3:
         raise _fail(kind, field_name, f"has norm {norm:.6f}, expected a unit quaternion")
-    x, y, z, w = values / norm
-    return math.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
+    return quaternion_to_yaw(*(float(v) for v in values / norm))
 
 
 def trajectory_to_path(
@@ -804,7 +799,7 @@ def trajectory_to_path(
         pose.header = make_header(int(stamp_ns) + round((k + 1) * dt * _NS_PER_S), frame_id)
         pose.pose.position.x = float(x)
         pose.pose.position.y = float(y)
-        qx, qy, qz, qw = _yaw_to_quaternion(float(yaw))
+        qx, qy, qz, qw = yaw_to_quaternion(float(yaw))
         pose.pose.orientation.x, pose.pose.orientation.y = qx, qy
         pose.pose.orientation.z, pose.pose.orientation.w = qz, qw
         msg.poses.append(pose)
@@ -978,7 +973,7 @@ def odometry_to_msg(motion: EgoMotion) -> Odometry:
     msg.child_frame_id = str(motion.child_frame_id)
     msg.pose.pose.position.x = _check_scalar(kind, "pose.pose.position.x", motion.x)
     msg.pose.pose.position.y = _check_scalar(kind, "pose.pose.position.y", motion.y)
-    qx, qy, qz, qw = _yaw_to_quaternion(_check_scalar(kind, "pose.pose.orientation(yaw)", motion.yaw))
+    qx, qy, qz, qw = yaw_to_quaternion(_check_scalar(kind, "pose.pose.orientation(yaw)", motion.yaw))
     msg.pose.pose.orientation.x, msg.pose.pose.orientation.y = qx, qy
     msg.pose.pose.orientation.z, msg.pose.pose.orientation.w = qz, qw
     # Twist is expressed in child_frame_id (REP-105): forward speed is linear.x.
