@@ -148,7 +148,7 @@ def test_controller_node_tracks_and_falls_back(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------------
-# in-process: time alignment, steering estimate, localization reset
+# in-process: time alignment, localization reset (the estimation itself: test_control_estimation.py)
 # --------------------------------------------------------------------------------------------------
 
 
@@ -206,40 +206,6 @@ def test_reference_and_state_are_time_aligned(controller):
         assert not cmd.emergency_stop, cmd.reason
         assert abs(cmd.acceleration) < 0.2 and abs(cmd.steering_angle) < 1e-3, (lag_ms, cmd.acceleration)
         assert abs(cmd.target_speed - 10.0) < 0.05
-
-
-def test_prediction_uses_the_core_model_and_issued_commands(controller):
-    from rad2_planner import ros_conversions as rc
-    from rad2_planner.control.bicycle import propagate
-
-    node = controller
-    veh, dt = node.tracker.vehicle, node.tracker.dt
-    node.on_odometry(_odom(1.0, 2.0, 0.3, 8.0, 0))
-    node._remember(20_000_000, 1.0, 0.2, 0.0)  # 20 ms: accel 1, steering ramps at 0.2 rad/s
-    node._remember(70_000_000, -2.0, 0.0, node._steer_at(70_000_000))
-    motion = rc.odometry_from_msg(_odom(1.0, 2.0, 0.3, 8.0, 0))
-    x = node._predict(motion, 200_000_000)
-    # by hand: coast 20 ms, (1, 0.2) for 50 ms, (-2, 0) for 130 ms (split where its ramp would end)
-    want = propagate(np.array([1.0, 2.0, 0.3, 8.0, 0.0]),
-                     np.array([[0, 0], [1.0, 0.2], [-2.0, 0.0], [-2.0, 0.0]]),
-                     np.array([0.02, 0.05, 0.1, 0.03]), veh, dt)
-    np.testing.assert_allclose(x, want, atol=1e-9)
-    assert abs(x[4] - 0.2 * 0.05) < 1e-12 and abs(x[3] - (8.0 + 0.05 - 0.26)) < 1e-9
-    # and a straight coast is exactly v * t ahead
-    node._reset_steering(motion)
-    x = node._predict(rc.odometry_from_msg(_odom(0.0, 0.0, 0.0, 8.0, 0)), 250_000_000)
-    np.testing.assert_allclose(x, [2.0, 0.0, 0.0, 8.0, 0.0], atol=1e-12)
-
-
-def test_steering_estimate_integrates_real_elapsed_time(controller):
-    node = controller
-    node._remember(0, 0.0, 0.3, 0.0)
-    assert node._steer_at(50_000_000) == pytest.approx(0.015)
-    # missed cycles: the command's ramp ends after one controller step, then the angle holds
-    assert node._steer_at(100_000_000) == pytest.approx(0.03)
-    assert node._steer_at(400_000_000) == pytest.approx(0.03)
-    node._remember(400_000_000, 0.0, -0.1, node._steer_at(400_000_000))
-    assert node._steer_at(450_000_000) == pytest.approx(0.025)
 
 
 def test_odometry_jump_drops_the_plan_and_older_trajectories(controller):

@@ -11,7 +11,8 @@ controller at its 20-50 Hz) run at their own rates; clip k starts where clip k-1
 Commands (rad2_msgs/ControlCommand on ``control/command``) apply from the simulated time they arrive:
 a step integrates the kinematic bicycle with the commands of its interval, each held until the next
 (acceleration averaged over the interval; steering angle ramped to the command's ``steering_angle``
-over one step at most at the steering-rate limit, then held). A malformed command is counted,
+over one step at most at the steering-rate limit, then held: ``control.estimation.SteeringRamp``, the
+model the controller node estimates its steering with). A malformed command is counted,
 reported (throttled) and ignored: the last valid one is held; with no valid command for
 ``node.stale_command_s`` of simulated time the ego brakes at ``node.brake_decel``. At a clip start
 the ego is held (the clock runs and the first observation is republished every step with a fresh
@@ -32,6 +33,8 @@ from nav_msgs.msg import Odometry
 from rad2_msgs.msg import BevFeatures, ControlCommand, SceneTokens
 from rad2_planner import ros_conversions as rc
 from rad2_planner.config import load_params
+from rad2_planner.control.bicycle import VehicleParams
+from rad2_planner.control.estimation import SteeringRamp
 from rad2_planner.nodes.common import (
     Throttle,
     command_qos,
@@ -51,24 +54,21 @@ NODE_NAME = "bev_warp_sim"
 
 
 class _Held:
-    """A valid command, the simulated time it arrived and (once in force) its steering ramp."""
+    """A valid command, the simulated time it arrived and (once in force) its steering ramp.
 
-    __slots__ = ("cmd", "t_ns", "steer0", "rate", "dt")
+    The ramp is the controller's own model of its commands (``control.estimation.SteeringRamp``),
+    started from the arrival time so that a command arriving mid-step acts for one step from then.
+    """
+
+    __slots__ = ("cmd", "t_ns", "ramp")
 
     def __init__(self, cmd: rc.ControlCommandValues, t_ns: int):
         self.cmd, self.t_ns = cmd, t_ns
-        self.steer0: float | None = None
-        self.rate = 0.0
-        self.dt = 0.0
+        self.ramp: SteeringRamp | None = None
 
-    def start(self, steer: float, dt: float, max_rate: float) -> None:
-        self.steer0 = steer
-        self.rate = float(np.clip((float(self.cmd.steering_angle) - steer) / dt, -max_rate, max_rate))
-        self.dt = dt
-
-    def steer_at(self, t_ns: int) -> float:
-        """Steering angle: ramp towards the commanded angle for one step from the arrival, then hold."""
-        return self.steer0 + self.rate * min(max(t_ns - self.t_ns, 0) / 1e9, self.dt)
+    def start(self, steer: float, dt: float, vehicle: VehicleParams) -> None:
+        """The command takes effect with the angle at ``steer``: ramp towards its angle."""
+        self.ramp = SteeringRamp.towards(self.t_ns, steer, float(self.cmd.steering_angle), dt, vehicle)
 
 
 class SimNode(Node):
@@ -188,8 +188,8 @@ class SimNode(Node):
         accel_dt = 0.0
         stale_warned = False
         for rec, a, b in zip(records, starts[:-1], starts[1:]):
-            if rec is not None and rec.steer0 is None:  # the command takes effect now: start its ramp
-                rec.start(steer, self.dt, veh.max_steer_rate)
+            if rec is not None and rec.ramp is None:  # the command takes effect now: start its ramp
+                rec.start(steer, self.dt, veh)
             if b <= a:
                 continue
             if rec is None or (b - rec.t_ns) > stale_ns:
@@ -199,7 +199,7 @@ class SimNode(Node):
                 accel_dt -= float(self.cfg["brake_decel"]) * (b - a) / 1e9
                 continue  # steering held
             accel_dt += float(rec.cmd.acceleration) * (b - a) / 1e9
-            steer = rec.steer_at(b)
+            steer = rec.ramp.angle_at(b)
         self.held = records[-1]
         self.pending = []
         rate = (steer - self.state.ego[0][4]) / self.dt

@@ -27,6 +27,9 @@ comfortable stop (``stop_decel``, steering held), sets ``emergency_stop`` and ``
 reports the fallback in the diagnostics. Nothing from the outside can kill it: every callback
 catches, logs (throttled) and falls back.
 
+The estimation and prediction above live in ``rad2_planner.control.estimation`` (no ROS, unit-tested
+there); this node holds the ROS I/O, the validation, the fallbacks and the diagnostics.
+
 Run: ``controller_node --ros-args --params-file params/controller.yaml --params-file params/vehicle.yaml``.
 """
 
@@ -34,7 +37,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections import deque
 
 import numpy as np
 from nav_msgs.msg import Odometry
@@ -43,7 +45,7 @@ from rclpy.node import Node
 
 from rad2_planner import ros_conversions as rc
 from rad2_planner.control import TrackingController, shift_controls
-from rad2_planner.control.bicycle import propagate, steer_for_curvature
+from rad2_planner.control.estimation import StateEstimator, bicycle_state, steps_advance
 from rad2_planner.control.reference import plan_to_world
 from rad2_planner.nodes.common import (
     CycleStats,
@@ -123,17 +125,15 @@ class ControllerNode(Node):
         self.world_frame = str(cfg["world_frame"])
         self.ego_frame = str(cfg["ego_frame"])
         self.min_points = int(cfg["min_points"])
-        self.history_ns = int(float(cfg["odom_history_s"]) * 1e9)
-        self.odom: deque = deque()  # (stamp_ns, received_ns, EgoMotion)
+        # odometry, issued commands, steering estimate and prediction (see control/estimation.py)
+        self.estimator = StateEstimator(self.tracker.vehicle, self.tracker.dt,
+                                        int(float(cfg["odom_history_s"]) * 1e9), self.stale_ns,
+                                        self.tracker.min_heading_speed)
         self.plan: _Plan | None = None
         self.fault = "no trajectory received"
         self.warm: np.ndarray | None = None
         self.warm_ns = 0
-        # Issued commands (stamp_ns, accel, steering rate, steering angle at stamp), oldest first.
-        self.commands: deque = deque()
-        self.steer0 = 0.0  # steering estimate before the first remembered command
         self.reset_ns: int | None = None  # odometry stamp of the last localization reset
-        self.min_heading_speed = self.tracker.min_heading_speed
         self.stats = CycleStats(deadline_ms=1e3 / self.rate_hz)
         self.throttle = Throttle(2.0)
         self.create_subscription(Trajectory, "planning/trajectory", self.on_trajectory, command_qos())
@@ -161,101 +161,13 @@ class ControllerNode(Node):
             self.stats.reject()
             self._warn("odom", f"odometry rejected: {exc}")
             return
-        now = self._now_ns()
-        jump = self._jump(motion)
-        if jump or not self.odom:
-            self._reset_steering(motion)
+        jump = self.estimator.add_odometry(motion, self._now_ns())
         if jump:
-            self.odom.clear()
             self.plan = None
             self.warm = None
             self.reset_ns = motion.stamp_ns
             self.fault = f"localization reset: {jump}; waiting for a trajectory planned after it"
             self._warn("jump", self.fault)
-        self.odom.append((motion.stamp_ns, now, motion))
-        while self.odom and now - self.odom[0][1] > self.history_ns:
-            self.odom.popleft()
-
-    def _jump(self, motion) -> str:
-        """Why ``motion`` cannot follow the previous odometry (a reset), or ``""``."""
-        if not self.odom:
-            return ""
-        prev = self.odom[-1][2]
-        dist = math.hypot(motion.x - prev.x, motion.y - prev.y)
-        dt = abs(motion.stamp_ns - prev.stamp_ns) / 1e9
-        veh = self.tracker.vehicle
-        if dist > veh.max_speed * dt + veh.length:
-            return f"odometry moved {dist:.1f} m in {dt:.2f} s"
-        return ""
-
-    def _reset_steering(self, motion) -> None:
-        """Forget the issued commands; estimate the steering angle from the odometry yaw rate."""
-        self.commands.clear()
-        speed = max(motion.speed, 0.0)
-        if speed > self.min_heading_speed and math.isfinite(motion.yaw_rate):
-            self.steer0 = float(steer_for_curvature(motion.yaw_rate / speed, self.tracker.vehicle))
-        else:
-            self.steer0 = 0.0
-
-    # -- issued commands: steering estimate and prediction ---------------------------------------
-    def _steer_at(self, t_ns: int) -> float:
-        """Steering angle at ``t_ns`` implied by the issued commands (ramp for one step, then hold)."""
-        rec = None
-        for item in self.commands:
-            if item[0] > t_ns:
-                break
-            rec = item
-        if rec is None:
-            return self.steer0
-        t_c, _, rate, steer_c = rec
-        held = min((t_ns - t_c) / 1e9, self.tracker.dt)
-        lim = self.tracker.vehicle.max_steer
-        return float(np.clip(steer_c + rate * held, -lim, lim))
-
-    def _predict(self, motion, now_ns: int) -> np.ndarray:
-        """Bicycle state at ``now_ns`` from the odometry ``motion`` and the commands issued since."""
-        t0 = motion.stamp_ns
-        x0 = np.array([motion.x, motion.y, motion.yaw, max(motion.speed, 0.0), self._steer_at(t0)])
-        if now_ns <= t0:
-            return x0
-        active, later = None, []  # the command in force at t0 (None: none yet), those issued after
-        for rec in self.commands:
-            if rec[0] <= t0:
-                active = rec
-            elif rec[0] < now_ns:
-                later.append(rec)
-        bounds = [t0] + [rec[0] for rec in later] + [now_ns]
-        ramp_ns = int(round(self.tracker.dt * 1e9))
-        controls, durations = [], []
-        for rec, start, end in zip([active, *later], bounds[:-1], bounds[1:]):
-            if rec is None:  # before the first command: coast
-                controls.append((0.0, 0.0))
-                durations.append((end - start) / 1e9)
-                continue
-            cut = min(max(rec[0] + ramp_ns, start), end)
-            controls += [(rec[1], rec[2]), (rec[1], 0.0)]
-            durations += [(cut - start) / 1e9, (end - cut) / 1e9]
-        if not durations:
-            return x0
-        return propagate(x0, np.asarray(controls), np.asarray(durations), self.tracker.vehicle,
-                         self.tracker.dt)
-
-    def _remember(self, now_ns: int, accel: float, rate: float, steer_now: float) -> None:
-        self.commands.append((now_ns, accel, rate, steer_now))
-        # keep what the prediction from the oldest useful odometry needs (plus the one before it)
-        horizon = now_ns - max(self.history_ns, self.stale_ns)
-        while len(self.commands) > 1 and self.commands[1][0] <= horizon:
-            self.steer0 = self._steer_at(self.commands[1][0])
-            self.commands.popleft()
-
-    def _pose_at(self, stamp_ns: int):
-        if not self.odom:
-            return None
-        best = min(self.odom, key=lambda item: abs(item[0] - stamp_ns))
-        if abs(best[0] - stamp_ns) > self.history_ns:
-            return None
-        m = best[2]
-        return np.array([m.x, m.y, m.yaw])
 
     def on_trajectory(self, msg: Trajectory) -> None:
         now = self._now_ns()
@@ -269,14 +181,14 @@ class ControllerNode(Node):
                                  f"need at least {self.min_points}")
             if traj.frame_id == self.world_frame:
                 pts = traj.points
-                latest = self.odom[-1][2] if self.odom else None
-                origin = self._pose_at(traj.stamp_ns)
+                latest = self.estimator.odometry.latest
+                origin = self.estimator.odometry.pose_at(traj.stamp_ns)
                 if origin is None:
                     if latest is None:
                         raise ValueError("no odometry yet to anchor the trajectory start")
                     origin = np.array([latest.x, latest.y, latest.yaw])
             elif traj.frame_id == self.ego_frame:
-                origin = self._pose_at(traj.stamp_ns)
+                origin = self.estimator.odometry.pose_at(traj.stamp_ns)
                 if origin is None:
                     raise ValueError(f"no odometry near the trajectory stamp {traj.stamp_ns} ns")
                 pts = plan_to_world(traj.points, origin)
@@ -294,16 +206,6 @@ class ControllerNode(Node):
         self.fault = ""
 
     # -- cycle ----------------------------------------------------------------------------------------
-    def _state(self, now_ns: int) -> tuple[np.ndarray | None, int]:
-        """(bicycle state, its time): predicted to ``now_ns`` when the clocks agree, else at the stamp."""
-        if not self.odom:
-            return None, now_ns
-        m = self.odom[-1][2]
-        lag = now_ns - m.stamp_ns
-        if 0 <= lag <= self.stale_ns:
-            return self._predict(m, now_ns), now_ns
-        return np.array([m.x, m.y, m.yaw, max(m.speed, 0.0), self._steer_at(m.stamp_ns)]), m.stamp_ns
-
     def _stop(self, state: np.ndarray | None, steer_now: float) -> tuple[float, float, float, float]:
         """(accel, steering rate, steering angle, speed) one step into the minimal-risk stop."""
         u = self.tracker.stop_controls(state if state is not None else np.zeros(5), self.stop_decel)
@@ -317,10 +219,10 @@ class ControllerNode(Node):
         stages: dict[str, float] = {}
         reason = ""
         accel = rate = 0.0
-        steer_now = self._steer_at(now)
+        steer_now = self.estimator.commands.steer_at(now)
         try:
             ta = time.perf_counter()
-            state, t_state = self._state(now)
+            state, t_state = self.estimator.state(now)
             stages["predict"] = (time.perf_counter() - ta) * 1e3
             if state is not None:
                 steer_now = float(state[4])
@@ -360,12 +262,11 @@ class ControllerNode(Node):
             reason = f"controller failure: {type(exc).__name__}: {exc}"
             self._warn("solve", reason)
             self.warm = None
-            state = self.odom[-1][2] if self.odom else None
-            state = None if state is None else np.array([state.x, state.y, state.yaw, max(state.speed, 0.0),
-                                                         steer_now])
+            latest = self.estimator.odometry.latest
+            state = None if latest is None else bicycle_state(latest, steer_now)
             accel, rate, steer_next, speed_next = self._stop(state, steer_now)
-        # The command applies from `now`: the steering estimate ramps from here (see _steer_at).
-        self._remember(now, accel, rate, steer_now)
+        # The command applies from `now`: the steering estimate ramps from here (SteeringRamp).
+        self.estimator.commands.issue(now, accel, rate, steer_now)
         if reason:
             self._warn("stop:" + reason.split(":")[0], f"minimal-risk stop: {reason}")
         try:
@@ -376,7 +277,8 @@ class ControllerNode(Node):
             )
             self.pub_cmd.publish(rc.control_command_to_msg(cmd))
             total_ms = (time.perf_counter() - t0) * 1e3
-            odom_stamp = self.odom[-1][0] if self.odom else 0
+            latest = self.estimator.odometry.latest
+            odom_stamp = latest.stamp_ns if latest is not None else 0
             e2e = (now - odom_stamp) / 1e6 + total_ms if odom_stamp else math.nan
             rep = self.stats.record(stages, total_ms, total_ms, fallback_reason=reason[:500])
             self.pub_diag.publish(rc.planning_diagnostics_to_msg(
@@ -388,11 +290,6 @@ class ControllerNode(Node):
                 fallback_reason=rep.fallback_reason))
         except Exception as exc:  # noqa: BLE001
             self._warn("publish", f"publishing failed: {exc}")
-
-
-def steps_advance(last_ns: int, now_ns: int, dt: float) -> bool:
-    """Whether at least one controller step passed since the warm start was stored."""
-    return (now_ns - last_ns) / 1e9 >= dt
 
 
 def main(args=None) -> int:
