@@ -95,9 +95,9 @@ class Monitor:
         from rad2_planner import bags
         from rad2_planner import ros_conversions as rc
         from rad2_planner.latency import diagnostics_record
+        from rad2_planner.nodes.recording import Recorder
         from rclpy.serialization import deserialize_message
         from rclpy.signals import SignalHandlerOptions
-        from record_bag import Recorder
 
         self.rc, self.deserialize = rc, deserialize_message
         self.diagnostics_record = diagnostics_record
@@ -414,11 +414,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-gif", action="store_true", help="do not render the GIF")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
-    from record_bag import RecordError, ensure_ros_environment
+    from rosenv import RosEnvironmentError, ensure_ros_environment
 
     try:
         ensure_ros_environment(__file__, argv, args.domain_id)
-    except RecordError as exc:
+    except RosEnvironmentError as exc:
         print(f"demo: {exc}", file=sys.stderr)
         return 2
     from bringup import BringupError

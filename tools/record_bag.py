@@ -18,13 +18,9 @@ properly in every case). Run it in the rad2 environment (``source tools/env.sh``
 from __future__ import annotations
 
 import argparse
-import importlib
-import os
 import signal
-import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,136 +30,8 @@ for _p in (ROOT / "ros2_ws" / "src" / "rad2_planner", ROOT / "tools"):
         sys.path.insert(0, str(_p))
 
 from rad2_planner import bags  # noqa: E402
-
-#: Topics every ROS graph has; recorded only with --include-system or when named in --topics.
-SYSTEM_TOPICS = ("/rosout", "/parameter_events")
-
-
-class RecordError(RuntimeError):
-    """A requested topic is absent, its type cannot be imported, or the bag cannot be written."""
-
-
-def message_class(msgtype: str) -> type:
-    """The rclpy message class of ``pkg/msg/Name`` (needs the package on the Python path)."""
-    pkg, kind, name = bags.normalize_msgtype(msgtype).split("/")
-    try:
-        return getattr(importlib.import_module(f"{pkg}.{kind}"), name)
-    except (ImportError, AttributeError) as exc:
-        raise RecordError(f"cannot import the Python type of {msgtype} ({exc}); is its package built "
-                          f"and sourced (tools/env.sh)?") from exc
-
-
-def full_topic_name(name: str) -> str:
-    return name if name.startswith("/") else "/" + name
-
-
-def adapted_qos(node: Any, topic: str, depth: int = 100) -> Any:
-    """A subscription QoS compatible with every current publisher of ``topic`` (like rosbag2)."""
-    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-
-    infos = node.get_publishers_info_by_topic(topic)
-    reliable = bool(infos) and all(i.qos_profile.reliability == ReliabilityPolicy.RELIABLE for i in infos)
-    latched = bool(infos) and all(
-        i.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL for i in infos)
-    return QoSProfile(
-        depth=depth,
-        reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
-        durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE,
-    )
-
-
-@dataclass
-class Recorder:
-    """Records topics of the graph ``node`` sees into ``writer`` (a bags.BagWriter, opened).
-
-    ``topics=None`` records everything discovered (minus SYSTEM_TOPICS unless include_system).
-    Call ``discover()`` periodically; spin ``node`` to receive messages.
-    """
-
-    node: Any
-    writer: bags.BagWriter
-    topics: list[str] | None = None
-    include_system: bool = False
-    use_node_clock: bool = False
-    subscriptions: dict[str, Any] = field(default_factory=dict)
-    types: dict[str, str] = field(default_factory=dict)
-    skipped: dict[str, str] = field(default_factory=dict)
-    total: int = 0
-    #: topic -> fn(topic, msgtype, data, log_time_ns) called for every message after it is written
-    listeners: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.topics is not None:
-            self.topics = [full_topic_name(t) for t in self.topics]
-
-    def wanted(self, topic: str) -> bool:
-        if self.topics is not None:
-            return topic in self.topics
-        return self.include_system or topic not in SYSTEM_TOPICS
-
-    def discover(self) -> list[str]:
-        """Subscribe to newly visible wanted topics; returns the topics added."""
-        added = []
-        for topic, types in self.node.get_topic_names_and_types():
-            if topic in self.subscriptions or topic in self.skipped or not self.wanted(topic):
-                continue
-            if not self.node.get_publishers_info_by_topic(topic):
-                continue  # only subscribers so far: wait for a publisher to learn its QoS
-            msgtype = bags.normalize_msgtype(types[0])
-            try:
-                if len(types) > 1:
-                    raise RecordError(f"{topic} is published with several types {types}")
-                cls = message_class(msgtype)
-                bags.ensure_type(self.writer.store, msgtype)
-                self.writer.add_topic(topic, msgtype)
-            except (RecordError, bags.BagError) as exc:
-                self.skipped[topic] = str(exc)
-                continue
-            self.types[topic] = msgtype
-            self.subscriptions[topic] = self.node.create_subscription(
-                cls, topic, self._callback(topic, msgtype), adapted_qos(self.node, topic), raw=True)
-            added.append(topic)
-        return added
-
-    def _callback(self, topic: str, msgtype: str):
-        def write(data: bytes) -> None:
-            stamp = self.node.get_clock().now().nanoseconds if self.use_node_clock else time.time_ns()
-            self.writer.write(topic, data, stamp, msgtype=msgtype)
-            self.total += 1
-            listener = self.listeners.get(topic)
-            if listener is not None:
-                listener(topic, msgtype, data, stamp)
-
-        return write
-
-    def missing(self) -> list[str]:
-        return [t for t in (self.topics or []) if t not in self.subscriptions]
-
-
-def ensure_ros_environment(script: str | Path, argv: list[str], domain_id: int | None) -> None:
-    """Re-execute ``script argv`` in tools/rosenv's environment when rclpy/rad2_msgs are not importable
-    here (exits with its return code); otherwise just set ROS_DOMAIN_ID."""
-    try:
-        import rad2_msgs.msg  # noqa: F401
-        import rclpy  # noqa: F401
-
-        if domain_id is not None:
-            os.environ["ROS_DOMAIN_ID"] = str(domain_id)
-        return
-    except ImportError:
-        if os.environ.get("RAD2_RECORD_REEXEC"):
-            raise RecordError("rclpy / rad2_msgs not importable even in the rad2 environment; run "
-                              "`bash tools/bootstrap.sh`") from None
-    from rosenv import RosEnvironmentError, ros_environment
-
-    try:
-        env = ros_environment(domain_id, require_build=True)
-    except RosEnvironmentError as exc:
-        raise RecordError(str(exc)) from exc
-    env["RAD2_RECORD_REEXEC"] = "1"
-    venv_python = str(Path(env["RAD2_VENV"]) / "bin" / "python")
-    result = subprocess.run([venv_python, str(Path(script).resolve()), *argv], env=env, check=False)
-    sys.exit(result.returncode)
+from rad2_planner.nodes.recording import Recorder, RecordError  # noqa: E402
+from rosenv import RosEnvironmentError, ensure_ros_environment  # noqa: E402
 
 
 def record(args: argparse.Namespace) -> int:
@@ -271,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         if existed and not args.force:
             raise RecordError(f"{args.out} exists already (pass --force to replace it)")
         return record(args)
-    except (RecordError, bags.BagError) as exc:
+    except (RecordError, RosEnvironmentError, bags.BagError) as exc:
         if not existed and out.is_dir():  # the empty bag this run created
             for child in out.iterdir():
                 child.unlink()

@@ -39,6 +39,7 @@ for _p in (ROOT / "ros2_ws" / "src" / "rad2_planner", ROOT / "tools"):
 
 from rad2_planner import bags, latency  # noqa: E402
 from rad2_planner.input_bags import TOPIC_CLOCK, TOPIC_OBJECTS  # noqa: E402
+from rad2_planner.nodes.recording import Recorder, RecordError, message_class  # noqa: E402
 from rad2_planner.replay import (  # noqa: E402
     Cycle,
     LoggedScene,
@@ -47,7 +48,7 @@ from rad2_planner.replay import (  # noqa: E402
     open_loop_summary,
     read_replay_bag,
 )
-from record_bag import Recorder, RecordError, ensure_ros_environment, message_class  # noqa: E402
+from rosenv import ensure_ros_environment  # noqa: E402
 
 TOPIC_CANDIDATES = "/planning/candidates"
 TOPIC_DIAGNOSTICS = "/planning/diagnostics"

@@ -150,6 +150,28 @@ def shell_exports(env: dict[str, str], current: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
+def ensure_ros_environment(script: str | Path, argv: list[str], domain_id: int | None) -> None:
+    """Re-execute ``script argv`` in this environment when rclpy/rad2_msgs are not importable here
+    (exits with its return code); otherwise just set ROS_DOMAIN_ID. Used by the CLIs that talk to a
+    live graph (record_bag, replay_eval, demo) so they also run outside ``source tools/env.sh``."""
+    try:
+        import rad2_msgs.msg  # noqa: F401
+        import rclpy  # noqa: F401
+
+        if domain_id is not None:
+            os.environ["ROS_DOMAIN_ID"] = str(domain_id)
+        return
+    except ImportError:
+        if os.environ.get("RAD2_RECORD_REEXEC"):
+            raise RosEnvironmentError("rclpy / rad2_msgs not importable even in the rad2 environment; run "
+                                      "`bash tools/bootstrap.sh`") from None
+    env = ros_environment(domain_id, require_build=True)
+    env["RAD2_RECORD_REEXEC"] = "1"
+    venv_python = str(Path(env["RAD2_VENV"]) / "bin" / "python")
+    result = subprocess.run([venv_python, str(Path(script).resolve()), *argv], env=env, check=False)
+    sys.exit(result.returncode)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Print the rad2 ROS 2 environment (venv, colcon install, Fast DDS on localhost).",

@@ -1,0 +1,122 @@
+"""Generic topic recording into a rosbag2 MCAP bag (what `ros2 bag record` does), on a given rclpy node.
+
+Subscriptions are generic: every message is taken serialized (``raw=True``) and written as-is, with
+its schema (from rad2_planner.bags' typestore, or the ``share/<pkg>/msg`` files of the ament
+prefixes) embedded in the MCAP so Foxglove can open the bag. QoS adapts to the publishers (reliable
+only if every publisher is, transient-local likewise), so best-effort sensor topics are recorded too.
+Used by tools/record_bag.py, tools/replay_eval.py and tools/demo.py. It lives with the nodes because it
+subscribes through rclpy (imported where used, so this module imports without a ROS environment).
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rad2_planner import bags
+
+#: Topics every ROS graph has; recorded only with --include-system or when named in --topics.
+SYSTEM_TOPICS = ("/rosout", "/parameter_events")
+
+
+class RecordError(RuntimeError):
+    """A requested topic is absent, its type cannot be imported, or the bag cannot be written."""
+
+
+def message_class(msgtype: str) -> type:
+    """The rclpy message class of ``pkg/msg/Name`` (needs the package on the Python path)."""
+    pkg, kind, name = bags.normalize_msgtype(msgtype).split("/")
+    try:
+        return getattr(importlib.import_module(f"{pkg}.{kind}"), name)
+    except (ImportError, AttributeError) as exc:
+        raise RecordError(f"cannot import the Python type of {msgtype} ({exc}); is its package built "
+                          f"and sourced (tools/env.sh)?") from exc
+
+
+def full_topic_name(name: str) -> str:
+    return name if name.startswith("/") else "/" + name
+
+
+def adapted_qos(node: Any, topic: str, depth: int = 100) -> Any:
+    """A subscription QoS compatible with every current publisher of ``topic`` (like rosbag2)."""
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+
+    infos = node.get_publishers_info_by_topic(topic)
+    reliable = bool(infos) and all(i.qos_profile.reliability == ReliabilityPolicy.RELIABLE for i in infos)
+    latched = bool(infos) and all(
+        i.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL for i in infos)
+    return QoSProfile(
+        depth=depth,
+        reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
+        durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE,
+    )
+
+
+@dataclass
+class Recorder:
+    """Records topics of the graph ``node`` sees into ``writer`` (a bags.BagWriter, opened).
+
+    ``topics=None`` records everything discovered (minus SYSTEM_TOPICS unless include_system).
+    Call ``discover()`` periodically; spin ``node`` to receive messages.
+    """
+
+    node: Any
+    writer: bags.BagWriter
+    topics: list[str] | None = None
+    include_system: bool = False
+    use_node_clock: bool = False
+    subscriptions: dict[str, Any] = field(default_factory=dict)
+    types: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    total: int = 0
+    #: topic -> fn(topic, msgtype, data, log_time_ns) called for every message after it is written
+    listeners: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.topics is not None:
+            self.topics = [full_topic_name(t) for t in self.topics]
+
+    def wanted(self, topic: str) -> bool:
+        if self.topics is not None:
+            return topic in self.topics
+        return self.include_system or topic not in SYSTEM_TOPICS
+
+    def discover(self) -> list[str]:
+        """Subscribe to newly visible wanted topics; returns the topics added."""
+        added = []
+        for topic, types in self.node.get_topic_names_and_types():
+            if topic in self.subscriptions or topic in self.skipped or not self.wanted(topic):
+                continue
+            if not self.node.get_publishers_info_by_topic(topic):
+                continue  # only subscribers so far: wait for a publisher to learn its QoS
+            msgtype = bags.normalize_msgtype(types[0])
+            try:
+                if len(types) > 1:
+                    raise RecordError(f"{topic} is published with several types {types}")
+                cls = message_class(msgtype)
+                bags.ensure_type(self.writer.store, msgtype)
+                self.writer.add_topic(topic, msgtype)
+            except (RecordError, bags.BagError) as exc:
+                self.skipped[topic] = str(exc)
+                continue
+            self.types[topic] = msgtype
+            self.subscriptions[topic] = self.node.create_subscription(
+                cls, topic, self._callback(topic, msgtype), adapted_qos(self.node, topic), raw=True)
+            added.append(topic)
+        return added
+
+    def _callback(self, topic: str, msgtype: str):
+        def write(data: bytes) -> None:
+            stamp = self.node.get_clock().now().nanoseconds if self.use_node_clock else time.time_ns()
+            self.writer.write(topic, data, stamp, msgtype=msgtype)
+            self.total += 1
+            listener = self.listeners.get(topic)
+            if listener is not None:
+                listener(topic, msgtype, data, stamp)
+
+        return write
+
+    def missing(self) -> list[str]:
+        return [t for t in (self.topics or []) if t not in self.subscriptions]
