@@ -1,7 +1,7 @@
 """Driver of the HIL and planner-kill tests (run as its own process in the ROS environment).
 
 Starts the planner + controller (one tools/bringup.py group) and the BEV-Warp sim node (another
-group) of graph "simulation" on a one-clip dataset, watches the graph with tools/demo.py's Monitor,
+group) of graph "simulation" on a one-clip dataset, watches the graph with rad2_planner.nodes.monitor.Monitor,
 and prints one line ``RESULT {json}``. Modes:
   nominal   drive the clip to its end
   kill      SIGKILL the planner after --kill-after planning cycles, watch --observe seconds more
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 
 from bringup import Bringup  # noqa: E402
-from demo import Monitor  # noqa: E402
+from rad2_planner.nodes.monitor import Monitor  # noqa: E402
 
 
 def main() -> int:
