@@ -9,16 +9,13 @@ heading passes through atan2/cos/sin).
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from rad2_planner import msg_roundtrip
 from ros_process import ROOT, RosProcess, require_ros_build, ros_env, unique_domain_id
-
-sys.path.insert(0, str(ROOT / "tools"))
-import smoke_graph  # noqa: E402
-from rosenv import rad2_variables  # noqa: E402
+from rosenv import rad2_variables
 
 SMOKE = str(ROOT / "tools" / "smoke_graph.py")
 BEV_CHANNELS = 10
@@ -34,7 +31,7 @@ def dds_exchange(tmp_path_factory):
     env = ros_env(unique_domain_id())
     common = ["--seed", str(SEED), "--bev-channels", str(BEV_CHANNELS), "--bev-size", str(BEV_SIZE)]
     with RosProcess([SMOKE, "echo", "--timeout", "120"], env, name="echo", log_dir=log_dir) as echo:
-        echo.wait_for_output(smoke_graph.READY_LINE, timeout=60)
+        echo.wait_for_output(msg_roundtrip.READY_LINE, timeout=60)
         with RosProcess(
             [SMOKE, "probe", "--count", "3", "--timeout", "60", "--dump", str(dump), *common],
             env,
@@ -49,8 +46,8 @@ def dds_exchange(tmp_path_factory):
 
 def test_every_message_type_round_trips_between_two_processes(dds_exchange):
     assert dds_exchange["echo_alive"], "the echo process died during the exchange"
-    results = smoke_graph.parse_probe_output(dds_exchange["log"])
-    assert [r["type"] for r in results] == list(smoke_graph.MESSAGE_TYPES)
+    results = msg_roundtrip.parse_probe_output(dds_exchange["log"])
+    assert [r["type"] for r in results] == list(msg_roundtrip.MESSAGE_TYPES)
     failed = {r["type"]: r["problems"] for r in results if not r["ok"]}
     assert not failed, f"types that did not round-trip: {failed}\nprobe log:\n{dds_exchange['log'][-3000:]}"
     assert dds_exchange["code"] == 0
@@ -61,16 +58,16 @@ def test_every_message_type_round_trips_between_two_processes(dds_exchange):
 
 
 def test_received_content_equals_generated_content(dds_exchange):
-    arrays = smoke_graph.sample_arrays(SEED, BEV_CHANNELS, BEV_SIZE)
+    arrays = msg_roundtrip.sample_arrays(SEED, BEV_CHANNELS, BEV_SIZE)
     with np.load(dds_exchange["dump"]) as dump:
         received = {key: dump[key] for key in dump.files}
-    for type_name in smoke_graph.MESSAGE_TYPES:
-        expected = smoke_graph.expected_content(type_name, arrays)
+    for type_name in msg_roundtrip.MESSAGE_TYPES:
+        expected = msg_roundtrip.expected_content(type_name, arrays)
         got = {
             key.split("/", 1)[1]: value for key, value in received.items() if key.startswith(type_name + "/")
         }
         assert got, f"nothing received for {type_name}"
-        problems = smoke_graph.compare_content(expected, got, smoke_graph.APPROX_KEYS)
+        problems = msg_roundtrip.compare_content(expected, got, msg_roundtrip.APPROX_KEYS)
         assert not problems, f"{type_name}: {problems}"
 
     # The BEV tensor came back bit-identical and is not trivially simple content.
@@ -86,11 +83,11 @@ def test_received_content_equals_generated_content(dds_exchange):
 
 
 def test_compare_content_detects_a_changed_value():
-    arrays = smoke_graph.sample_arrays(SEED, BEV_CHANNELS, BEV_SIZE)
-    expected = smoke_graph.expected_content("BevFeatures", arrays)
+    arrays = msg_roundtrip.sample_arrays(SEED, BEV_CHANNELS, BEV_SIZE)
+    expected = msg_roundtrip.expected_content("BevFeatures", arrays)
     tampered = dict(expected, features=expected["features"].copy())
     tampered["features"][4, 60, 70] += np.float32(1e-3)
-    assert smoke_graph.compare_content(expected, tampered) == ["features: values differ"]
+    assert msg_roundtrip.compare_content(expected, tampered) == ["features: values differ"]
 
 
 def test_env_sh_is_set_u_safe_and_agrees_with_rosenv(tmp_path):

@@ -5,21 +5,19 @@ from __future__ import annotations
 
 import array
 import math
-import sys
 
 import numpy as np
 import pytest
-from ros_process import ROOT, import_ros_messages, ros_build_missing_reason
+from ros_process import import_ros_messages, ros_build_missing_reason
 
 _missing = ros_build_missing_reason()
 if _missing is not None:
     pytest.skip(_missing, allow_module_level=True)
 import_ros_messages()
 
-sys.path.insert(0, str(ROOT / "tools"))
-import smoke_graph  # noqa: E402
 from geometry_msgs.msg import Point  # noqa: E402
 from rad2_msgs.msg import AgentState, MapPolyline, PlanningDiagnostics, SceneTokens, StageLatency  # noqa: E402
+from rad2_planner import msg_roundtrip  # noqa: E402
 from rad2_planner import ros_conversions as rc  # noqa: E402
 from rad2_planner.config import load_params  # noqa: E402
 
@@ -32,7 +30,7 @@ STAMP = 1_700_000_123_456_789_012
 
 @pytest.fixture(scope="module")
 def arrays():
-    return smoke_graph.sample_arrays(seed=11)
+    return msg_roundtrip.sample_arrays(seed=11)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import os
 import shlex
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -148,6 +152,118 @@ def shell_exports(env: dict[str, str], current: dict[str, str]) -> str:
     ]
     lines += [f"unset {key}" for key in _REMOVED if key in current and key not in env]
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------
+# Child processes in this environment (tests and tools/smoke_graph.py)
+# --------------------------------------------------------------------------------------------------
+
+_domain_counter = itertools.count()
+
+
+def unique_domain_id() -> int:
+    """A ROS_DOMAIN_ID in 1..200 from this pid and a per-process counter.
+
+    Fast DDS maps domain d to UDP ports 7400 + 250*d (+ offsets), valid up to 232; 0 is left to
+    interactive use.
+    """
+    return 1 + (os.getpid() * 7 + next(_domain_counter)) % 200
+
+
+def ros_env(domain_id: int | None = None) -> dict[str, str]:
+    env = ros_environment(
+        domain_id=unique_domain_id() if domain_id is None else domain_id, require_build=True
+    )
+    # Children print as they go (the logs are read while they run).
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class RosProcessError(RuntimeError):
+    """A child did not start, exit or answer in time, or exited with an error."""
+
+
+class RosProcess:
+    """A Python child process in the ROS environment, with its stdout+stderr in a log file."""
+
+    def __init__(
+        self,
+        args: list[str],
+        env: dict[str, str],
+        name: str = "child",
+        log_dir: Path | None = None,
+        cwd: Path = REPO_ROOT,
+    ):
+        self.name = name
+        self.args = list(args)
+        log_dir = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="rad2-ros-"))
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_dir / f"{name}.log"
+        python = Path(env.get("VIRTUAL_ENV", sys.prefix)) / "bin" / "python"
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 (closed in stop())
+        self.popen = subprocess.Popen(
+            [str(python), *self.args],
+            env=env,
+            cwd=str(cwd),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: signals reach the whole child tree
+        )
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def wait(self, timeout: float) -> int:
+        """Wait for exit; RosProcessError with the log tail if it takes longer than `timeout` s."""
+        try:
+            return self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired as err:
+            raise RosProcessError(
+                f"{self.name} did not exit within {timeout:.0f} s; log tail:\n{self.log()[-3000:]}"
+            ) from err
+
+    def wait_for_output(self, text: str, timeout: float) -> None:
+        """Wait until `text` appears in the log (a readiness line), failing early if the child dies."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if text in self.log():
+                return
+            if self.popen.poll() is not None:
+                raise RosProcessError(
+                    f"{self.name} exited with {self.popen.returncode} before printing {text!r}; "
+                    f"log tail:\n{self.log()[-3000:]}"
+                )
+            time.sleep(0.05)
+        raise RosProcessError(
+            f"{self.name} did not print {text!r} within {timeout:.0f} s; log:\n{self.log()[-3000:]}"
+        )
+
+    def stop(self, grace_s: float = 5.0) -> int:
+        """SIGINT (rclpy shuts down cleanly), then SIGTERM, then SIGKILL; returns the exit code."""
+        if self.popen.poll() is None:
+            for sig, wait_s in ((signal.SIGINT, grace_s), (signal.SIGTERM, 2.0), (signal.SIGKILL, 5.0)):
+                try:
+                    os.killpg(self.popen.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    self.popen.wait(timeout=wait_s)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        if not self._log.closed:
+            self._log.close()
+        return self.popen.returncode if self.popen.returncode is not None else -9
+
+    def __enter__(self) -> RosProcess:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
 
 
 def ensure_ros_environment(script: str | Path, argv: list[str], domain_id: int | None) -> None:
