@@ -35,7 +35,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "launch"))
 sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "ros2_ws" / "src" / "rad2_planner"))
 import rad2_graph  # noqa: E402
+from rad2_planner.config import ParameterError, parse_node_overrides  # noqa: E402
 from rosenv import ros_environment  # noqa: E402
 
 INSTALL = ROOT / "ros2_ws" / "install"
@@ -324,18 +326,6 @@ def _parse_kv(items: list[str], what: str) -> list[tuple[str, str]]:
     return out
 
 
-def _parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
-    import yaml
-
-    out: dict[str, dict[str, Any]] = {}
-    for key, value in _parse_kv(items, "--set"):
-        node, _, param = key.partition(".")
-        if not param:
-            raise SystemExit(f"bringup: --set {key!r} must be NODE.PARAM=VALUE")
-        out.setdefault(node, {})[param] = yaml.safe_load(value) if value != "" else ""
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
@@ -371,7 +361,10 @@ def main(argv: list[str] | None = None) -> int:
     if not ns.graph:
         ap.error("a graph name is required (see --list)")
     args = dict(_parse_kv(ns.arg, "--arg"))
-    overrides = _parse_overrides(ns.set)
+    try:
+        overrides = parse_node_overrides(ns.set)
+    except ParameterError as exc:
+        raise SystemExit(f"bringup: {exc}") from None
     if ns.composed and ns.foreground:
         return run_composed(ns.graph, args, overrides, ns.domain_id, ns.duration, ns.only)
 

@@ -121,7 +121,7 @@ def print_report(report: dict[str, Any]) -> None:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from bringup import Bringup
-    from rad2_planner.config import load_params
+    from rad2_planner.config import load_params, parse_node_overrides
     from rad2_planner.latency import print_tables, stats, summarise
 
     out = Path(args.out).resolve()
@@ -133,12 +133,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     overrides: dict[str, dict[str, Any]] = {"planner": {}, "bev_warp_sim": {}}
     if args.backend:
         overrides["planner"]["planner.backend"] = args.backend
-    for item in args.set:
-        key, value = item.split("=", 1)
-        node, _, param = key.partition(".")
-        import yaml
-
-        overrides.setdefault(node, {})[param] = yaml.safe_load(value)
+    for node, params in parse_node_overrides(args.set).items():
+        overrides.setdefault(node, {}).update(params)
     overrides["bev_warp_sim"]["node.realtime_factor"] = float(args.realtime_factor)
     graph_args = {"dataset": str(out / "clips"), "max_clips": str(len(clip_ids))}
     common = {"graph": "simulation", "args": graph_args, "domain_id": domain, "log_dir": out / "logs",
@@ -273,10 +269,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"demo: {exc}", file=sys.stderr)
         return 2
     from bringup import BringupError
+    from rad2_planner.config import ParameterError
 
     try:
         run(args)
-    except (DemoError, BringupError) as exc:
+    except (DemoError, BringupError, ParameterError) as exc:
         print(f"demo: {exc}", file=sys.stderr)
         return 1
     return 0

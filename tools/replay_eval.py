@@ -26,7 +26,6 @@ import json
 import os
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,7 @@ for _p in (ROOT / "ros2_ws" / "src" / "rad2_planner", ROOT / "tools"):
         sys.path.insert(0, str(_p))
 
 from rad2_planner import bags, latency  # noqa: E402
+from rad2_planner.config import parse_node_overrides  # noqa: E402
 from rad2_planner.input_bags import TOPIC_CLOCK, TOPIC_OBJECTS  # noqa: E402
 from rad2_planner.nodes.recording import Recorder, RecordError, message_class  # noqa: E402
 from rad2_planner.replay import (  # noqa: E402
@@ -299,19 +299,6 @@ def plot_timeline(cycles: list[Cycle], per_step: list[dict[str, float]], png: Pa
 # --------------------------------------------------------------------------------------------------
 
 
-def _parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
-    import yaml
-
-    out: dict[str, dict[str, Any]] = defaultdict(dict)
-    for item in items:
-        key, sep, value = item.partition("=")
-        node, dot, param = key.partition(".")
-        if not sep or not dot:
-            raise ValueError(f"--set {item!r}: expected NODE.PARAM=VALUE (planner.planner.deadline_ms=80)")
-        out[node][param] = yaml.safe_load(value)
-    return dict(out)
-
-
 def _jsonable(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {str(k): _jsonable(v) for k, v in obj.items()}
@@ -340,7 +327,7 @@ def replay(args: argparse.Namespace) -> int:
     log_dt = float(meta.get("dt", np.median(np.diff(scene.stamps_ns)) * 1e-9 if len(steps) > 1 else 0.1))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    overrides = _parse_overrides(args.set or [])
+    overrides = parse_node_overrides(args.set or [])
     graph = make_graph(str(map_file), str(clip_id), args.domain_id, out / "logs", overrides, args.composed)
     mode = f"real time x{args.rate:g}" if args.realtime else "as fast as possible"
     console.print(f"replaying {len(steps)} steps of {args.bag} ({mode}) through {PERCEPTION_NODE} + "

@@ -114,3 +114,20 @@ def cached_config(
             cache.clear()
         cache[key] = cfg
     return cfg
+
+
+def parse_node_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
+    """``--set NODE.PARAM=VALUE`` items (tools/bringup.py, demo.py, replay_eval.py) -> {node: {param: value}}.
+
+    PARAM may itself be dotted (``planner.planner.deadline_ms=80`` sets ``planner.deadline_ms`` of node
+    ``planner``); VALUE is parsed as YAML, the way ``-p`` values are, with an empty VALUE kept as "".
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        node, _, param = key.strip().partition(".")
+        if not sep or not node or not param:
+            raise ParameterError(
+                f"--set {item!r}: expected NODE.PARAM=VALUE (e.g. planner.planner.deadline_ms=80)")
+        out.setdefault(node, {})[param] = yaml.safe_load(value) if value != "" else ""
+    return out
