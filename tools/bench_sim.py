@@ -6,7 +6,7 @@ An environment step = observe (warped BEV + transformed tokens) + one latched co
 collision, TTC, off-road) with a fixed control sequence re-latched (one batched iLQR-free commit) every
 ``latch.h_reuse`` steps; no planner and no iLQR run, so the figure is the simulator's own cost.
 
-  bench_sim.py                       # synthetic clip, B = 1, 16, 64
+  bench_sim.py                       # first clip of data/eval_efficiency, B = 1, 16, 64
   bench_sim.py --dataset data/eval_safety --batch 1 16 --steps 40
 """
 
@@ -19,7 +19,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 _SRC = ROOT / "ros2_ws" / "src"
-for _p in (_SRC / "rad2_planner", _SRC / "bev_warp_sim", ROOT / "tests"):
+#: Default input: one logged clip of a bundled dataset (a tool takes no test fixtures).
+DEFAULT_DATASET = ROOT / "data" / "eval_efficiency"
+for _p in (_SRC / "rad2_planner", _SRC / "bev_warp_sim"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
@@ -118,7 +120,8 @@ def bench_env_every_step(clips, batch_sizes, steps: int, backend: str) -> list[t
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dataset", default=None, help="dataset directory (default: the synthetic test clip)")
+    ap.add_argument("--dataset", default=None,
+                    help=f"dataset directory (default: first clip of {DEFAULT_DATASET.relative_to(ROOT)})")
     ap.add_argument("--batch", nargs="+", type=int, default=[1, 16, 64], help="batch sizes")
     ap.add_argument("--steps", type=int, default=60, help="environment steps per rollout")
     ap.add_argument("--warp-repeats", type=int, default=20, help="repetitions of each warp timing")
@@ -150,9 +153,10 @@ def main(argv=None) -> int:
 
         clips = load_dataset(args.dataset)
     else:
-        from synthetic_scenes import make_clip
+        from rad2_planner.clip import load_clip, read_index
 
-        clips = [make_clip(num_steps=max(args.steps + 10, 121))]
+        entry = read_index(DEFAULT_DATASET)["clips"][0]
+        clips = [load_clip(DEFAULT_DATASET / entry["file"], maps_dir=DEFAULT_DATASET / "maps")]
     longest = [c for c in clips if c.num_steps > args.steps + 6] or clips
     t = Table(title=f"Environment steps/s without a planner ({len(longest)} clips, {args.steps} steps)")
     for c in ("warp", "batch", "latched steps/s", "obs ms/step", "observe-every-step steps/s"):
