@@ -158,14 +158,6 @@ def typestore() -> Typestore:
     return store
 
 
-def msg_class(msgtype: str, store: Typestore | None = None) -> type:
-    """The rosbags dataclass of ``msgtype``."""
-    store = store or typestore()
-    msgtype = normalize_msgtype(msgtype)
-    ensure_type(store, msgtype)
-    return store.types[msgtype]
-
-
 def new_message(msgtype: str, store: Typestore | None = None, **fields: Any) -> Any:
     """A message of ``msgtype`` with every field default-initialised (zeros, '', empty), then ``fields``.
 
@@ -502,21 +494,3 @@ class BagReader(_OpenedInWith):
         except Exception as exc:
             raise BagError(f"error reading bag {self.path} (corrupt or truncated?): {exc}") from exc
 
-
-def read_messages(path: str | os.PathLike, topics: Iterable[str] | None = None) -> list[BagMessage]:
-    """All (decoded) messages of ``topics`` in a bag, in log-time order."""
-    with BagReader(path) as reader:
-        return list(reader.messages(topics))
-
-
-def bag_summary(path: str | os.PathLike) -> dict[str, Any]:
-    """Topics, types, counts, time range and rad2 metadata of a bag (JSON-able)."""
-    with BagReader(path) as reader:
-        return {
-            "path": str(reader.path),
-            "message_count": reader.message_count,
-            "start_time_ns": reader.start_time_ns,
-            "end_time_ns": reader.end_time_ns,
-            "topics": {t: {"type": i.msgtype, "count": i.count} for t, i in sorted(reader.topics.items())},
-            "metadata": reader.custom_data,
-        }
