@@ -108,3 +108,18 @@ def test_adapted_clips_round_trip(av2_clip, cr_clip, tmp_path):
         back = load_clip(save_clip(clip, tmp_path / f"{clip.clip_id}.npz")).validate()
         assert back.map.map_id == clip.map.map_id
         np.testing.assert_allclose(back.agent_x[clip.agent_valid], clip.agent_x[clip.agent_valid], atol=1e-3)
+
+
+def test_a_log_at_another_rate_is_resampled_to_the_simulator_step(cr_clip, tmp_path):
+    """The same NGSIM drive declared at 0.04 s per step lasts 4 s, not 10: the adapter hands it to the
+    simulator at sim.dt (0.1 s) so a replay runs at the logged speed, not 2.5x too slowly."""
+    fast = tmp_path / "fast.xml"
+    fast.write_text(CR_FILE.read_text().replace('timeStepSize="0.1"', 'timeStepSize="0.04"'))
+    c = load_commonroad_scenario(fast, ego_obstacle_id=cr_clip.metadata["ego_obstacle_id"])
+    assert c.dt == pytest.approx(load_params("sim")["sim"]["dt"])
+    assert c.metadata["resampled_from_dt"] == pytest.approx(0.04)
+    assert c.num_steps == 41 and c.duration_s == pytest.approx(4.0)  # 101 steps x 0.04 s
+    # log step 5 at 0.04 s is 0.2 s: step 2 of the resampled clip, the same position
+    np.testing.assert_allclose([c.ego_x[2], c.ego_y[2]], [cr_clip.ego_x[5], cr_clip.ego_y[5]], atol=1e-9)
+    # a midpoint (0.1 s = 2.5 log steps) is interpolated between log steps 2 and 3
+    np.testing.assert_allclose(c.ego_x[1], 0.5 * (cr_clip.ego_x[2] + cr_clip.ego_x[3]), atol=1e-9)

@@ -1,6 +1,7 @@
 """Clip data model: validation messages, save/load round trips, shared maps, version checks."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -144,3 +145,27 @@ def test_unknown_versions_are_rejected(tmp_path):
         load_clip(tmp_path / "future.npz")
     with pytest.raises(ClipFormatError, match="does not exist"):
         load_clip(tmp_path / "missing.npz")
+
+
+def test_resample_interpolates_tracks_headings_and_validity():
+    clip = make_clip()
+    yaw = clip.agent_yaw.copy()
+    yaw[0, 10], yaw[0, 11] = np.pi - 0.05, -np.pi + 0.05  # crosses +-pi between steps 10 and 11
+    valid = clip.agent_valid.copy()
+    valid[1, 21] = False  # agent 1 misses log step 21
+    clip = replace(clip, agent_yaw=yaw, agent_valid=valid)
+    half = clip.resample(clip.dt / 2)
+    assert half.dt == pytest.approx(clip.dt / 2) and half.num_steps == 2 * clip.num_steps - 1
+    np.testing.assert_allclose(half.ego_x[::2], clip.ego_x)
+    np.testing.assert_allclose(half.ego_x[1::2], 0.5 * (clip.ego_x[:-1] + clip.ego_x[1:]))
+    assert abs(abs(half.agent_yaw[0, 21]) - np.pi) < 1e-9  # the shorter arc through +-pi, not through 0
+    assert not half.agent_valid[1, 41] and not half.agent_valid[1, 42] and not half.agent_valid[1, 43]
+    assert half.agent_valid[1, 40] and half.agent_valid[1, 44]
+    double = clip.resample(clip.dt * 2)
+    assert double.num_steps == (clip.num_steps - 1) // 2 + 1
+    np.testing.assert_allclose(double.ego_y, clip.ego_y[::2][: double.num_steps])
+    assert clip.resample(clip.dt) is clip
+    with pytest.raises(ClipValidationError, match="resample dt"):
+        clip.resample(0.0)
+    with pytest.raises(ClipValidationError, match="fewer than 2 steps"):
+        clip.resample(1e6)

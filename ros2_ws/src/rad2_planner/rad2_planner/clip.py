@@ -395,6 +395,43 @@ class Clip:
             metadata=meta,
         )
 
+    def resample(self, dt: float) -> Clip:
+        """The same log at time step ``dt`` (s): every track linearly interpolated in time (headings
+        along the shorter arc), an agent valid at a new step only when both logged steps around it
+        are, acceleration taken again from the resampled speed. Logs come at 0.04 s (CommonRoad
+        highD/NGSIM), 0.1 s (AV2, WOMD) or other rates; the simulator steps at one rate, so every
+        adapter hands it clips at that rate instead of a replay at the wrong speed."""
+        dt = float(dt)
+        if not (math.isfinite(dt) and dt > 0.0):
+            raise ClipValidationError(f"resample dt: must be a finite number > 0, got {dt!r}")
+        if abs(dt - self.dt) <= 1e-9 * max(dt, self.dt):
+            return self
+        duration = (self.num_steps - 1) * self.dt
+        n = int(math.floor(duration / dt + 1e-6)) + 1
+        if n < 2:
+            raise ClipValidationError(
+                f"resample dt: {dt} s leaves fewer than 2 steps of clip {self.clip_id!r} ({duration:.3f} s)")
+        pos = np.arange(n) * dt / self.dt  # fractional index into the log
+        i0 = np.minimum(np.floor(pos + 1e-9).astype(np.int64), self.num_steps - 1)
+        i1 = np.minimum(i0 + 1, self.num_steps - 1)
+        f = np.clip(pos - i0, 0.0, 1.0)
+
+        def lerp(a: np.ndarray) -> np.ndarray:
+            return a[..., i0] + f * (a[..., i1] - a[..., i0])
+
+        def slerp(a: np.ndarray) -> np.ndarray:
+            return wrap_angle(a[..., i0] + f * wrap_angle(a[..., i1] - a[..., i0]))
+
+        ego = {k: (slerp if k == "ego_yaw" else lerp)(getattr(self, k)) for k in _EGO_TRACKS}
+        ego["ego_accel"] = np.gradient(ego["ego_speed"], dt) if n > 1 else np.zeros(n)
+        agents = {k: (slerp if k == "agent_yaw" else lerp)(getattr(self, k)) for k in _AGENT_TRACKS}
+        valid = self.agent_valid[:, i0] & (self.agent_valid[:, i1] | (f < 1e-9))
+        for k in _AGENT_TRACKS:
+            agents[k] = np.where(valid, agents[k], 0.0)
+        meta = dict(self.metadata)
+        meta["resampled_from_dt"] = self.dt
+        return replace(self, dt=dt, num_steps=n, **ego, **agents, agent_valid=valid, metadata=meta).validate()
+
     def select_agents(self, keep) -> Clip:
         """The same clip with only the agents selected by ``keep`` (a bool mask [N] or indices)."""
         names = ("agent_ids", "agent_types", "agent_length", "agent_width", *_AGENT_TRACKS, "agent_valid")

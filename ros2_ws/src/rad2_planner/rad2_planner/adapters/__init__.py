@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..clip import Clip, LaneMap
-from ..config import require
+from ..config import load_params, require
 from ..geometry import wrap_angle
 from ..tokens import arc_lengths, clean_polyline
 
@@ -202,8 +202,9 @@ def logged_clip(
     lane_allowed: np.ndarray | None = None,
 ) -> Clip:
     """A validated clip of a real log: the route matched to the ego path (``adapters.*`` in ``params``),
-    acceleration from the logged speed, metadata of a logged scene plus the adapter's ``metadata``.
-    ``agents`` holds the ``agent_*`` fields of :meth:`Clip.build`."""
+    acceleration from the logged speed, metadata of a logged scene plus the adapter's ``metadata``,
+    resampled from the log's ``dt`` to the simulator's step ``sim.dt`` (params/sim.yaml) so a replay
+    runs at the logged speed. ``agents`` holds the ``agent_*`` fields of :meth:`Clip.build`."""
     route_ids, route_poly = build_route(
         lane_map,
         np.stack([ego_x, ego_y], axis=1),
@@ -230,7 +231,7 @@ def logged_clip(
         route_lane_ids=route_ids,
         route_polyline=route_poly,
         metadata=meta,
-    ).validate()
+    ).validate().resample(float(load_params("sim")["sim"]["dt"]))
 
 
 __all__ = [
