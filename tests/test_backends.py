@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -268,3 +269,25 @@ def test_recorded_discriminator_inputs_reproduce_the_logits_in_pytorch(setup):
     assert pol.plan(_obs(model.cfg), seed=0).discriminator_inputs is None  # only when asked
     with pytest.raises(ValueError, match="return_discriminator_inputs=True"):
         stack_discriminator_inputs([pol.plan(_obs(model.cfg), seed=0)])
+
+
+def test_onnx_cache_lives_beside_the_checkpoint_it_was_exported_from(tmp_path):
+    """A checkpoint named by planner.checkpoint_dir exports into its own folder; another checkpoint (or
+    a separate discriminator checkpoint) never writes into it."""
+    params = load_params("planner")
+    dirs = {}
+    for name, seed in (("a", 0), ("b", 1)):
+        dirs[name] = randomised_model(tiny_config(), seed=seed).save(tmp_path / name)
+    for name in ("a", "b"):
+        p = {**params, "planner": {**params["planner"], "checkpoint_dir": str(dirs[name])}}
+        policy = Rad2Policy.from_params(p, backend="onnxruntime")
+        assert Path(policy.backend.paths["scene_encoder"]).parent == dirs[name] / "onnx"
+        assert (dirs[name] / "onnx" / "manifest.json").is_file()
+    manifest_a = json.loads((dirs["a"] / "onnx" / "manifest.json").read_text())
+    assert manifest_a["weights_hash"] == PlannerModel.load(dirs["a"]).weights_hash()  # b did not touch it
+    # generator a with b's discriminator: its own graphs, cached beside the discriminator checkpoint
+    p = {**params, "planner": {**params["planner"], "checkpoint_dir": str(dirs["a"]),
+                               "discriminator_checkpoint": str(dirs["b"])}}
+    mixed = Rad2Policy.from_params(p, backend="onnxruntime")
+    assert Path(mixed.backend.paths["scene_encoder"]).parent == dirs["b"] / "onnx"
+    assert json.loads((dirs["a"] / "onnx" / "manifest.json").read_text()) == manifest_a

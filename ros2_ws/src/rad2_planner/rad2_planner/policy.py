@@ -198,7 +198,9 @@ class Rad2Policy:
         self.schedule = NoiseSchedule(self.cfg.num_train_steps, d["schedule"])
         self.x0_clip = float(d["x0_clip"])
         runtime = dict(require(params, "runtime"))
-        runtime["onnx_dir"] = str(resolve_path(onnx_dir or runtime["onnx_dir"]))
+        # explicit > beside the loaded checkpoint > runtime.onnx_dir (models built in memory)
+        runtime["onnx_dir"] = str(resolve_path(onnx_dir or getattr(model, "export_dir", None)
+                                               or runtime["onnx_dir"]))
         runtime["tensorrt"] = dict(runtime["tensorrt"])
         runtime["tensorrt"]["engine_cache_dir"] = str(resolve_path(runtime["tensorrt"]["engine_cache_dir"]))
         self.backend = make_backend(self.backend_name, model, runtime, device=device or p["device"])
@@ -216,8 +218,6 @@ class Rad2Policy:
         ckpt = resolve_path(checkpoint_dir or p["checkpoint_dir"])
         disc = p.get("discriminator_checkpoint") or None
         model = PlannerModel.load(ckpt, resolve_path(disc) if disc else None)
-        if "onnx_dir" not in kwargs and checkpoint_dir is not None:
-            kwargs["onnx_dir"] = Path(ckpt) / "onnx"
         return cls(model, params=params, **kwargs)
 
     @property

@@ -44,6 +44,8 @@ class PlannerModel(nn.Module):
         self.normalizer = normalizer or TrajectoryNormalizer.identity(cfg.plan_points, cfg.plan_dt, 5.0)
         self.discriminator_trained = False
         self.training_info: dict[str, Any] = {}
+        # where exported graphs of these weights are cached (set by load; None for in-memory models)
+        self.export_dir: Path | None = None
 
     def generator_state(self) -> dict[str, torch.Tensor]:
         sd = {}
@@ -114,6 +116,10 @@ class PlannerModel(nn.Module):
             model.discriminator_trained = bool(disc_meta.get("discriminator_trained", False))
         elif discriminator_dir:
             raise CheckpointError(f"discriminator checkpoint {disc_dir}: no discriminator.safetensors")
+        # The ONNX cache lives beside the weights it was exported from: the discriminator checkpoint's
+        # folder when one is loaded separately (it changes the graphs), else the checkpoint's own, so
+        # another checkpoint never overwrites it.
+        model.export_dir = (Path(discriminator_dir) if discriminator_dir else d) / "onnx"
         model.eval()
         return model
 
