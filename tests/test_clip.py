@@ -169,3 +169,15 @@ def test_resample_interpolates_tracks_headings_and_validity():
         clip.resample(0.0)
     with pytest.raises(ClipValidationError, match="fewer than 2 steps"):
         clip.resample(1e6)
+
+
+def test_corrupted_files_are_errors_naming_the_file(tmp_path):
+    clip = make_clip()
+    path = save_clip(clip, tmp_path / "c.npz")
+    path.write_bytes(path.read_bytes()[:200])  # a truncated write
+    with pytest.raises(ClipFormatError, match=r"c\.npz: unreadable clip file"):
+        load_clip(path)
+    (tmp_path / "ds").mkdir()
+    (tmp_path / "ds" / "index.json").write_text('{"format_version": 1, "clips": [')
+    with pytest.raises(ClipFormatError, match=r"index\.json: unreadable dataset index"):
+        read_index(tmp_path / "ds")

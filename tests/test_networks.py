@@ -331,3 +331,22 @@ def test_safe_medoid_avoids_an_extrapolated_agent():
     # the same car in the next lane is no obstacle: back to the plain medoid
     agents[0, 1] = 6.0
     assert safe_medoid_index(cands, agents, mask, 0.5, *limits) == medoid_index(cands)
+
+
+def test_corrupted_checkpoints_are_errors_naming_the_file(tmp_path):
+    from rad2_planner.networks.model import CheckpointError
+
+    d = randomised_model(tiny_config()).save(tmp_path / "ckpt")
+    gen = d / "generator.safetensors"
+    good = gen.read_bytes()
+    gen.write_bytes(good[: len(good) // 2])  # a truncated copy
+    with pytest.raises(CheckpointError, match=r"generator\.safetensors: unreadable weights"):
+        PlannerModel.load(d)
+    gen.write_bytes(good)
+    other = randomised_model(tiny_config(d_model=16, num_heads=2)).save(tmp_path / "other")
+    (d / "discriminator.safetensors").write_bytes((other / "discriminator.safetensors").read_bytes())
+    with pytest.raises(CheckpointError, match=r"discriminator\.safetensors: weights do not fit"):
+        PlannerModel.load(d)
+    (d / "config.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match=r"config\.json: unreadable checkpoint metadata"):
+        PlannerModel.load(d)

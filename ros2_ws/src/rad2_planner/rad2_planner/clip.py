@@ -24,6 +24,7 @@ import json
 import math
 import os
 import re
+import zipfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -595,14 +596,24 @@ def save_map(lane_map: LaneMap, path: str | os.PathLike) -> Path:
     return path
 
 
+# What a truncated, corrupted or foreign .npz raises inside NumPy; the loaders turn it into an error
+# naming the file (and keep ClipFormatError / ClipValidationError, which name it already).
+_UNREADABLE = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
+
+
 def load_map(path: str | os.PathLike) -> LaneMap:
     path = Path(path)
     if not path.is_file():
         raise ClipFormatError(f"map file {path} does not exist")
-    with np.load(path, allow_pickle=False) as z:
-        if "map_format_version" not in z:
-            raise ClipFormatError(f"{path}: not a rad2 map file (no map_format_version)")
-        return _map_from_arrays(z, where=str(path))
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if "map_format_version" not in z:
+                raise ClipFormatError(f"{path}: not a rad2 map file (no map_format_version)")
+            return _map_from_arrays(z, where=str(path))
+    except (ClipFormatError, ClipValidationError):
+        raise
+    except _UNREADABLE as exc:
+        raise ClipFormatError(f"{path}: unreadable map file ({type(exc).__name__}: {exc})") from exc
 
 
 def _clip_arrays(clip: Clip) -> dict[str, np.ndarray]:
@@ -710,19 +721,24 @@ def load_clip(
     path = Path(path)
     if not path.is_file():
         raise ClipFormatError(f"clip file {path} does not exist")
-    with np.load(path, allow_pickle=False) as z:
-        _check_version(z, path)
-        map_id = str(z["map_id"])
-        if "map__map_id" in z:
-            lane_map = _map_from_arrays(z, prefix="map__", where=str(path))
-        elif map_cache is not None and map_id in map_cache:
-            lane_map = map_cache[map_id]
-        else:
-            mdir = Path(maps_dir) if maps_dir is not None else path.parent.parent / "maps"
-            lane_map = load_map(mdir / f"{map_id}.npz")
-            if map_cache is not None:
-                map_cache[map_id] = lane_map
-        return _clip_from_arrays(z, lane_map, str(path))
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            _check_version(z, path)
+            map_id = str(z["map_id"])
+            if "map__map_id" in z:
+                lane_map = _map_from_arrays(z, prefix="map__", where=str(path))
+            elif map_cache is not None and map_id in map_cache:
+                lane_map = map_cache[map_id]
+            else:
+                mdir = Path(maps_dir) if maps_dir is not None else path.parent.parent / "maps"
+                lane_map = load_map(mdir / f"{map_id}.npz")
+                if map_cache is not None:
+                    map_cache[map_id] = lane_map
+            return _clip_from_arrays(z, lane_map, str(path))
+    except (ClipFormatError, ClipValidationError):
+        raise
+    except _UNREADABLE as exc:
+        raise ClipFormatError(f"{path}: unreadable clip file ({type(exc).__name__}: {exc})") from exc
 
 
 # ----------------------------------------------------------------------------------------------
@@ -750,8 +766,11 @@ def read_index(directory: str | os.PathLike) -> dict[str, Any]:
     path = directory / INDEX_FILE
     if not path.is_file():
         raise ClipFormatError(f"{directory}: no {INDEX_FILE}; not a rad2 dataset directory")
-    with path.open() as f:
-        index = json.load(f)
+    try:
+        with path.open() as f:
+            index = json.load(f)
+    except (OSError, ValueError) as exc:  # json.JSONDecodeError is a ValueError
+        raise ClipFormatError(f"{path}: unreadable dataset index ({type(exc).__name__}: {exc})") from exc
     version = index.get("format_version") if isinstance(index, dict) else None
     if version != FORMAT_VERSION:
         raise ClipFormatError(

@@ -87,7 +87,7 @@ class PlannerModel(nn.Module):
         cfg_path = d / "config.json"
         if not cfg_path.is_file():
             raise CheckpointError(f"checkpoint {d}: no config.json")
-        meta = json.loads(cfg_path.read_text())
+        meta = _read_json(cfg_path)
         if meta.get("format_version") != FORMAT_VERSION:
             raise CheckpointError(
                 f"checkpoint {d}: format_version {meta.get('format_version')} != {FORMAT_VERSION}"
@@ -97,22 +97,22 @@ class PlannerModel(nn.Module):
         gen_path = d / "generator.safetensors"
         if not gen_path.is_file():
             raise CheckpointError(f"checkpoint {d}: no generator.safetensors")
-        sd = {k: (v.float() if v.is_floating_point() else v) for k, v in load_file(str(gen_path)).items()}
+        sd = _read_weights(gen_path)
         for prefix, mod in (("encoder", model.encoder), ("denoiser", model.denoiser)):
             part = {k[len(prefix) + 1 :]: v for k, v in sd.items() if k.startswith(prefix + ".")}
-            mod.load_state_dict(part)
+            _load_into(mod, part, gen_path)
         disc_dir = Path(discriminator_dir) if discriminator_dir else d
         disc_meta = meta
         if discriminator_dir:
             p = disc_dir / "config.json"
             if not p.is_file():
                 raise CheckpointError(f"discriminator checkpoint {disc_dir}: no config.json")
-            disc_meta = json.loads(p.read_text())
+            disc_meta = _read_json(p)
         disc_path = disc_dir / "discriminator.safetensors"
         if disc_path.is_file():
-            dsd = load_file(str(disc_path))
-            dsd = {k: (v.float() if v.is_floating_point() else v) for k, v in dsd.items()}
-            model.discriminator.load_state_dict({k[len("discriminator.") :]: v for k, v in dsd.items()})
+            dsd = _read_weights(disc_path)
+            part = {k[len("discriminator.") :]: v for k, v in dsd.items()}
+            _load_into(model.discriminator, part, disc_path)
             model.discriminator_trained = bool(disc_meta.get("discriminator_trained", False))
         elif discriminator_dir:
             raise CheckpointError(f"discriminator checkpoint {disc_dir}: no discriminator.safetensors")
@@ -157,3 +157,30 @@ class PlannerModel(nn.Module):
             h.update(k.encode())
             h.update(v.detach().cpu().contiguous().numpy().tobytes())
         return h.hexdigest()
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        meta = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:  # json.JSONDecodeError is a ValueError
+        raise CheckpointError(f"{path}: unreadable checkpoint metadata ({type(exc).__name__}: {exc})") \
+            from exc
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{path}: expected a JSON object, got {type(meta).__name__}")
+    return meta
+
+
+def _read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """float32 tensors of a safetensors file; a truncated or foreign file is an error naming it."""
+    try:
+        sd = load_file(str(path))
+    except Exception as exc:  # noqa: BLE001 -- safetensors raises its own and OS errors alike
+        raise CheckpointError(f"{path}: unreadable weights ({type(exc).__name__}: {exc})") from exc
+    return {k: (v.float() if v.is_floating_point() else v) for k, v in sd.items()}
+
+
+def _load_into(module: nn.Module, state: dict[str, torch.Tensor], path: Path) -> None:
+    try:
+        module.load_state_dict(state)
+    except RuntimeError as exc:  # missing/unexpected keys or shapes that do not match config.json
+        raise CheckpointError(f"{path}: weights do not fit the model of config.json ({exc})") from exc
