@@ -123,3 +123,38 @@ def test_a_log_at_another_rate_is_resampled_to_the_simulator_step(cr_clip, tmp_p
     np.testing.assert_allclose([c.ego_x[2], c.ego_y[2]], [cr_clip.ego_x[5], cr_clip.ego_y[5]], atol=1e-9)
     # a midpoint (0.1 s = 2.5 log steps) is interpolated between log steps 2 and 3
     np.testing.assert_allclose(c.ego_x[1], 0.5 * (cr_clip.ego_x[2] + cr_clip.ego_x[3]), atol=1e-9)
+
+
+def test_av2_map_without_centerlines_and_errors_naming_file_and_field(tmp_path):
+    """Log map archives may store lane segments by their boundaries only: the centreline is computed as
+    their midline; an unusable field is an error naming the file, the lane and the field."""
+    import json
+    import shutil
+
+    from rad2_planner.adapters.av2 import AV2FormatError, find_scenario_files, load_av2_map
+
+    _, map_json = find_scenario_files(AV2_DIR)
+    full, _ = load_av2_map(map_json)
+    archive = json.loads(Path(map_json).read_text())
+    for seg in archive["lane_segments"].values():
+        del seg["centerline"]
+    stripped = tmp_path / "log_map_archive_stripped.json"
+    stripped.write_text(json.dumps(archive))
+    computed, _ = load_av2_map(stripped)
+    for given, mid in zip(full.centerlines, computed.centerlines):
+        # the archive's own centrelines are midlines too: the computed ones lie on them (< 0.3 m)
+        d = np.array([project_onto_polyline(given, p)[1] for p in mid])
+        assert np.abs(d).max() < 0.3
+    # the whole scenario loads from a directory whose archive has no centrelines
+    scen = tmp_path / "scenario"
+    shutil.copytree(AV2_DIR, scen)
+    (scen / Path(map_json).name).write_text(json.dumps(archive))
+    assert load_av2_scenario(scen).map.num_lanes == full.num_lanes
+    first = next(iter(archive["lane_segments"].values()))
+    first["left_lane_boundary"] = [{"x": 1.0}]
+    stripped.write_text(json.dumps(archive))
+    with pytest.raises(AV2FormatError, match=rf"{stripped.name}: lane segment .*'left_lane_boundary'"):
+        load_av2_map(stripped)
+    stripped.write_text("{ not json")
+    with pytest.raises(AV2FormatError, match="unreadable map archive"):
+        load_av2_map(stripped)

@@ -48,6 +48,43 @@ def _xy(points: list[dict[str, float]]) -> np.ndarray:
     return np.array([[p["x"], p["y"]] for p in points], dtype=np.float64).reshape(-1, 2)
 
 
+def centerline_from_boundaries(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """The midline of a lane given only its two boundaries: both resampled at the same fractions of
+    their arc length (as many points as the denser one, at least 2), then averaged pairwise. AV2 log
+    map archives may store a lane segment by its boundaries alone; the format defines the centreline
+    as this midline."""
+    from ..tokens import arc_lengths, resample_polyline
+
+    n = max(len(left), len(right), 2)
+    mids = []
+    for side in (left, right):
+        cum = arc_lengths(side)
+        mids.append(resample_polyline(side, np.linspace(0.0, cum[-1], n), cum)[:, :2])
+    return 0.5 * (mids[0] + mids[1])
+
+
+def _lane_polyline(where: str, segment: dict[str, Any], key: str) -> np.ndarray:
+    """A lane segment's polyline ``key``, an error naming the file, lane and field when it is unusable."""
+    try:
+        pts = _xy(segment[key])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AV2FormatError(f"{where}: lane segment {segment.get('id')!r}: field {key!r} is missing or not "
+                             f"a list of {{x, y}} points ({type(exc).__name__}: {exc})") from None
+    if len(pts) < 2 or not np.isfinite(pts).all():
+        raise AV2FormatError(f"{where}: lane segment {segment.get('id')!r}: field {key!r} needs >= 2 finite "
+                             f"points, got {len(pts)}")
+    return pts
+
+
+def _lane_geometry(where: str, segment: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(centreline, left boundary, right boundary); the centreline computed when the archive omits it."""
+    left = _lane_polyline(where, segment, "left_lane_boundary")
+    right = _lane_polyline(where, segment, "right_lane_boundary")
+    if segment.get("centerline") is None:
+        return centerline_from_boundaries(left, right), left, right
+    return _lane_polyline(where, segment, "centerline"), left, right
+
+
 def _track_int_id(track_id: str) -> int:
     """AV2 track ids are strings (usually digits); non-numeric ones get a stable CRC-based id."""
     try:
@@ -77,12 +114,20 @@ def load_av2_map(
     """The map archive as a LaneMap, plus a [L] bool mask of vehicle-drivable lanes."""
     params = params if params is not None else load_params("bev")
     limits = require(params, "adapters.default_speed_limits")
-    with open(json_path) as f:
-        archive = json.load(f)
+    try:
+        with open(json_path) as f:
+            archive = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise AV2FormatError(f"{json_path}: unreadable map archive ({type(exc).__name__}: {exc})") from exc
     for key in ("lane_segments", "drivable_areas", "pedestrian_crossings"):
-        if key not in archive:
+        if not isinstance(archive, dict) or key not in archive:
             raise AV2FormatError(f"{json_path}: missing key {key!r}")
-    lanes = sorted(archive["lane_segments"].values(), key=lambda s: int(s["id"]))
+    try:
+        lanes = sorted(archive["lane_segments"].values(), key=lambda s: int(s["id"]))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise AV2FormatError(f"{json_path}: lane_segments: every segment needs an integer 'id' "
+                             f"({type(exc).__name__}: {exc})") from None
+    geometry = [_lane_geometry(str(json_path), s) for s in lanes]
     ids = [int(s["id"]) for s in lanes]
     known = set(ids)
     speed, vehicle_lane = [], []
@@ -97,9 +142,9 @@ def load_av2_map(
         crosswalks.append(np.concatenate([e1, e2[::-1]]))
     lane_map = LaneMap.build(
         lane_ids=ids,
-        centerlines=[_xy(s["centerline"]) for s in lanes],
-        left_boundaries=[_xy(s["left_lane_boundary"]) for s in lanes],
-        right_boundaries=[_xy(s["right_lane_boundary"]) for s in lanes],
+        centerlines=[g[0] for g in geometry],
+        left_boundaries=[g[1] for g in geometry],
+        right_boundaries=[g[2] for g in geometry],
         speed_limits=speed,
         successors=[[int(v) for v in s.get("successors", []) if int(v) in known] for s in lanes],
         drivable_areas=[d for d in drivable if len(d) >= 3],
