@@ -1,22 +1,9 @@
 #!/usr/bin/env python3
 """Convert a logged clip (rad2_planner.clip) into a rosbag2 MCAP bag of perception inputs.
 
-Per log step (10 Hz, log timestamps ``start_time + t*dt``) the bag holds:
-
-==========================  ================================  ===========================================
-topic                       type                              content
-==========================  ================================  ===========================================
-``/clock``                  rosgraph_msgs/msg/Clock           the log time (for ``use_sim_time`` replay)
-``localization/odometry``   nav_msgs/msg/Odometry             ego box-centre pose (map frame), speed,
-                                                              yaw rate (twist in ``base_link``)
-``perception/objects``      rad2_msgs/msg/PerceptionInputs    agents valid at t, world frame
-``viz/scene``               visualization_msgs/msg/MarkerArray map near the ego, route, agents, ego box
-``viz/ego_log``             nav_msgs/msg/Path                 the whole logged ego track (first stamp)
-==========================  ================================  ===========================================
-
-Everything is in the ``map`` frame, so Foxglove's 3D panel shows it without /tf. The map and route
-are not in the messages: ``metadata.yaml`` ``custom_data`` names the clip file / dataset directory and
-clip id (``rad2.map_file``, ``rad2.clip_id``), which replay passes to the perception node.
+The bag holds, per log step, /clock, localization/odometry, perception/objects and visualisation
+markers in the map frame (the topic table is in rad2_planner.input_bags); metadata.yaml names the clip
+file and id, which replay passes to the perception node.
 The conversion itself is rad2_planner.input_bags.
 """
 
