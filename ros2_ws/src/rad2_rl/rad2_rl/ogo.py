@@ -1,0 +1,125 @@
+"""On-policy Generator Optimization (RAD-2 §3.3.3, Eq. 19): closed-loop feedback → longitudinal targets.
+
+For a decision point at log step t of a finished rollout, the **raw segment** is what the ego actually
+drove next: its executed positions at the plan's times ``(k+1)·plan_dt``, k < T, expressed in the ego
+frame at t (the frame the generator plans in). The closed-loop outcome then re-times it *along the same
+path*:
+
+- **safety-driven deceleration**: when ``T_t`` (RAD-2 Eq. 12) is below ``γ_safe``, the distance
+  travelled by every point is compressed by ``ρ ∈ (0, 1)``;
+- **efficiency-driven acceleration**: when the ego lags the logged drive (its progress along the route
+  is behind the log's by more than ``lag_m``) and ``T_t`` is above ``γ_safe``, the distance is extended
+  by ``ρ' > 1`` (beyond the driven path's end, along its last heading);
+- otherwise the segment is no target.
+
+Scaling every point's arc length by one ratio is the integral of an acceleration profile offset by a
+constant — the path (the points in space) stays, only the timing changes. The targets, with the
+state they start from, fine-tune the generator by the mean squared error of Eq. 19 (the trainer
+renders the observation at that state and uses the imitation loss with the target as the expert).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from rad2_planner.geometry import world_to_ego
+
+
+@dataclass(frozen=True)
+class OGOConfig:
+    gamma_safe_s: float = 2.0  # γ_safe: TTC below it -> decelerate
+    decel_ratio: float = 0.8  # ρ ∈ (0, 1)
+    accel_ratio: float = 1.15  # ρ' > 1
+    lag_m: float = 2.0  # the ego counts as lagging when this far behind the log's progress
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.decel_ratio < 1.0:
+            raise ValueError(f"decel_ratio: must lie in (0, 1), got {self.decel_ratio!r}")
+        if not self.accel_ratio > 1.0:
+            raise ValueError(f"accel_ratio: must be > 1, got {self.accel_ratio!r}")
+        if not (self.gamma_safe_s > 0 and self.lag_m >= 0):
+            raise ValueError(f"gamma_safe_s > 0 and lag_m >= 0 required, got {self.gamma_safe_s}, "
+                             f"{self.lag_m}")
+
+
+@dataclass(frozen=True)
+class OGOTarget:
+    """A fine-tuning sample: the state a decision started from and the re-timed segment to imitate."""
+
+    clip_id: str
+    step: int
+    ego_state: np.ndarray  # [5] bicycle state at the decision
+    accel: float
+    raw: np.ndarray  # [T, 2] what the ego drove, ego frame at the decision
+    target: np.ndarray  # [T, 2] re-timed along the same path
+    kind: str  # decelerate | accelerate
+
+
+def retime(points: np.ndarray, ratio: float) -> np.ndarray:
+    """Points ``[T, 2]`` (ego frame, the ego at the origin before the first) moved along their own path so
+    each has travelled ``ratio`` × its arc length; past the path's end along its last segment."""
+    pts = np.asarray(points, dtype=np.float64)
+    path = np.vstack([np.zeros((1, 2)), pts])
+    seg = np.diff(path, axis=0)
+    length = np.hypot(seg[:, 0], seg[:, 1])
+    cum = np.concatenate([[0.0], np.cumsum(length)])
+    s = ratio * cum[1:]
+    moving = np.flatnonzero(length > 1e-9)
+    if len(moving) == 0:
+        return pts.copy()  # standing still stays standing still
+    last = seg[moving[-1]] / length[moving[-1]]
+    out = np.empty_like(pts)
+    within = s <= cum[-1]
+    out[within, 0] = np.interp(s[within], cum, path[:, 0])
+    out[within, 1] = np.interp(s[within], cum, path[:, 1])
+    out[~within] = path[-1] + (s[~within] - cum[-1])[:, None] * last
+    return out
+
+
+def raw_segment(trace: Any, step: int, plan_points: int, plan_dt: float) -> np.ndarray:
+    """The executed positions after log step ``step`` at the plan's times, in the ego frame at ``step``.
+
+    A rollout that ended inside the horizon (a collision, the clip's end) is continued at its last
+    velocity: the steps just before a collision are where a deceleration target matters most."""
+    stride = plan_dt / trace.dt
+    idx = step - trace.start_step + np.arange(1, plan_points + 1) * stride
+    last = len(trace.ego) - 1
+    k = np.arange(len(trace.ego))
+    xy = np.stack([np.interp(idx, k, trace.ego[:, 0]), np.interp(idx, k, trace.ego[:, 1])], -1)
+    beyond = idx > last
+    if beyond.any():
+        x, y, yaw, v = trace.ego[last, :4]
+        dt_beyond = (idx[beyond] - last) * trace.dt
+        xy[beyond] = np.stack([x + v * np.cos(yaw) * dt_beyond, y + v * np.sin(yaw) * dt_beyond], -1)
+    return world_to_ego(xy, trace.ego[step - trace.start_step, :3])
+
+
+def decide(trace: Any, step: int, cfg: OGOConfig) -> str | None:
+    """``decelerate`` / ``accelerate`` / None for the state at log step ``step`` of ``trace``."""
+    i = step - trace.start_step
+    ttc = float(trace.ttc[i])
+    if ttc < cfg.gamma_safe_s:
+        return "decelerate"
+    behind = float(trace.expert_s[min(i, len(trace.expert_s) - 1)] - trace.route_s[i])
+    if behind > cfg.lag_m:
+        return "accelerate"
+    return None
+
+
+def ogo_targets(rollouts: Sequence[Any], cfg: OGOConfig, plan_points: int, plan_dt: float) -> list[OGOTarget]:
+    """The fine-tuning samples of a batch of rollouts: one per decision point that needs re-timing."""
+    out = []
+    for r in rollouts:
+        tr = r.trace
+        for d in tr.decisions:
+            kind = decide(tr, d.step, cfg)
+            if kind is None:
+                continue
+            raw = raw_segment(tr, d.step, plan_points, plan_dt)
+            ratio = cfg.decel_ratio if kind == "decelerate" else cfg.accel_ratio
+            out.append(OGOTarget(tr.clip_id, d.step, np.asarray(d.ego_state), float(d.accel), raw,
+                                 retime(raw, ratio), kind))
+    return out

@@ -1,0 +1,114 @@
+"""On-policy Generator Optimization (RAD-2 Eq. 19): re-timing keeps the path and changes only the timing;
+deceleration when TTC is short, acceleration when lagging the log and safe; targets from real rollouts."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from bev_warp_sim.rollout import PerRowPlanners, run_rollouts
+from bev_warp_sim.simulator import Simulator
+from rad2_planner.geometry import world_to_ego
+from rad2_planner.tokens import project_onto_polyline
+from rad2_rl.ogo import OGOConfig, decide, ogo_targets, raw_segment, retime
+from synthetic_scenes import make_clip
+
+
+def _arc(n=8, radius=30.0, step=4.0):
+    th = np.arange(1, n + 1) * step / radius
+    return np.stack([radius * np.sin(th), radius * (1 - np.cos(th))], -1)
+
+
+def _arc_length(points):
+    path = np.vstack([[0.0, 0.0], points])
+    return np.cumsum(np.hypot(*np.diff(path, axis=0).T))
+
+
+@pytest.mark.parametrize("ratio", [0.8, 0.5])
+def test_compression_keeps_the_path_and_scales_the_timing(ratio):
+    raw = _arc()
+    out = retime(raw, ratio)
+    path = np.vstack([[0.0, 0.0], raw])
+    for p in out:  # every re-timed point lies on the driven path
+        assert abs(project_onto_polyline(path, p)[1]) < 1e-9
+    s_raw, s_out = _arc_length(raw), _arc_length(out)
+    # distance travelled by each point scales by the ratio (chords of a gentle arc: 1e-2 relative)
+    np.testing.assert_allclose(s_out, ratio * s_raw, rtol=1e-2)
+    assert np.all(np.diff(s_out) > 0)
+
+
+def test_extension_follows_the_path_then_its_last_heading():
+    raw = _arc()
+    out = retime(raw, 1.25)
+    path = np.vstack([[0.0, 0.0], raw])
+    s_raw = _arc_length(raw)
+    inside = 1.25 * s_raw <= s_raw[-1]
+    for p in out[inside]:
+        assert abs(project_onto_polyline(path, p)[1]) < 1e-9
+    d = raw[-1] - raw[-2]
+    heading = np.arctan2(d[1], d[0])
+    beyond = out[~inside] - raw[-1]
+    np.testing.assert_allclose(np.arctan2(beyond[:, 1], beyond[:, 0]), heading, atol=1e-9)
+    np.testing.assert_array_equal(retime(np.zeros((8, 2)), 1.25), np.zeros((8, 2)))  # standing still
+
+
+def test_decisions_safety_first_then_efficiency():
+    cfg = OGOConfig(gamma_safe_s=2.0, lag_m=2.0)
+    tr = SimpleNamespace(start_step=10, ttc=np.array([3.0, 1.5, 3.0, 1.0]),
+                         route_s=np.array([0.0, 5.0, 10.0, 12.0]), expert_s=np.array([0.0, 5.5, 15.0, 20.0]))
+    assert decide(tr, 10, cfg) is None  # safe and on pace
+    assert decide(tr, 11, cfg) == "decelerate"
+    assert decide(tr, 12, cfg) == "accelerate"  # 5 m behind the log, TTC 3 s
+    assert decide(tr, 13, cfg) == "decelerate"  # behind, but unsafe: safety wins
+    with pytest.raises(ValueError, match="decel_ratio"):
+        OGOConfig(decel_ratio=1.2)
+
+
+class _Straight:
+    """Straight ahead from the current speed with a constant acceleration (a test planner)."""
+
+    name = "straight"
+
+    def __init__(self, accel: float, speed_factor: float = 1.0):
+        self.accel, self.speed_factor = accel, speed_factor
+
+    def reset(self, clip=None, start_step=0, seed=None):
+        pass
+
+    def plan(self, obs):
+        from rad2_planner.planning_interface import PlanResult
+
+        t = np.arange(1, 9) * 0.5
+        v = float(obs.ego_state[0]) * self.speed_factor
+        s = np.maximum(v * t + 0.5 * self.accel * t**2, 0.0)
+        s = np.maximum.accumulate(s)
+        return PlanResult(candidates=np.stack([s, 0 * s], -1)[None].astype(np.float32),
+                          scores=np.full(1, np.nan, np.float32), selected=0, plan_dt=0.5)
+
+
+def _check_targets(ro, cfg, kinds):
+    targets = ogo_targets([ro], cfg, plan_points=8, plan_dt=0.5)
+    assert targets and kinds <= {t.kind for t in targets}, [t.kind for t in targets]
+    tr = ro.trace
+    for t in targets:
+        np.testing.assert_allclose(t.raw, raw_segment(tr, t.step, 8, 0.5))
+        i = t.step - tr.start_step
+        if i + 5 < len(tr.ego):  # the first plan point is 0.5 s = 5 steps later, where it was driven
+            np.testing.assert_allclose(t.raw[0], world_to_ego(tr.ego[i + 5, :2][None], tr.ego[i, :3])[0])
+        assert t.kind == decide(tr, t.step, cfg)
+        ratio = cfg.decel_ratio if t.kind == "decelerate" else cfg.accel_ratio
+        np.testing.assert_allclose(_arc_length(t.target), ratio * _arc_length(t.raw), rtol=0.05, atol=0.05)
+
+
+def test_targets_from_closed_loop_rollouts():
+    sim = Simulator()
+    clip = make_clip(num_steps=200)  # a slower leader ahead in the ego's lane
+    cfg = OGOConfig()
+    # accelerating into the slower leader: short TTCs before the contact -> deceleration targets
+    [fast], _ = run_rollouts(sim, PerRowPlanners(lambda: _Straight(3.0)), [clip], start_steps=60,
+                             max_steps=100, h_reuse=8)
+    assert fast.trace.collided
+    _check_targets(fast, cfg, {"decelerate"})
+    # crawling at a third of the speed: far behind the log with nothing near -> acceleration targets
+    [slow], _ = run_rollouts(sim, PerRowPlanners(lambda: _Straight(0.0, speed_factor=0.3)), [clip],
+                             start_steps=0, max_steps=60, h_reuse=8)
+    _check_targets(slow, cfg, {"accelerate"})
