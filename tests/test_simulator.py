@@ -332,3 +332,26 @@ def test_reward_registry_hand_computed():
     assert rw.reward_correction_planner(fast, PARAMS) == 1.0  # progress capped at 1
     with pytest.raises(ValueError, match="unknown reward"):
         rw.compute_rewards(tr, PARAMS, ["made_up"])
+
+
+def test_observation_at_a_decision_is_what_the_policy_saw(sim):
+    """A trainer re-renders a decision's observation from what the decision point records."""
+    clip = make_clip(num_steps=200)
+    seen = {}
+
+    class Recorder:
+        name = "recorder"
+
+        def reset(self, clip=None, start_step=0, seed=None):
+            pass
+
+        def plan(self, obs):
+            seen[len(seen)] = obs
+            return make_policy("constant_velocity").plan(obs)
+
+    [ro], _ = run_rollouts(sim, PerRowPlanners(Recorder), [clip], start_steps=30, max_steps=40, h_reuse=8)
+    for k, d in enumerate(ro.trace.decisions):
+        again = sim.observation_at(clip, d.step, d.ego_state, d.accel)
+        np.testing.assert_array_equal(again.bev, seen[k].bev)
+        np.testing.assert_array_equal(again.ego_state, seen[k].ego_state)
+        np.testing.assert_array_equal(again.agents, seen[k].agents)

@@ -421,30 +421,47 @@ class Simulator:
     # -- observation ----------------------------------------------------------------------------------
     def ego_state_vector(self, state: SimState) -> np.ndarray:
         """``[B, 4]`` (speed, accel, yaw rate, steering) of the simulated ego, the Observation layout."""
+        return self._ego_state_vector(np.asarray(state.ego), np.asarray(state.accel))
+
+    def _ego_state_vector(self, ego: np.ndarray, accel: np.ndarray) -> np.ndarray:
         from rad2_planner.control.bicycle import slip_and_curvature
 
-        _, kappa = slip_and_curvature(state.ego[:, 4], self.controller.vehicle)
-        return np.column_stack([state.ego[:, 3], state.accel, state.ego[:, 3] * kappa, state.ego[:, 4]])
+        _, kappa = slip_and_curvature(ego[:, 4], self.controller.vehicle)
+        return np.column_stack([ego[:, 3], accel, ego[:, 3] * kappa, ego[:, 4]])
 
     def observe(self, state: SimState, indices=None) -> list:
         """Observations of rollouts ``indices`` (default: all), each an unbatched ``Observation``."""
         idx = list(range(state.batch_size)) if indices is None else [int(i) for i in indices]
         if not idx:
             return []
-        es = self.ego_state_vector(state).astype(np.float32)
         if self.reactive:
             return [self._render_reactive(state, i) for i in idx]
-        clips = [self.clip(state, i) for i in idx]
-        logged = [self.logged_observation(c, int(state.t[i]), state.clip_keys[i])
-                  for c, i in zip(clips, idx)]
-        ref_pose = np.stack([c.ego_pose(int(state.t[i])) for c, i in zip(clips, idx)])
-        sim_pose = np.asarray(state.ego[idx, :3])
-        bev = self.warper(np.stack([o.bev for o in logged]), ref_pose, sim_pose)
+        keys = [state.clip_keys[i] for i in idx]
+        return self._warped(keys, [int(state.t[i]) for i in idx], np.asarray(state.ego[idx]),
+                            np.asarray(state.accel[idx]))
+
+    def observation_at(self, clip, step: int, ego_state, accel: float):
+        """The observation a policy saw at log step ``step`` with the ego in bicycle state ``ego_state``
+        (x, y, yaw, v, δ) and acceleration ``accel`` — what a decision point records, rendered again for
+        a trainer (log-replayed agents only: reactive agents' poses are not part of a decision)."""
+        if self.reactive:
+            raise SimulationError("observation_at: reactive agents are not recorded in decision points")
+        ego = np.asarray(ego_state, dtype=np.float64).reshape(1, 5)
+        return self._warped([register_clip(clip, self.registry_size)], [int(step)], ego,
+                            np.array([float(accel)]))[0]
+
+    def _warped(self, keys: list[str], steps: list[int], ego: np.ndarray, accel: np.ndarray) -> list:
+        """The logged observations of (clip, step), warped into the simulated ego poses (BEV and tokens)."""
+        es = self._ego_state_vector(ego, accel).astype(np.float32)
+        clips = [self.clip_data(k).clip for k in keys]
+        logged = [self.logged_observation(c, t, k) for c, t, k in zip(clips, steps, keys)]
+        ref_pose = np.stack([c.ego_pose(t) for c, t in zip(clips, steps)])
+        bev = self.warper(np.stack([o.bev for o in logged]), ref_pose, ego[:, :3])
         out = []
-        for k, i in enumerate(idx):
-            o = warp_tokens(logged[k], ref_pose[k], sim_pose[k])
+        for k in range(len(keys)):
+            o = warp_tokens(logged[k], ref_pose[k], ego[k, :3])
             o.bev = bev[k]
-            o.ego_state = es[i].copy()
+            o.ego_state = es[k].copy()
             out.append(o)
         return out
 
