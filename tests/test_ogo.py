@@ -112,3 +112,37 @@ def test_targets_from_closed_loop_rollouts():
     [slow], _ = run_rollouts(sim, PerRowPlanners(lambda: _Straight(0.0, speed_factor=0.3)), [clip],
                              start_steps=0, max_steps=60, h_reuse=8)
     _check_targets(slow, cfg, {"accelerate"})
+
+
+def test_generator_fine_tuning_moves_towards_the_targets():
+    """A few Eq. 19 steps on real OGO targets lower the generator's loss on them (same noise draws)."""
+    import torch
+    from rad2_planner.config import load_params
+    from rad2_planner.diffusion import NoiseSchedule
+    from rad2_planner.networks import PlannerModel
+    from rad2_planner.policy import resolve_path
+    from rad2_planner.training.imitation import diffusion_loss, to_torch
+    from rad2_rl.ogo import generator_batch, generator_step
+
+    sim = Simulator()
+    clip = make_clip(num_steps=200)
+    [fast], _ = run_rollouts(sim, PerRowPlanners(lambda: _Straight(3.0)), [clip], start_steps=60,
+                             max_steps=100, h_reuse=8)
+    targets = ogo_targets([fast], OGOConfig(), plan_points=8, plan_dt=0.5)[:4]
+    model = PlannerModel.load(resolve_path("checkpoints/rad2_il"))
+    d = load_params("planner")["diffusion"]
+    schedule = NoiseSchedule(model.cfg.num_train_steps, d["schedule"])
+    batch = generator_batch(sim, {clip.clip_id: clip}, targets)
+    assert batch["target"].shape == (len(targets), 8, 2) and batch["bev"].shape[0] == len(targets)
+
+    def loss() -> float:
+        with torch.no_grad():
+            return float(diffusion_loss(model, to_torch(batch, torch.device("cpu")), schedule, 4,
+                                        torch.Generator().manual_seed(7)))
+
+    before = loss()
+    opt = torch.optim.AdamW(list(model.encoder.parameters()) + list(model.denoiser.parameters()), lr=3e-4)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(6):
+        generator_step(model, opt, batch, schedule, 4, gen)
+    assert loss() < 0.8 * before

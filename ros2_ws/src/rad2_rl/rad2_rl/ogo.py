@@ -123,3 +123,38 @@ def ogo_targets(rollouts: Sequence[Any], cfg: OGOConfig, plan_points: int, plan_
             out.append(OGOTarget(tr.clip_id, d.step, np.asarray(d.ego_state), float(d.accel), raw,
                                  retime(raw, ratio), kind))
     return out
+
+
+def generator_batch(sim: Any, clips: dict[str, Any], targets: Sequence[OGOTarget]) -> dict[str, np.ndarray]:
+    """The imitation-loss batch of a list of targets: each observation rendered again at its decision
+    state (``Simulator.observation_at``) with the re-timed segment as the trajectory to imitate."""
+    from rad2_planner.observation import stack_observations
+    from rad2_planner.policy import observation_inputs
+
+    obs = [sim.observation_at(clips[t.clip_id], t.step, t.ego_state, t.accel) for t in targets]
+    batch = observation_inputs(stack_observations(obs))
+    batch["target"] = np.stack([t.target for t in targets]).astype(np.float32)
+    return batch
+
+
+def generator_step(model: Any, optimizer: Any, batch: dict[str, np.ndarray], schedule: Any, draws: int,
+                   gen: Any, imitation_batch: dict[str, np.ndarray] | None = None,
+                   imitation_weight: float = 0.0) -> float:
+    """One fine-tuning step of the generator on Eq. 19 — the x0-prediction MSE of the diffusion model
+    with the OGO targets as the clean trajectories — optionally mixed with the imitation loss on logged
+    targets (RAD-2 Table 4, row 3). Returns the loss."""
+    import torch
+    from rad2_planner.training.imitation import diffusion_loss, to_torch
+
+    model.encoder.train()
+    model.denoiser.train()
+    loss = diffusion_loss(model, to_torch(batch, torch.device("cpu")), schedule, draws, gen)
+    if imitation_batch is not None and imitation_weight > 0:
+        loss = loss + imitation_weight * diffusion_loss(model, to_torch(imitation_batch, torch.device("cpu")),
+                                                        schedule, draws, gen)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    model.encoder.eval()
+    model.denoiser.eval()
+    return float(loss.detach())
