@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -169,7 +171,7 @@ def test_bad_bags_give_clear_errors(clip_bag, tmp_path):
 
 
 def test_cli_help():
-    for tool in ("clip_to_bag.py", "record_bag.py", "replay_eval.py", "latency_report.py"):
+    for tool in ("clip_to_bag.py", "record_bag.py", "replay_eval.py", "latency_report.py", "repair_bag.py"):
         res = subprocess.run([PY, str(TOOLS / tool), "--help"], capture_output=True, text=True, timeout=60)
         assert res.returncode == 0 and "usage:" in res.stdout, tool
 
@@ -305,3 +307,177 @@ def test_record_bag_records_live_publisher(tmp_path):
     assert diag[-1].msg.cycle_count - diag[0].msg.cycle_count == len(diag) - 1  # reliable: none lost
     span = (msgs[-1].log_time_ns - msgs[0].log_time_ns) * 1e-9
     assert 2.0 < span < 4.0  # wall-clock log times over the --duration window
+
+
+# --------------------------------------------------------------------------------------------------
+# Crash-safe recording: bounded loss and recovery of bags whose writer died
+# --------------------------------------------------------------------------------------------------
+
+
+def _odom(i: int) -> object:
+    msg = bags.new_message("nav_msgs/msg/Odometry", header=bags.header(i, "map"))
+    msg.pose.pose.position.x = float(i)
+    return msg
+
+
+def _raw_messages(bag: Path) -> list[tuple[str, int, bytes]]:
+    with bags.BagReader(bag) as reader:
+        return [(m.topic, m.log_time_ns, bytes(m.msg)) for m in reader.messages(raw=True)]
+
+
+def _snapshot_as_killed(bag: Path, dest: Path) -> None:
+    """What a SIGKILL leaves: the MCAP bytes on disk now, no metadata.yaml (written at close)."""
+    dest.mkdir()
+    for f in bag.glob("*.mcap"):
+        shutil.copyfile(f, dest / f.name)
+
+
+def test_recover_bag_after_kill_and_truncation(tmp_path):
+    """The project's writer with timed chunks; the bag is cut the way a killed writer leaves it
+    (pending chunk never written; or cut mid-chunk, no footer, no metadata.yaml) and recovered."""
+    bag = tmp_path / "live"
+    written: list[tuple[str, int, bytes]] = []
+    chunk_ends: list[int] = []  # messages written when each chunk was synced
+    writer = bags.BagWriter(bag, chunk_duration_s=0.3)
+    writer.open()
+    writer.set_metadata("recorded_by", "test")
+    for chunk in range(5):
+        for k in range(10):
+            i = chunk * 10 + k
+            topic = "/odom" if k % 3 else "/diag"
+            msg = _odom(i) if topic == "/odom" else bags.new_message(
+                "rad2_msgs/msg/PlanningDiagnostics", node="planner", cycle_count=i)
+            writer.write(topic, msg, 10**9 + i * 10**7)
+            written.append((topic, 10**9 + i * 10**7, bags.serialize(msg)))
+        assert not writer.flush_if_due()  # younger than chunk_duration_s: stays in memory
+        time.sleep(0.32)
+        assert writer.flush_if_due()
+        chunk_ends.append(len(written))
+    for i in range(50, 57):  # the chunk in progress when the writer is killed: only in memory
+        writer.write("/odom", _odom(i), 10**9 + i * 10**7)
+        written.append(("/odom", 10**9 + i * 10**7, bags.serialize(_odom(i))))
+    assert writer.synced_chunks == 5
+    _snapshot_as_killed(bag, tmp_path / "killed")
+    writer.close()
+    assert _raw_messages(bag) == written  # the finished bag holds everything
+
+    killed = tmp_path / "killed"
+    with pytest.raises(bags.BagError, match="no metadata.yaml.*repair_bag.py"):
+        bags.BagReader(killed)
+    report = bags.recover_bag(killed)
+    assert report.repaired and not report.had_footer
+    assert report.messages == {"/odom": 30, "/diag": 20}
+    assert (report.start_ns, report.end_ns) == (10**9, 10**9 + 49 * 10**7)
+    assert [p.name for p in report.damaged_files] == ["live.mcap.damaged"]
+    assert (killed / "live.mcap.damaged").is_file()
+    assert _raw_messages(killed) == written[: chunk_ends[-1]]
+    with bags.BagReader(killed) as reader:  # metadata.yaml consistent with the new MCAP
+        assert reader.message_count == 50
+        assert reader.topics["/diag"] == bags.TopicInfo("rad2_msgs/msg/PlanningDiagnostics", 20)
+        assert (reader.start_time_ns, reader.end_time_ns - 1) == (report.start_ns, report.end_ns)
+    from mcap.reader import make_reader  # the new file has a summary and chunk index again
+    with (killed / "killed.mcap").open("rb") as f:
+        summary = make_reader(f).get_summary()
+        assert summary.statistics.message_count == 50 and summary.chunk_indexes
+    again = bags.recover_bag(killed)  # a complete bag is left alone
+    assert not again.repaired and again.message_count == 50
+
+    # cut in the middle of the third chunk, metadata.yaml stale (from the finished bag)
+    with (bag / "live.mcap").open("rb") as f:
+        chunks = make_reader(f).get_summary().chunk_indexes
+    cut = chunks[2].chunk_start_offset + chunks[2].chunk_length // 2
+    truncated = tmp_path / "truncated"
+    truncated.mkdir()
+    (truncated / "live.mcap").write_bytes((bag / "live.mcap").read_bytes()[:cut])
+    shutil.copyfile(bag / "metadata.yaml", truncated / "metadata.yaml")
+    with pytest.raises(bags.BagError, match="truncated.*repair_bag.py"):
+        with bags.BagReader(truncated) as reader:
+            list(reader.messages())
+    report = bags.recover_bag(truncated)
+    assert _raw_messages(truncated) == written[: chunk_ends[1]]
+    assert report.end_ns == 10**9 + 19 * 10**7
+    assert report.lost_until_ns == 10**9 + 56 * 10**7  # from the stale metadata.yaml
+    assert report.lost_tail_s == pytest.approx(0.37)
+    assert sorted(p.name for p in report.damaged_files) == ["live.mcap.damaged", "metadata.yaml.damaged"]
+    with bags.BagReader(truncated) as reader:
+        assert reader.custom_data == {"recorded_by": "test"}  # carried over from the stale metadata
+
+
+def test_repair_bag_cli(tmp_path):
+    with bags.BagWriter(tmp_path / "b", chunk_duration_s=0.01) as w:
+        for i in range(5):
+            w.write("/odom", _odom(i), 10**9 + i * 10**8)
+            time.sleep(0.02)
+        _snapshot_as_killed(tmp_path / "b", tmp_path / "k")
+    res = subprocess.run([PY, str(TOOLS / "repair_bag.py"), str(tmp_path / "k")],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "/odom: 5 messages" in res.stdout and "repaired" in res.stdout
+    (tmp_path / "notabag").mkdir()
+    for bad in (tmp_path / "notabag", tmp_path / "missing", Path(__file__)):
+        res = subprocess.run([PY, str(TOOLS / "repair_bag.py"), str(bad)],
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 2 and "repair_bag: error:" in res.stderr and str(bad) in res.stderr
+        assert "Traceback" not in res.stderr
+
+
+_KILLED_WRITER = textwrap.dedent("""
+    import sys, time
+    from rad2_planner import bags
+    from rad2_planner.nodes.recording import chunk_duration_s, open_writer
+    period = float(sys.argv[2])
+    writer = open_writer(sys.argv[1])  # chunk duration from params/nodes.yaml, like record_bag.py
+    writer.open()
+    print("chunk", chunk_duration_s(), flush=True)
+    i = 0
+    next_t = time.monotonic()
+    while True:
+        stamp = time.time_ns()
+        msg = bags.new_message("nav_msgs/msg/Odometry", header=bags.header(stamp, "map"))
+        msg.pose.pose.position.x = float(i)
+        writer.write("/odom", msg, stamp)
+        print("wrote", i, stamp, flush=True)  # what was handed to the writer before the kill
+        i += 1
+        next_t += period
+        while time.monotonic() < next_t:
+            writer.flush_if_due()
+            time.sleep(min(0.005, max(0.0, next_t - time.monotonic())))
+""")
+
+
+def test_sigkilled_writer_loses_at_most_one_chunk(tmp_path):
+    """A real process writing at 50 Hz is SIGKILLed after ~3 s; the bag is recovered and the lost
+    tail stays within chunk_duration_s + one publish period."""
+    period = 0.02
+    script = tmp_path / "writer.py"
+    script.write_text(_KILLED_WRITER)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(ROOT / "ros2_ws" / "src" / "rad2_planner"), os.environ.get("PYTHONPATH", "")]))
+    child = subprocess.Popen([PY, str(script), str(tmp_path / "rec"), str(period)], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = child.stdout.readline()
+        assert first.startswith("chunk"), child.stderr.read()
+        chunk_s = float(first.split()[1])
+        time.sleep(3.0)
+        kill_ns = time.time_ns()
+        child.send_signal(signal.SIGKILL)
+        out, _ = child.communicate(timeout=10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == -signal.SIGKILL
+    sent = [(int(i), int(stamp)) for _, i, stamp in (line.split() for line in out.splitlines())]
+    assert len(sent) > 50
+    with pytest.raises(bags.BagError, match="repair_bag.py"):
+        bags.BagReader(tmp_path / "rec")
+    report = bags.recover_bag(tmp_path / "rec")
+    with bags.BagReader(tmp_path / "rec") as reader:
+        got = [(int(m.msg.pose.pose.position.x), m.log_time_ns) for m in reader.messages()]
+    assert got == sent[: len(got)]  # an exact prefix of what was written
+    assert report.messages == {"/odom": len(got)} and report.end_ns == got[-1][1]
+    lost_s = (sent[-1][1] - got[-1][1]) * 1e-9  # written before the kill but not on disk
+    print(f"SIGKILL after {len(sent)} messages: recovered {len(got)}, lost tail {lost_s:.3f} s "
+          f"(kill - last recovered: {(kill_ns - got[-1][1]) * 1e-9:.3f} s)")
+    assert lost_s <= chunk_s + period

@@ -11,7 +11,10 @@ Topics are discovered continuously: ones that appear later are picked up.
   record_bag.py --out runs/plan_bag --topics /planning/trajectory /planning/diagnostics
 
 Stops after --duration seconds, --max-messages messages, or on Ctrl-C / SIGTERM (the bag is closed
-properly in every case). Run it in the rad2 environment (``source tools/env.sh``) or pass
+properly in every case). Messages reach the disk in MCAP chunks of at most --chunk-duration seconds
+(params/nodes.yaml recording.chunk_duration_s), each flushed and fsynced: if the recorder is killed
+outright (SIGKILL, power loss) at most that much is lost, and tools/repair_bag.py BAG makes the
+unfinished bag readable again. Run it in the rad2 environment (``source tools/env.sh``) or pass
 --domain-id; it re-executes itself in that environment when rclpy is not importable.
 """
 
@@ -30,7 +33,7 @@ for _p in (ROOT / "ros2_ws" / "src" / "rad2_planner", ROOT / "tools"):
         sys.path.insert(0, str(_p))
 
 from rad2_planner import bags  # noqa: E402
-from rad2_planner.nodes.recording import Recorder, RecordError  # noqa: E402
+from rad2_planner.nodes.recording import Recorder, RecordError, open_writer  # noqa: E402
 from rosenv import RosEnvironmentError, ensure_ros_environment  # noqa: E402
 
 
@@ -54,7 +57,7 @@ def record(args: argparse.Namespace) -> int:
     node = rclpy.create_node("rad2_bag_recorder", parameter_overrides=[
         Parameter("use_sim_time", Parameter.Type.BOOL, bool(args.use_sim_time))])
     try:
-        with bags.BagWriter(args.out, overwrite=args.force) as writer:
+        with open_writer(args.out, overwrite=args.force, chunk_duration=args.chunk_duration) as writer:
             writer.set_metadata("recorded_by", "tools/record_bag.py")
             recorder = Recorder(node, writer, args.topics, args.include_system, bool(args.use_sim_time))
             # 1. discovery: wait until every requested topic has a publisher
@@ -92,6 +95,7 @@ def record(args: argparse.Namespace) -> int:
                     if args.max_messages is not None and recorder.total >= args.max_messages:
                         break
                     rclpy.spin_once(node, timeout_sec=0.05)
+                    recorder.flush_due()
                     now = time.monotonic()
                     if now - last_discovery > 0.5:
                         recorder.discover()
@@ -127,11 +131,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="also record /rosout, /parameter_events")
     parser.add_argument("--use-sim-time", action="store_true",
                         help="log times from /clock instead of wall time")
+    parser.add_argument("--chunk-duration", type=float, metavar="S",
+                        help="longest a chunk stays in memory before it is written and fsynced, i.e. the "
+                             "most a killed recorder loses (default: params/nodes.yaml "
+                             "recording.chunk_duration_s)")
     parser.add_argument("--domain-id", type=int, help="ROS_DOMAIN_ID (default: the environment's)")
     parser.add_argument("--force", action="store_true", help="replace --out if it is an existing bag")
     args = parser.parse_args(argv)
     if args.duration is not None and args.duration <= 0:
         parser.error("--duration must be positive")
+    if args.chunk_duration is not None and args.chunk_duration <= 0:
+        parser.error("--chunk-duration must be positive")
     out = Path(args.out)
     existed = out.exists()
     try:

@@ -6,6 +6,10 @@ prefixes) embedded in the MCAP so Foxglove can open the bag. QoS adapts to the p
 only if every publisher is, transient-local likewise), so best-effort sensor topics are recorded too.
 Used by tools/record_bag.py, tools/replay_eval.py and tools/demo.py. It lives with the nodes because it
 subscribes through rclpy (imported where used, so this module imports without a ROS environment).
+
+Crash safety: open the writer with ``open_writer`` (chunks of at most ``recording.chunk_duration_s``
+from params/nodes.yaml, each flushed and fsynced) and call ``Recorder.flush_due()`` while spinning,
+so a recorder killed outright loses at most one chunk; ``tools/repair_bag.py`` repairs such a bag.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from rad2_planner import bags
+from rad2_planner import bags, config
 
 #: Topics every ROS graph has; recorded only with --include-system or when named in --topics.
 SYSTEM_TOPICS = ("/rosout", "/parameter_events")
@@ -33,6 +37,18 @@ def message_class(msgtype: str) -> type:
     except (ImportError, AttributeError) as exc:
         raise RecordError(f"cannot import the Python type of {msgtype} ({exc}); is its package built "
                           f"and sourced (tools/env.sh)?") from exc
+
+
+def chunk_duration_s() -> float:
+    """``recording.chunk_duration_s`` of params/nodes.yaml: the longest a chunk stays in memory."""
+    return float(config.load_params("nodes")["recording"]["chunk_duration_s"])
+
+
+def open_writer(path: Any, *, overwrite: bool = False, chunk_duration: float | None = None) -> bags.BagWriter:
+    """A (not yet opened) BagWriter for live recording: chunks closed, flushed and fsynced at least
+    every ``chunk_duration`` seconds (default: params/nodes.yaml ``recording.chunk_duration_s``)."""
+    duration = chunk_duration_s() if chunk_duration is None else chunk_duration
+    return bags.BagWriter(path, overwrite=overwrite, chunk_duration_s=duration)
 
 
 def full_topic_name(name: str) -> str:
@@ -117,6 +133,13 @@ class Recorder:
                 listener(topic, msgtype, data, stamp)
 
         return write
+
+    def flush_due(self) -> bool:
+        """Close, flush and fsync the writer's chunk in progress once it is chunk_duration_s old.
+
+        Writes check this too, but a quiet graph writes nothing: call it between spins so the last
+        messages before a silence reach the disk. True when a chunk was written."""
+        return self.writer.flush_if_due()
 
     def missing(self) -> list[str]:
         return [t for t in (self.topics or []) if t not in self.subscriptions]

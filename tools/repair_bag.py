@@ -1,0 +1,44 @@
+#!/usr/bin/env python3
+"""Repair a rosbag2 MCAP bag whose recorder died (SIGKILL, crash, power loss).
+
+Such a bag has an MCAP file without its summary/footer and no (or a stale) metadata.yaml, so
+readers refuse it. This reads every complete record sequentially, writes a valid MCAP (with summary
+and index) and a rosbag2 metadata.yaml with matching counts and time range, keeps the damaged
+original beside it as <name>.damaged, and reports the messages recovered per topic and what was
+lost at the end. A bag that is already complete is left untouched.
+
+  repair_bag.py runs/live_bag          # the bag directory (or its .mcap file)
+
+Exit status: 0 repaired or already complete, 2 not a bag / unreadable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+_PKG = ROOT / "ros2_ws" / "src" / "rad2_planner"
+if str(_PKG) not in sys.path:
+    sys.path.insert(0, str(_PKG))
+
+from rad2_planner import bags  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("bag", metavar="BAG", help="rosbag2 directory (or its .mcap file) to repair")
+    args = parser.parse_args(argv)
+    try:
+        report = bags.recover_bag(args.bag)
+    except (bags.BagError, OSError) as exc:
+        print(f"repair_bag: error: {exc}", file=sys.stderr)
+        return 2
+    print(report.summary())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
