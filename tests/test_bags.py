@@ -332,32 +332,31 @@ def _snapshot_as_killed(bag: Path, dest: Path) -> None:
         shutil.copyfile(f, dest / f.name)
 
 
-def test_recover_bag_after_kill_and_truncation(tmp_path):
+def test_recover_bag_after_kill_and_truncation(tmp_path, monkeypatch):
     """The project's writer with timed chunks; the bag is cut the way a killed writer leaves it
     (pending chunk never written; or cut mid-chunk, no footer, no metadata.yaml) and recovered."""
+    clock = [0.0]  # the writer's chunk clock, driven here: message i is written at i * 0.1 s
+    monkeypatch.setattr(bags, "_monotonic", lambda: clock[0])
     bag = tmp_path / "live"
     written: list[tuple[str, int, bytes]] = []
-    chunk_ends: list[int] = []  # messages written when each chunk was synced
-    writer = bags.BagWriter(bag, chunk_duration_s=0.3)
+    writer = bags.BagWriter(bag, chunk_duration_s=0.95)
     writer.open()
     writer.set_metadata("recorded_by", "test")
-    for chunk in range(5):
-        for k in range(10):
-            i = chunk * 10 + k
-            topic = "/odom" if k % 3 else "/diag"
-            msg = _odom(i) if topic == "/odom" else bags.new_message(
-                "rad2_msgs/msg/PlanningDiagnostics", node="planner", cycle_count=i)
-            writer.write(topic, msg, 10**9 + i * 10**7)
-            written.append((topic, 10**9 + i * 10**7, bags.serialize(msg)))
-        assert not writer.flush_if_due()  # younger than chunk_duration_s: stays in memory
-        time.sleep(0.32)
-        assert writer.flush_if_due()
-        chunk_ends.append(len(written))
-    for i in range(50, 57):  # the chunk in progress when the writer is killed: only in memory
-        writer.write("/odom", _odom(i), 10**9 + i * 10**7)
-        written.append(("/odom", 10**9 + i * 10**7, bags.serialize(_odom(i))))
+    for i in range(57):
+        clock[0] = i * 0.1
+        topic = "/odom" if i % 3 else "/diag"
+        msg = _odom(i) if topic == "/odom" else bags.new_message(
+            "rad2_msgs/msg/PlanningDiagnostics", node="planner", cycle_count=i)
+        writer.write(topic, msg, 10**9 + i * 10**7)
+        written.append((topic, 10**9 + i * 10**7, bags.serialize(msg)))
+    # a chunk is synced with the first write 0.95 s after the newest message on disk: 0-10, 11-20, ..
+    chunk_ends = [11, 21, 31, 41, 51]
     assert writer.synced_chunks == 5
+    clock[0] = 5.9
+    assert not writer.flush_if_due()  # 51-56 stay in memory until 0.95 s after message 50
     _snapshot_as_killed(bag, tmp_path / "killed")
+    clock[0] = 6.0
+    assert writer.flush_if_due() and writer.synced_chunks == 6  # idle: synced without a new write
     writer.close()
     assert _raw_messages(bag) == written  # the finished bag holds everything
 
@@ -366,21 +365,21 @@ def test_recover_bag_after_kill_and_truncation(tmp_path):
         bags.BagReader(killed)
     report = bags.recover_bag(killed)
     assert report.repaired and not report.had_footer
-    assert report.messages == {"/odom": 30, "/diag": 20}
-    assert (report.start_ns, report.end_ns) == (10**9, 10**9 + 49 * 10**7)
+    assert report.messages == {"/odom": 34, "/diag": 17}
+    assert (report.start_ns, report.end_ns) == (10**9, 10**9 + 50 * 10**7)
     assert [p.name for p in report.damaged_files] == ["live.mcap.damaged"]
     assert (killed / "live.mcap.damaged").is_file()
     assert _raw_messages(killed) == written[: chunk_ends[-1]]
     with bags.BagReader(killed) as reader:  # metadata.yaml consistent with the new MCAP
-        assert reader.message_count == 50
-        assert reader.topics["/diag"] == bags.TopicInfo("rad2_msgs/msg/PlanningDiagnostics", 20)
+        assert reader.message_count == 51
+        assert reader.topics["/diag"] == bags.TopicInfo("rad2_msgs/msg/PlanningDiagnostics", 17)
         assert (reader.start_time_ns, reader.end_time_ns - 1) == (report.start_ns, report.end_ns)
     from mcap.reader import make_reader  # the new file has a summary and chunk index again
     with (killed / "killed.mcap").open("rb") as f:
         summary = make_reader(f).get_summary()
-        assert summary.statistics.message_count == 50 and summary.chunk_indexes
+        assert summary.statistics.message_count == 51 and summary.chunk_indexes
     again = bags.recover_bag(killed)  # a complete bag is left alone
-    assert not again.repaired and again.message_count == 50
+    assert not again.repaired and again.message_count == 51
 
     # cut in the middle of the third chunk, metadata.yaml stale (from the finished bag)
     with (bag / "live.mcap").open("rb") as f:
@@ -395,9 +394,9 @@ def test_recover_bag_after_kill_and_truncation(tmp_path):
             list(reader.messages())
     report = bags.recover_bag(truncated)
     assert _raw_messages(truncated) == written[: chunk_ends[1]]
-    assert report.end_ns == 10**9 + 19 * 10**7
+    assert report.end_ns == 10**9 + 20 * 10**7
     assert report.lost_until_ns == 10**9 + 56 * 10**7  # from the stale metadata.yaml
-    assert report.lost_tail_s == pytest.approx(0.37)
+    assert report.lost_tail_s == pytest.approx(0.36)
     assert sorted(p.name for p in report.damaged_files) == ["live.mcap.damaged", "metadata.yaml.damaged"]
     with bags.BagReader(truncated) as reader:
         assert reader.custom_data == {"recorded_by": "test"}  # carried over from the stale metadata

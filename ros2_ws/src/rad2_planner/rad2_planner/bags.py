@@ -49,6 +49,8 @@ REPAIR_COMMAND = "tools/repair_bag.py"
 #: Suffix given to the damaged originals that recover_bag keeps beside the repaired bag.
 DAMAGED_SUFFIX = ".damaged"
 _MCAP_MAGIC = b"\x89MCAP0\r\n"
+#: Clock of the chunk deadlines (module level so tests can drive it deterministically).
+_monotonic = time.monotonic
 
 _PRIMITIVE_DTYPES = {
     "bool": np.bool_,
@@ -289,23 +291,25 @@ class _OpenedInWith:
 
 class _DurableMcapStorage(McapWriter):
     """rosbags' MCAP storage, plus: the pending chunk is closed once ``chunk_duration_s`` (wall time)
-    has passed since the last sync, and every closed chunk is flushed and fsynced, so a killed writer
-    loses at most the messages of the last ``chunk_duration_s``.
+    has passed since the last message already on disk was written, and every closed chunk is flushed
+    and fsynced, so a killed writer loses at most the messages of the last ``chunk_duration_s``.
 
     rosbags alone keeps up to 1 MiB of messages in memory and the file in Python's write buffer, so a
-    SIGKILL lost seconds of data (≈3 s of a 6 s recording). The age counts from the last sync, not
-    from the chunk's first message, so a late loop iteration cannot stretch the loss beyond the
-    bound; after a silence the next message is synced at once. rosbags still closes a chunk at
-    1 MiB; those chunks are synced the same way.
+    SIGKILL lost seconds of data (≈3 s of a 6 s recording). The age counts from the last synced
+    message, not from the pending chunk's first one, so neither the publish period nor a late loop
+    iteration adds to the bound; after a silence the next message is synced at once. rosbags still
+    closes a chunk at 1 MiB; those chunks are synced the same way.
     """
 
     def __init__(self, path: Path, compression: Any, *, chunk_duration_s: float | None) -> None:
         super().__init__(path, compression)
         self.chunk_duration_s = chunk_duration_s
-        self.last_sync = time.monotonic()
+        self.last_write = _monotonic()
+        self.last_sync = self.last_write  # when the newest message on disk was written
         self.synced_chunks = 0
 
     def write(self, connection: Any, timestamp: int, data: bytes | memoryview) -> None:
+        self.last_write = _monotonic()
         closed_before = len(self.chunks)
         super().write(connection, timestamp, data)
         if len(self.chunks) != closed_before:  # rosbags closed it at its size limit
@@ -313,10 +317,11 @@ class _DurableMcapStorage(McapWriter):
         self.flush_if_due()
 
     def flush_if_due(self, now: float | None = None) -> bool:
-        """Close, flush and fsync the pending chunk if chunk_duration_s passed since the last sync."""
+        """Close, flush and fsync the pending chunk once chunk_duration_s passed since the newest
+        message on disk was written."""
         if self.chunk_duration_s is None or not self.chunk.msgs:
             return False
-        now = time.monotonic() if now is None else now
+        now = _monotonic() if now is None else now
         if now - self.last_sync < self.chunk_duration_s:
             return False
         self.close_chunk()
@@ -328,7 +333,7 @@ class _DurableMcapStorage(McapWriter):
         # the disk (survives a power loss). Once per chunk, so the cost stays small.
         self.bio.flush()
         os.fsync(self.bio.fileno())
-        self.last_sync = time.monotonic()
+        self.last_sync = self.last_write
         self.synced_chunks += 1
 
 
