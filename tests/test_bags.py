@@ -380,6 +380,14 @@ def test_recover_bag_after_kill_and_truncation(tmp_path, monkeypatch):
         assert summary.statistics.message_count == 51 and summary.chunk_indexes
     again = bags.recover_bag(killed)  # a complete bag is left alone
     assert not again.repaired and again.message_count == 51
+    # complete MCAP beside a stale metadata.yaml (from before the recovery): rewritten to agree
+    stale = (killed / "metadata.yaml").read_text().replace("message_count: 51", "message_count: 7")
+    (killed / "metadata.yaml").write_text(stale)
+    fixed = bags.recover_bag(killed)
+    assert fixed.repaired and fixed.message_count == 51 and fixed.had_footer and fixed.lost_tail_s == 0.0
+    assert (killed / "metadata.yaml.damaged").read_text() == stale
+    assert _raw_messages(killed) == written[: chunk_ends[-1]]
+    assert "killed.mcap.damaged" in {p.name for p in killed.iterdir()}
 
     # cut in the middle of the third chunk, metadata.yaml stale (from the finished bag)
     with (bag / "live.mcap").open("rb") as f:

@@ -755,11 +755,12 @@ def _scan_mcap_records(path: Path) -> tuple[int, bool, int | None, str]:
 
 
 def _unique_beside(path: Path) -> Path:
-    """``<path>.damaged`` (``.damaged.1``, ... when an earlier recovery left one)."""
+    """``<path>.damaged`` (``<path>.1.damaged``, ... when an earlier recovery left one; the suffix
+    stays last so BagWriter(overwrite=True) still recognises the directory as a bag)."""
     cand = path.with_name(path.name + DAMAGED_SUFFIX)
     k = 1
     while cand.exists():
-        cand = path.with_name(f"{path.name}{DAMAGED_SUFFIX}.{k}")
+        cand = path.with_name(f"{path.name}.{k}{DAMAGED_SUFFIX}")
         k += 1
     return cand
 
@@ -812,13 +813,25 @@ def recover_bag(path: str | os.PathLike, *, store: Typestore | None = None) -> R
     valid_end, had_footer, partial_end, stopped_at = _scan_mcap_records(src)
 
     if had_footer and meta.is_file():
+        # complete MCAP: repair only when metadata.yaml disagrees with the MCAP's own statistics
+        from mcap.reader import make_reader
+
         try:
             with BagReader(bag_dir, store=store) as reader:
                 counts = {t: i.count for t, i in reader.topics.items()}
                 first, last = reader.start_time_ns, reader.end_time_ns - 1
                 total = reader.message_count
-            consistent = sum(counts.values()) == total
-        except BagError:
+            with src.open("rb") as f:
+                summary = make_reader(f).get_summary()
+            stats = summary.statistics if summary is not None else None
+            in_file: dict[str, int] = {}
+            if stats is not None:
+                for cid, n in stats.channel_message_counts.items():
+                    topic = summary.channels[cid].topic
+                    in_file[topic] = in_file.get(topic, 0) + n
+            consistent = (stats is not None and stats.message_count == total == sum(counts.values())
+                          and in_file == {t: n for t, n in counts.items() if n})
+        except Exception:  # BagError, or an MCAP summary the mcap reader rejects: rewrite it
             consistent = False
         if consistent:
             return RecoveryReport(bag_dir, False, [], counts, first if total else None,
