@@ -312,8 +312,8 @@ class _DurableMcapStorage(McapWriter):
         self.last_write = _monotonic()
         closed_before = len(self.chunks)
         super().write(connection, timestamp, data)
-        if len(self.chunks) != closed_before:  # rosbags closed it at its size limit
-            self.sync()
+        if len(self.chunks) != closed_before and self.chunk_duration_s is not None:
+            self.sync()  # rosbags closed it at its size limit; offline writers (no duration) skip fsync
         self.flush_if_due()
 
     def flush_if_due(self, now: float | None = None) -> bool:

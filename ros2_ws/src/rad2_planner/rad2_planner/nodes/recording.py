@@ -135,7 +135,8 @@ class Recorder:
         return write
 
     def flush_due(self) -> bool:
-        """Close, flush and fsync the writer's chunk in progress once it is chunk_duration_s old.
+        """Close, flush and fsync the writer's chunk in progress once chunk_duration_s has passed
+        since the newest message on disk was written.
 
         Writes check this too, but a quiet graph writes nothing: call it between spins so the last
         messages before a silence reach the disk. True when a chunk was written."""
