@@ -39,7 +39,7 @@ for _p in (ROOT / "ros2_ws" / "src" / "rad2_planner", ROOT / "tools"):
 from rad2_planner import bags, latency  # noqa: E402
 from rad2_planner.config import parse_node_overrides  # noqa: E402
 from rad2_planner.input_bags import TOPIC_CLOCK, TOPIC_OBJECTS  # noqa: E402
-from rad2_planner.nodes.recording import Recorder, RecordError, message_class  # noqa: E402
+from rad2_planner.nodes.recording import Recorder, RecordError, message_class, open_writer  # noqa: E402
 from rad2_planner.replay import (  # noqa: E402
     Cycle,
     LoggedScene,
@@ -96,7 +96,7 @@ class Player:
         self.publishers = {}
         for topic, msgtype, _ in (m for s in steps[:1] for m in s.messages):
             self.publishers[topic] = self.node.create_publisher(message_class(msgtype), topic, qos)
-        self.writer = bags.BagWriter(out_bag, overwrite=True)
+        self.writer = open_writer(out_bag, overwrite=True)  # chunked + fsynced: a kill loses <= 1 chunk
         self.writer.open()
         self.writer.set_metadata("recorded_by", "tools/replay_eval.py")
         wanted = OUTPUT_TOPICS + (PERCEPTION_OUTPUTS if record_perception else [])

@@ -20,7 +20,7 @@ import numpy as np
 
 from rad2_planner import bags
 from rad2_planner.latency import diagnostics_record
-from rad2_planner.nodes.recording import Recorder
+from rad2_planner.nodes.recording import Recorder, open_writer
 
 RECORD_TOPICS = [
     "/clock", "/localization/odometry", "/perception/scene_tokens", "/planning/candidates",
@@ -47,7 +47,7 @@ class Monitor:
         self.node = rclpy.create_node("rad2_demo_monitor")
         self.writer = None
         if bag_dir is not None:
-            self.writer = bags.BagWriter(bag_dir, overwrite=True)
+            self.writer = open_writer(bag_dir, overwrite=True)  # chunked + fsynced: a kill loses <= 1 chunk
             self.writer.open()
             self.writer.set_metadata("recorded_by", recorded_by)
         topics = RECORD_TOPICS + (["/perception/bev_features"] if record_bev else [])
