@@ -2,11 +2,20 @@
 
 Each file is a ROS 2 parameter file (``<node or /**>: ros__parameters: {...}``) so nodes can take it
 with ``--ros-args --params-file``; the core reads the same ``ros__parameters`` block through here.
+
+Beside each ``params/<name>.yaml`` lies ``params/<name>.schema.yaml``: for every dotted parameter name
+its type, unit, description, range and (for enumerations) choices. ``load_params`` checks a file
+against its schema whenever one exists (a wrong type, an out-of-range value, an unknown or a missing
+key fails at load, naming file, key and value), and ``validate_overrides`` checks ``--set`` / ROS
+overrides the same way. ``scenarios.yaml`` (the offline SUMO generator's) has no schema yet, and the
+ROS nodes still take their parameter descriptors from their own ``ParamSpec`` tables.
 """
 
 from __future__ import annotations
 
+import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +59,12 @@ def _nest_dotted(flat: dict[str, Any]) -> dict[str, Any]:
 
 
 def load_params(name: str | os.PathLike, node: str | None = None) -> dict[str, Any]:
-    """Load the ``ros__parameters`` block of ``params/<name>.yaml`` (or a path) as a nested dict.
+    """Load the ``ros__parameters`` block of ``params/<name>.yaml`` (or a path) as a nested dict,
+    validated against its schema (see ``load_schema``).
 
     ``node`` picks a node-specific block; by default the wildcard ``/**`` block, or the only block.
+    The wildcard (or only) block must hold every parameter of the schema; a block named for one node
+    in a file with several blocks overrides a subset, so only its own values are checked.
     """
     path = Path(name)
     if path.suffix not in (".yaml", ".yml"):
@@ -76,7 +88,11 @@ def load_params(name: str | os.PathLike, node: str | None = None) -> dict[str, A
     block = doc[key]
     if not isinstance(block, dict) or "ros__parameters" not in block:
         raise ParameterError(f"{path}: block {key!r} has no ros__parameters")
-    return _nest_dotted(block["ros__parameters"] or {})
+    params = _nest_dotted(block["ros__parameters"] or {})
+    complete = key == "/**" or len(doc) == 1
+    if schema_path(path).is_file():
+        validate_params(params, load_schema(path), _display(path), complete=complete)
+    return params
 
 
 def require(params: dict[str, Any], dotted: str) -> Any:
@@ -131,3 +147,195 @@ def parse_node_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
                 f"--set {item!r}: expected NODE.PARAM=VALUE (e.g. planner.planner.deadline_ms=80)")
         out.setdefault(node, {})[param] = yaml.safe_load(value) if value != "" else ""
     return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Schema: params/<name>.schema.yaml beside each parameter file
+# --------------------------------------------------------------------------------------------------
+
+SCHEMA_TYPES = ("bool", "int", "float", "string", "list")
+_SCHEMA_FIELDS = {"type", "unit", "description", "min", "max", "choices", "items", "length", "read_only"}
+_PY_TYPES = {"bool": "a bool", "int": "an int", "float": "a number", "string": "a string", "list": "a list"}
+
+
+@dataclass(frozen=True)
+class ParamSchema:
+    """One entry of a schema file: what a parameter is and which values it may take.
+
+    ``min``/``max`` are inclusive (None: unbounded on that side) and apply to each element of a list
+    whose ``items`` are numeric; ``choices`` likewise to a string or to each string element.
+    """
+
+    name: str
+    type: str
+    unit: str
+    description: str
+    min: float | None = None
+    max: float | None = None
+    choices: tuple[Any, ...] | None = None
+    items: str | None = None
+    length: int | None = None
+    read_only: bool = False
+
+    @property
+    def numeric(self) -> bool:
+        """Int or float, or a list of them: the kinds that need a range."""
+        return self.type in ("int", "float") or (self.type == "list" and self.items in ("int", "float"))
+
+    def range_text(self) -> str:
+        lo = "-inf" if self.min is None else self.min
+        hi = "inf" if self.max is None else self.max
+        return f"[{lo}, {hi}]"
+
+
+def _display(path: Path) -> str:
+    """``params/planner.yaml`` for files of the repository (what error messages name), else the path."""
+    try:
+        return str(Path(path).resolve().relative_to(params_dir().resolve().parent))
+    except (ValueError, ParameterError):
+        return str(path)
+
+
+def schema_path(name: str | os.PathLike) -> Path:
+    """The schema of a parameter file: ``<stem>.schema.yaml`` beside it, else the one of the same
+    name in params/ (a copy of a shipped file elsewhere is held to the shipped file's schema)."""
+    path = Path(name)
+    if path.suffix not in (".yaml", ".yml"):
+        return params_dir() / f"{name}.schema.yaml"
+    beside = path.with_name(f"{path.stem}.schema.yaml")
+    return beside if beside.is_file() else params_dir() / f"{path.stem}.schema.yaml"
+
+
+_SCHEMAS: dict[tuple[str, float], dict[str, ParamSchema]] = {}
+
+
+def load_schema(name: str | os.PathLike) -> dict[str, ParamSchema]:
+    """Dotted parameter name -> ``ParamSchema`` for ``params/<name>.yaml`` (a name or the file's path).
+
+    The schema file itself is checked: known fields only, a type of ``SCHEMA_TYPES``, a description
+    and a unit for every entry, and both range sides stated (null = unbounded) for every numeric.
+    """
+    path = schema_path(name)
+    if not path.is_file():
+        raise ParameterError(f"{_display(path)} does not exist: every parameter file needs a schema")
+    key = (str(path.resolve()), path.stat().st_mtime)
+    if key in _SCHEMAS:
+        return _SCHEMAS[key]
+    with path.open() as f:
+        doc = yaml.safe_load(f)
+    where = _display(path)
+    if not isinstance(doc, dict) or not doc:
+        raise ParameterError(f"{where}: expected a mapping of dotted parameter names to entries")
+    out: dict[str, ParamSchema] = {}
+    for dotted, entry in doc.items():
+        if not isinstance(entry, dict):
+            raise ParameterError(f"{where}: {dotted}: expected a mapping (type, unit, description, ...)")
+        unknown = set(entry) - _SCHEMA_FIELDS
+        missing = {"type", "unit", "description"} - set(entry)
+        if unknown or missing:
+            raise ParameterError(
+                f"{where}: {dotted}: unknown fields {sorted(unknown)}, missing {sorted(missing)}")
+        if entry["type"] not in SCHEMA_TYPES or entry.get("items") not in (None, *SCHEMA_TYPES):
+            raise ParameterError(f"{where}: {dotted}: type/items must be one of {SCHEMA_TYPES}")
+        if not str(entry["description"] or "").strip():
+            raise ParameterError(f"{where}: {dotted}: empty description")
+        choices = entry.get("choices")
+        spec = ParamSchema(
+            name=str(dotted), type=entry["type"], unit=str(entry["unit"]),
+            description=str(entry["description"]).strip(), min=entry.get("min"), max=entry.get("max"),
+            choices=tuple(choices) if choices is not None else None, items=entry.get("items"),
+            length=entry.get("length"), read_only=bool(entry.get("read_only", False)),
+        )
+        if spec.numeric and ("min" not in entry or "max" not in entry):
+            raise ParameterError(
+                f"{where}: {dotted}: a numeric parameter states min and max (null: unbounded)")
+        if spec.min is not None and spec.max is not None and spec.min > spec.max:
+            raise ParameterError(f"{where}: {dotted}: min {spec.min} > max {spec.max}")
+        out[str(dotted)] = spec
+    _SCHEMAS[key] = out
+    return out
+
+
+def _scalar_problem(spec: ParamSchema, kind: str, value: Any, what: str) -> str | None:
+    """Why ``value`` is not a valid ``kind`` scalar of ``spec`` (None when it is). ``what`` prefixes the
+    reason for list elements ("has an element 3 that ...")."""
+    if kind == "bool":
+        ok = isinstance(value, bool)
+    elif kind == "int":
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif kind == "float":
+        # An int is a valid float (YAML and ROS overrides write 100 for 100.0).
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif kind == "string":
+        ok = isinstance(value, str)
+    else:
+        ok = isinstance(value, (list, tuple))
+    if not ok:
+        of = "" if spec.items is None else " of " + spec.items
+        return f"{what}is not {_PY_TYPES[kind]} ({spec.type}{of})"
+    if kind in ("int", "float"):
+        if not math.isfinite(value):
+            return f"{what}is not finite"
+        if spec.min is not None and value < spec.min:
+            return f"{what}is below its minimum {spec.min}"
+        if spec.max is not None and value > spec.max:
+            return f"{what}is above its maximum {spec.max}"
+    if spec.choices is not None and kind in ("string", "int") and value not in spec.choices:
+        return f"{what}is not one of {list(spec.choices)}"
+    return None
+
+
+def value_problem(spec: ParamSchema, value: Any) -> str | None:
+    """Why ``value`` is not valid for ``spec`` ("is below its minimum 1", ...), or None."""
+    problem = _scalar_problem(spec, spec.type, value, "")
+    if problem or spec.type != "list":
+        return problem
+    if spec.length is not None and len(value) != spec.length:
+        return f"has {len(value)} elements, not {spec.length}"
+    if spec.items is not None:
+        for item in value:
+            problem = _scalar_problem(spec, spec.items, item, f"has an element {item!r} that ")
+            if problem:
+                return problem
+    return None
+
+
+def _flatten_dotted(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flatten_dotted(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def validate_value(schema: dict[str, ParamSchema], dotted: str, value: Any, source: str) -> None:
+    """Raise ``ParameterError`` ("<source>: <dotted> = <value> <why>") unless ``value`` is valid."""
+    spec = schema.get(dotted)
+    if spec is None:
+        raise ParameterError(f"{source}: {dotted} = {value!r} is not a parameter of its schema")
+    problem = value_problem(spec, value)
+    if problem:
+        raise ParameterError(f"{source}: {dotted} = {value!r} {problem}")
+
+
+def validate_params(
+    params: dict[str, Any], schema: dict[str, ParamSchema], source: str, complete: bool = True
+) -> None:
+    """Check a nested params dict: every key known and valid; with ``complete`` also none missing."""
+    flat = _flatten_dotted(params)
+    for dotted, value in flat.items():
+        validate_value(schema, dotted, value, source)
+    if complete:
+        missing = sorted(set(schema) - set(flat))
+        if missing:
+            raise ParameterError(f"{source}: {', '.join(missing)} missing (the schema lists them)")
+
+
+def validate_overrides(name: str | os.PathLike, overrides: dict[str, Any]) -> None:
+    """Check overrides of ``params/<name>.yaml`` (``--set`` items, ROS ``-p`` values) against its
+    schema: ``overrides`` maps dotted names (or nested dicts, as ``load_params`` returns) to values."""
+    path = Path(name)
+    source = _display(path) if path.suffix in (".yaml", ".yml") else f"params/{name}.yaml"
+    validate_params(overrides, load_schema(name), f"{source} (override)", complete=False)
