@@ -1,8 +1,9 @@
 """bev_warp_sim node as a real process, driven by a second process that plays the controller.
 
-The driver follows the simulated /clock: valid commands (hold speed, straight) until 2.0 s, malformed
-ones (NaN acceleration) until 2.2 s (shorter than node.stale_command_s), valid again until 4.0 s,
-then silence. The node must publish BEV
+The driver follows the simulated /clock from the first tick it hears (t0; DDS may match its /clock
+subscription a moment after the sim started holding the clip): valid commands (hold speed, straight)
+until t0 + 2.0 s, malformed ones (NaN acceleration) until t0 + 2.2 s (shorter than
+node.stale_command_s), valid again until t0 + 4.0 s, then silence. The node must publish BEV
 features, scene tokens and odometry every step, survive the malformed commands (holding the last
 valid one), brake once commands go stale, and report the episode and the final summary as JSON.
 """
@@ -32,10 +33,12 @@ DRIVER = textwrap.dedent("""
     pub = node.create_publisher(ControlCommand, "control/command",
                                 QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE))
     seen = {"clock": [], "odom": [], "bev": 0, "bev_shape": None, "tokens": 0, "results": []}
-    now = {"t": 0.0}
+    now = {"t": 0.0, "t0": None}
 
     def on_clock(m):
         now["t"] = m.clock.sec + m.clock.nanosec * 1e-9
+        if now["t0"] is None:
+            now["t0"] = now["t"]
         seen["clock"].append(now["t"])
 
     def on_odom(m):
@@ -59,12 +62,15 @@ DRIVER = textwrap.dedent("""
     t0 = time.monotonic()
     while time.monotonic() - t0 < 60 and not any(r.get("done") for r in seen["results"]):
         rclpy.spin_once(node, timeout_sec=0.01)
-        t = now["t"]
+        if now["t0"] is None:
+            continue  # no time yet: a command could not be placed in the schedule
+        t = now["t"] - now["t0"]
         if t < 4.0:
             cmd = ControlCommand()
             cmd.acceleration = float("nan") if 2.0 <= t < 2.2 else 0.0
             cmd.target_speed = 10.0
             pub.publish(cmd)
+    seen["t0"] = now["t0"]
     print("RESULT " + json.dumps(seen), flush=True)
     node.destroy_node()
     rclpy.shutdown()
@@ -95,12 +101,12 @@ def test_sim_node_closed_loop(tmp_path):
     # observations every step
     assert res["bev_shape"][1:3] == [128, 128] and res["bev_shape"][3] == res["bev_shape"][0] * 128 * 128
     assert res["bev"] >= 40 and res["tokens"] >= 40
-    clock = res["clock"]
-    assert clock == sorted(clock) and max(clock) >= 5.5
+    clock, t0 = res["clock"], res["t0"]
+    assert clock == sorted(clock) and max(clock) >= t0 + 5.5
     odom = res["odom"]
-    steady = [(t, v) for t, v, _ in odom if 0.5 <= t < 4.0]
+    steady = [(t, v) for t, v, _ in odom if 0.5 <= t - t0 < 4.0]
     assert steady and all(abs(v - 10.0) < 0.3 for _, v in steady), steady  # NaN commands ignored
-    late = [v for t, v, _ in odom if t >= 5.0]
+    late = [v for t, v, _ in odom if t - t0 >= 5.0]
     assert late and max(late) < 8.0  # stale -> braking
     episodes = [r for r in res["results"] if "clip_id" in r]
     assert len(episodes) == 1 and episodes[0]["clip_id"] == "synthetic_0"
