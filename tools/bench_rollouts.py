@@ -104,6 +104,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if min(args.clips, args.group, args.h_reuse, args.batch, args.candidates) < 1 or min(args.workers) < 0:
         ap.error("--clips, --group, --h-reuse, --batch, --candidates must be >= 1 and --workers >= 0")
+    if not (Path(args.dataset) / "index.json").is_file():
+        ap.error(f"--dataset: {args.dataset} is not a dataset directory (no index.json)")
 
     from rad2_planner.clip import load_dataset
     from rad2_planner.config import load_params

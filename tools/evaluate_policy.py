@@ -83,7 +83,12 @@ def main(argv=None) -> int:
             pool = RolloutPool(spec, num_workers=args.workers, sim_params=params)
             runner = pool.run
         else:
-            decider = make_decider(policy, **(kwargs if policy == "rad2" else {}))  # loaded once per policy
+            from rad2_planner.networks.model import CheckpointError
+
+            try:
+                decider = make_decider(policy, **(kwargs if policy == "rad2" else {}))  # loaded once
+            except CheckpointError as exc:
+                ap.error(f"--checkpoint: {exc}")
         for split in args.split:
             t0 = time.perf_counter()
             batch = args.batch_size
