@@ -213,24 +213,42 @@ def test_odometry_jump_drops_the_plan_and_older_trajectories(controller):
 
     node = controller
     sent = _commands(node)
+    t0 = 1_000_000_000  # stamp 0 is an unset stamp: rejected
     pts = np.stack([np.arange(1, 9) * 2.5, np.zeros(8)], -1)
-    node.on_odometry(_odom(0.0, 0.0, 0.0, 5.0, 0))
-    node.on_trajectory(rc.trajectory_to_msg(pts, 0.5, 0, "base_link"))
+    node.clock_ns = t0
+    node.on_odometry(_odom(0.0, 0.0, 0.0, 5.0, t0))
+    node.on_trajectory(rc.trajectory_to_msg(pts, 0.5, t0, "base_link"))
     assert node.plan is not None
-    node.on_odometry(_odom(0.5, 0.0, 0.0, 5.0, 100_000_000))  # normal motion: kept
+    def odom(x, y, yaw, stamp_ns):  # received at its stamp
+        node.clock_ns = stamp_ns
+        node.on_odometry(_odom(x, y, yaw, 5.0, stamp_ns))
+
+    odom(0.5, 0.0, 0.0, t0 + 100_000_000)  # normal motion: kept
     assert node.plan is not None
-    node.on_odometry(_odom(400.0, 50.0, 1.0, 5.0, 200_000_000))  # next clip / relocalisation
+    # next clip / relocalisation: rejected until validators.odometry.reset_confirm_samples (3)
+    # consecutive samples agree at the new place, then a localization reset
+    odom(400.0, 50.0, 1.0, t0 + 200_000_000)
+    assert node.plan is not None and "pose_jump" in node.latch.reason()
+    odom(400.0 + 0.5 * np.cos(1.0), 50.0 + 0.5 * np.sin(1.0), 1.0, t0 + 300_000_000)
+    odom(400.0 + 1.0 * np.cos(1.0), 50.0 + 1.0 * np.sin(1.0), 1.0, t0 + 400_000_000)
     assert node.plan is None and "localization reset" in node.fault
-    node.clock_ns = 210_000_000
+    node.clock_ns = t0 + 410_000_000
+    node.on_timer()  # the samples rejected before the confirmation are reported once
+    assert sent[-1].emergency_stop and "pose_jump" in sent[-1].reason
+    node.clock_ns = t0 + 420_000_000
     node.on_timer()
     assert sent[-1].emergency_stop and "localization reset" in sent[-1].reason
-    node.on_trajectory(rc.trajectory_to_msg(pts, 0.5, 100_000_000, "base_link"))  # in flight: too old
+    node.on_trajectory(rc.trajectory_to_msg(pts, 0.5, t0 + 100_000_000, "base_link"))  # in flight: too old
     assert node.plan is None and "predates" in node.fault
-    node.on_trajectory(rc.trajectory_to_msg(pts, 0.5, 200_000_000, "base_link"))
+    node.on_trajectory(rc.trajectory_to_msg(pts, 0.5, t0 + 400_000_000, "base_link"))
     assert node.plan is not None
-    node.clock_ns = 240_000_000
-    node.on_timer()
+    node.clock_ns = t0 + 440_000_000
+    node.on_timer()  # the trajectory rejected in between is still reported once ...
+    assert sent[-1].emergency_stop and "predates" in sent[-1].reason
+    node.clock_ns = t0 + 470_000_000
+    node.on_timer()  # ... then tracking resumes
     assert not sent[-1].emergency_stop, sent[-1].reason
+
 
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))

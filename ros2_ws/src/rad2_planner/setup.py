@@ -25,6 +25,7 @@ setup(
             "perception_node = rad2_planner.nodes.perception_node:main",
             "planner_node = rad2_planner.nodes.planner_node:main",
             "controller_node = rad2_planner.nodes.controller_node:main",
+            "supervisor_node = rad2_planner.nodes.supervisor_node:main",
         ],
     },
 )

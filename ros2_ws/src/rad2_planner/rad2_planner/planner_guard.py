@@ -1,9 +1,10 @@
 """Input checks and the safe fallback of the online planner (no ROS; used by the planner node).
 
 A planning cycle is rejected when its inputs are not finite or larger than the configured sizes
-(the ``rad2_planner.ros_conversions`` decoders raise) or stale (``check_age``); the node then
-republishes ``stopping_trajectory``: the previous plan's path, re-timed so the ego decelerates to a
-stop along it (or a straight stop ahead when there is no previous plan).
+(the ``rad2_planner.ros_conversions`` decoders raise), implausible (``rad2_planner.validators``) or
+stale (``check_age``); its own output is rejected when ``check_plan_output`` finds a violation. The
+node then republishes ``stopping_trajectory``: the previous plan's path, re-timed so the ego
+decelerates to a stop along it (or a straight stop ahead when there is no previous plan).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from rad2_planner.validators import Violation, check_plan_deviation, check_trajectory
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,71 @@ def check_age(stamp_s: float, now_s: float, limits: AgeLimits) -> str | None:
     if age < -limits.max_stamp_skew_s:
         return f"input stamp {-age * 1e3:.0f} ms in the future"
     return None
+
+
+def future_tolerance_s(use_sim_time: bool, system_skew_s: float, sim_skew_s: float) -> float:
+    """How far in the future an input stamp may lie on the node's clock.
+
+    On the system clock only clock skew between hosts separates a publisher's stamp from ``now``. On
+    simulated time the node's clock is the last ``/clock`` message it processed, which trails the
+    publisher's clock by the delivery of that message (more under CPU load), so a valid stamp can read
+    ahead of ``now``; ``sim_skew_s`` covers that lag.
+    """
+    return float(sim_skew_s if use_sim_time else system_skew_s)
+
+
+@dataclass(frozen=True)
+class DeviationCheck:
+    """When a plan is compared with the previous one (params/nodes.yaml ``planner_node.deviation_*``).
+
+    Only over the first ``horizon_s`` (further out, a legitimate change of speed separates two plans by
+    more than any fixed bound), only against the plan of the previous cycle (stamps at most
+    ``max_gap_s`` apart), and only while the ego's speed agrees with the speed the previous plan had
+    at the new stamp within ``max_speed_gap_m_s`` (otherwise the ego is not where that plan put it:
+    after a stop, a relocalisation, a new episode).
+    """
+
+    horizon_s: float
+    max_gap_s: float
+    max_speed_gap_m_s: float
+
+
+def previous_plan_in_current_frame(previous: np.ndarray, plan_dt: float, elapsed_s: float
+                                   ) -> tuple[np.ndarray, float]:
+    """The previous plan (ego frame of its stamp) in the frame of an ego that followed it for
+    ``elapsed_s``, and the previous plan's speed there."""
+    path = np.vstack([[0.0, 0.0], np.asarray(previous, dtype=float)])
+    t = np.arange(len(path)) * plan_dt
+    e = float(np.clip(elapsed_s, 0.0, t[-1]))
+    k = min(int(e // plan_dt), len(path) - 2)
+    seg = path[k + 1] - path[k]
+    speed = float(np.hypot(*seg)) / plan_dt
+    heading = float(np.arctan2(seg[1], seg[0])) if np.hypot(*seg) > 1e-6 else 0.0
+    pos = np.array([np.interp(e, t, path[:, 0]), np.interp(e, t, path[:, 1])])
+    c, s = np.cos(heading), np.sin(heading)
+    rel = np.asarray(previous, dtype=float) - pos
+    return np.stack([c * rel[:, 0] + s * rel[:, 1], -s * rel[:, 0] + c * rel[:, 1]], axis=1), speed
+
+
+def check_plan_output(points: np.ndarray, plan_dt: float, ego_speed: float, limits: dict, vehicle,
+                      stamp_ns: int, previous: tuple[int, np.ndarray] | None,
+                      deviation: DeviationCheck) -> list[Violation]:
+    """Violations of a selected plan ``[T, 2]`` (ego frame at ``stamp_ns``) before it is published:
+    the kinematics of ``validators.check_trajectory`` from the ego's speed, and the deviation from
+    the previous cycle's plan (``previous``: its stamp and points) where ``deviation`` applies."""
+    out = check_trajectory(points, plan_dt, limits, vehicle, ego_speed=ego_speed)
+    if out or previous is None:
+        return out
+    prev_stamp, prev = previous
+    elapsed = (stamp_ns - prev_stamp) / 1e9
+    if not 0.0 < elapsed <= deviation.max_gap_s:
+        return out
+    prev_now, prev_speed = previous_plan_in_current_frame(prev, plan_dt, elapsed)
+    if abs(prev_speed - float(ego_speed)) > deviation.max_speed_gap_m_s:
+        return out
+    n = max(1, int(math.floor(deviation.horizon_s / plan_dt + 1e-9)))
+    return out + check_plan_deviation(np.asarray(points)[:n], 0.0, plan_dt, prev_now, -elapsed, plan_dt,
+                                      limits)
 
 
 def point_speeds(points: np.ndarray, dt: float) -> np.ndarray:

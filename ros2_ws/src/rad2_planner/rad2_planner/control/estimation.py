@@ -255,6 +255,10 @@ class OdometryHistory:
         while self.samples and received_ns - self.samples[0].received_ns > self.keep_ns:
             self.samples.popleft()
 
+    def age_ns(self, now_ns: int) -> int:
+        """Time since the latest sample was received (a very large number when there is none)."""
+        return int(now_ns - self.samples[-1].received_ns) if self.samples else 2**62
+
     def pose_at(self, stamp_ns: int) -> np.ndarray | None:
         """``(x, y, yaw)`` of the sample stamped nearest ``stamp_ns``; None when none lies within
         ``keep_ns`` of it (a pose that far off would misplace the trajectory)."""

@@ -10,6 +10,11 @@
 - ``CycleStats``: per-cycle diagnostics accumulation (stage timings, end-to-end latency, deadline
   misses, rejected inputs, fallback state) with running percentiles.
 - ``Throttle``: rate-limited logging for faults that may repeat every cycle.
+- ``Heartbeat``: a thread publishing ``/heartbeat`` (std_msgs/Header, frame_id = node name) every
+  ``heartbeat.period_s``, so the controller and the supervisor notice a dead node within a few periods
+  whatever its executor is busy with.
+- ``DiagnosticsReporter``: the node's status on ``/diagnostics`` (diagnostic_msgs/DiagnosticArray,
+  one DiagnosticStatus named after the node: level, message naming the fault, key/value counters).
 - ``run_node``: the ``main()`` body every node uses (init, spin, clean shutdown on SIGINT/SIGTERM).
 
 Composition contract (tools/bringup.py --composed): a node class takes ``**kwargs`` and forwards
@@ -20,12 +25,14 @@ and ``-p`` overrides), so the same class runs as its own process or inside one e
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 from rclpy.duration import Duration
 from rclpy.node import Node
@@ -36,6 +43,7 @@ from rclpy.qos import (
     QoSProfile,
     ReliabilityPolicy,
 )
+from std_msgs.msg import Header
 
 from rad2_planner.config import load_params
 
@@ -299,6 +307,73 @@ class Throttle:
             return True
         self.suppressed[key] = self.suppressed.get(key, 0) + 1
         return False
+
+
+# --------------------------------------------------------------------------------------------------
+# Heartbeats and /diagnostics
+# --------------------------------------------------------------------------------------------------
+
+HEARTBEAT_TOPIC = "/heartbeat"
+DIAGNOSTICS_TOPIC = "/diagnostics"
+
+
+def heartbeat_qos() -> QoSProfile:
+    """Heartbeats: best effort, a few deep (a late one is useless, a blocked writer is worse)."""
+    return QoSProfile(reliability=ReliabilityPolicy.BEST_EFFORT, history=HistoryPolicy.KEEP_LAST, depth=5,
+                      durability=DurabilityPolicy.VOLATILE)
+
+
+class Heartbeat:
+    """Publishes ``std_msgs/Header(stamp=node clock, frame_id=node name)`` on /heartbeat every
+    ``period_s`` from a daemon thread (not the executor: a long planning cycle must not look like a
+    dead node; a killed or crashed process stops beating). ``stop()`` before destroying the node."""
+
+    def __init__(self, node: Node, period_s: float):
+        self.node = node
+        self.period_s = float(period_s)
+        self.name = node.get_name()
+        self.pub = node.create_publisher(Header, HEARTBEAT_TOPIC, heartbeat_qos())
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"{self.name}_heartbeat", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            try:
+                stamp = self.node.get_clock().now().to_msg()
+                self.pub.publish(Header(stamp=stamp, frame_id=self.name))
+            except Exception:  # noqa: BLE001 -- shutting down (context invalid): stop beating
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=1.0)
+
+
+LEVELS = {"ok": DiagnosticStatus.OK, "warn": DiagnosticStatus.WARN, "error": DiagnosticStatus.ERROR,
+          "stale": DiagnosticStatus.STALE}
+
+
+def diagnostic_status(name: str, level: str, message: str, values: dict[str, Any] | None = None,
+                      hardware_id: str = "rad2") -> DiagnosticStatus:
+    return DiagnosticStatus(level=LEVELS[level], name=name, message=message[:1000], hardware_id=hardware_id,
+                            values=[KeyValue(key=str(k), value=str(v)) for k, v in (values or {}).items()])
+
+
+class DiagnosticsReporter:
+    """A node's status on /diagnostics: ``publish(level, message, values)`` (level ok|warn|error|stale)."""
+
+    def __init__(self, node: Node):
+        self.node = node
+        self.pub = node.create_publisher(DiagnosticArray, DIAGNOSTICS_TOPIC, report_qos(20))
+
+    def publish_statuses(self, statuses: list[DiagnosticStatus]) -> None:
+        arr = DiagnosticArray(status=statuses)
+        arr.header.stamp = self.node.get_clock().now().to_msg()
+        self.pub.publish(arr)
+
+    def publish(self, level: str, message: str, values: dict[str, Any] | None = None) -> None:
+        self.publish_statuses([diagnostic_status(self.node.get_name(), level, message, values)])
 
 
 # --------------------------------------------------------------------------------------------------

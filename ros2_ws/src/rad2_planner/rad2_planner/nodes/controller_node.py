@@ -27,10 +27,24 @@ comfortable stop (``stop_decel``, steering held), sets ``emergency_stop`` and ``
 reports the fallback in the diagnostics. Nothing from the outside can kill it: every callback
 catches, logs (throttled) and falls back.
 
+Plausibility and watchdogs (``rad2_planner.validators``, ``rad2_planner.supervision``): odometry passes
+an ``OdometryGate`` (impossible speed, yaw rate, stamp 0, a jump or speed change the stamp gap cannot
+explain: rejected; a jump confirmed by ``validators.odometry.reset_confirm_samples`` consistent samples
+is a relocalisation); a trajectory must pass ``validators.check_trajectory`` in the ego frame of its
+stamp from the ego's speed (time step, implied speed, acceleration, curvature, lateral acceleration and
+jerk, backwards segments, start offset). Any rejection, odometry older than ``odom_timeout_s``
+(receive time), or a planner heartbeat (``/heartbeat`` from ``planner_name``, once seen) overdue by
+``planner_heartbeat_timeout_s`` makes the cycle a minimal-risk stop with the reason (field and value
+named) in the command, in ``control/diagnostics`` and on ``/diagnostics``; a rejection that good input
+replaced before the next cycle still stops and is reported for that one cycle
+(``supervision.FaultLatch``). Normal tracking resumes with the next valid input. A thread publishes
+this node's own ``/heartbeat``.
+
 The estimation and prediction above live in ``rad2_planner.control.estimation`` (no ROS, unit-tested
 there); this node holds the ROS I/O, the validation, the fallbacks and the diagnostics.
 
-Run: ``controller_node --ros-args --params-file params/controller.yaml --params-file params/vehicle.yaml``.
+Run: ``controller_node --ros-args --params-file params/controller.yaml --params-file params/vehicle.yaml
+--params-file params/validators.yaml --params-file params/nodes.yaml``.
 """
 
 from __future__ import annotations
@@ -42,21 +56,29 @@ import numpy as np
 from nav_msgs.msg import Odometry
 from rad2_msgs.msg import ControlCommand, PlanningDiagnostics, Trajectory
 from rclpy.node import Node
+from std_msgs.msg import Header
 
 from rad2_planner import ros_conversions as rc
+from rad2_planner import validators
 from rad2_planner.control import TrackingController, shift_controls
 from rad2_planner.control.estimation import StateEstimator, bicycle_state, steps_advance
 from rad2_planner.control.reference import plan_to_world
+from rad2_planner.geometry import world_to_ego
 from rad2_planner.nodes.common import (
+    HEARTBEAT_TOPIC,
     CycleStats,
+    DiagnosticsReporter,
+    Heartbeat,
     ParamSpec,
     Throttle,
     command_qos,
     declare_parameters,
+    heartbeat_qos,
     report_qos,
     run_node,
     sensor_qos,
 )
+from rad2_planner.supervision import FaultLatch, HeartbeatMonitor, OdometryGate, describe_violations
 
 NODE_NAME = "controller"
 
@@ -116,7 +138,8 @@ class _Plan:
 class ControllerNode(Node):
     def __init__(self, **kwargs):
         super().__init__(NODE_NAME, **kwargs)
-        values = declare_parameters(self, ["controller", "vehicle"], SPECS)
+        values = declare_parameters(self, ["controller", "vehicle", "validators", "nodes"], SPECS,
+                                    prefixes=("controller", "vehicle", "validators", "heartbeat"))
         self.tracker = TrackingController(values, values)
         cfg = values["controller"]["node"]
         self.rate_hz = float(cfg["rate_hz"])
@@ -136,15 +159,28 @@ class ControllerNode(Node):
         self.reset_ns: int | None = None  # odometry stamp of the last localization reset
         self.stats = CycleStats(deadline_ms=1e3 / self.rate_hz)
         self.throttle = Throttle(2.0)
+        self.limits = values["validators"]
+        self.gate = OdometryGate(self.limits, int(self.limits["odometry"]["reset_confirm_samples"]))
+        self.odom_timeout_ns = int(float(cfg["odom_timeout_s"]) * 1e9)
+        self.planner_name = str(cfg["planner_name"])
+        self.heartbeats = HeartbeatMonitor({self.planner_name: float(cfg["planner_heartbeat_timeout_s"])})
+        self.latch = FaultLatch()
+        self.diagnostics = DiagnosticsReporter(self)
         self.create_subscription(Trajectory, "planning/trajectory", self.on_trajectory, command_qos())
         self.create_subscription(Odometry, "localization/odometry", self.on_odometry, sensor_qos())
         self.pub_cmd = self.create_publisher(ControlCommand, "control/command", command_qos())
         self.pub_diag = self.create_publisher(PlanningDiagnostics, "control/diagnostics", report_qos())
+        self.create_subscription(Header, HEARTBEAT_TOPIC, self.on_heartbeat, heartbeat_qos())
         self.create_timer(1.0 / self.rate_hz, self.on_timer)
+        self.heartbeat = Heartbeat(self, float(values["heartbeat"]["period_s"]))
         self.get_logger().info(
             f"controller ready: {self.rate_hz:.0f} Hz, horizon {self.tracker.horizon} x {self.tracker.dt} s, "
             f"stale timeout {self.stale_ns / 1e9:.2f} s"
         )
+
+    def destroy_node(self):
+        self.heartbeat.stop()
+        return super().destroy_node()
 
     def _now_ns(self) -> int:
         return self.get_clock().now().nanoseconds
@@ -159,8 +195,16 @@ class ControllerNode(Node):
             motion = rc.odometry_from_msg(msg)
         except Exception as exc:  # noqa: BLE001 -- bad input must never kill the node
             self.stats.reject()
+            self.latch.raise_fault("odometry", f"odometry rejected: {exc}")
             self._warn("odom", f"odometry rejected: {exc}")
             return
+        gate = self.gate.offer(motion)
+        if not gate.accepted:
+            self.stats.reject()
+            self.latch.raise_fault("odometry", f"odometry rejected: implausible {gate.reason}")
+            self._warn("odom", f"odometry rejected: implausible {gate.reason}")
+            return
+        self.latch.clear("odometry")
         jump = self.estimator.add_odometry(motion, self._now_ns())
         if jump:
             self.plan = None
@@ -179,6 +223,8 @@ class ControllerNode(Node):
             if traj.points.shape[0] < self.min_points:
                 raise ValueError(f"Trajectory.points: has {traj.points.shape[0]} points, "
                                  f"need at least {self.min_points}")
+            if traj.stamp_ns <= 0:
+                raise ValueError(f"Trajectory.header.stamp = {traj.stamp_ns} ns is unset")
             if traj.frame_id == self.world_frame:
                 pts = traj.points
                 latest = self.estimator.odometry.latest
@@ -195,15 +241,26 @@ class ControllerNode(Node):
             else:
                 raise ValueError(f"Trajectory.header.frame_id: is {traj.frame_id!r}, expected "
                                  f"{self.world_frame!r} or {self.ego_frame!r}")
+            latest = self.estimator.odometry.latest
+            bad = validators.check_trajectory(world_to_ego(pts, origin), traj.dt, self.limits,
+                                              self.tracker.vehicle,
+                                              ego_speed=None if latest is None else max(latest.speed, 0.0))
+            if bad:
+                raise ValueError(f"implausible {describe_violations(bad)}")
         except Exception as exc:  # noqa: BLE001 -- reject, stop, keep running
             self.stats.reject()
             self.plan = None
             self.warm = None
             self.fault = f"invalid trajectory: {exc}"
+            self.latch.raise_fault("trajectory", self.fault)
             self._warn("trajectory", self.fault)
             return
         self.plan = _Plan(pts, traj.dt, origin, traj.stamp_ns, now)
         self.fault = ""
+        self.latch.clear("trajectory")
+
+    def on_heartbeat(self, msg: Header) -> None:
+        self.heartbeats.beat(msg.frame_id, self._now_ns())
 
     # -- cycle ----------------------------------------------------------------------------------------
     def _stop(self, state: np.ndarray | None, steer_now: float) -> tuple[float, float, float, float]:
@@ -226,8 +283,18 @@ class ControllerNode(Node):
             stages["predict"] = (time.perf_counter() - ta) * 1e3
             if state is not None:
                 steer_now = float(state[4])
+            latched = self.latch.reason()
+            odom_age = self.estimator.odometry.age_ns(now)
+            lost = self.heartbeats.lost(now)
             if state is None:
-                reason = "no odometry received"
+                reason = latched or "no odometry received"
+            elif odom_age > self.odom_timeout_ns:
+                reason = (f"odometry lost: {odom_age / 1e9:.2f} s since the last accepted sample "
+                          f"(timeout {self.odom_timeout_ns / 1e9:g} s)" + (f"; {latched}" if latched else ""))
+            elif latched:
+                reason = latched
+            elif lost:
+                reason = lost[0].message
             elif self.plan is None:
                 reason = self.fault or "no trajectory received"
             elif now - self.plan.received_ns > self.stale_ns:
@@ -281,6 +348,10 @@ class ControllerNode(Node):
             odom_stamp = latest.stamp_ns if latest is not None else 0
             e2e = (now - odom_stamp) / 1e6 + total_ms if odom_stamp else math.nan
             rep = self.stats.record(stages, total_ms, total_ms, fallback_reason=reason[:500])
+            self.diagnostics.publish("error" if reason else "ok", reason or "tracking", {
+                "cycle_count": rep.cycle_count, "rejected_input_count": rep.rejected_input_count,
+                "emergency_stop": bool(reason), "planner_heartbeat": self.heartbeats.status(now)[0].message,
+                "odometry_resets": self.gate.reset_count})
             self.pub_diag.publish(rc.planning_diagnostics_to_msg(
                 stages, node=NODE_NAME, backend="numpy-ilqr", stamp_ns=self._now_ns(),
                 input_stamp_ns=self.plan.stamp_ns if self.plan is not None else 0, total_ms=total_ms,

@@ -33,6 +33,14 @@ by publishing the SAME two topics with the SAME messages, nothing else changes d
 - QoS: best-effort-compatible (any reliability), keep-last-1; publish both for every frame.
 Everything is validated by the planner (``rad2_planner.ros_conversions`` decoders): a backbone
 that violates the contract gets its cycles rejected and the planner's fallback, not a crash.
+
+Plausibility: odometry passes ``supervision.OdometryGate`` (``validators.check_odometry`` alone and
+against the last accepted sample; a pose jump is accepted as a relocalisation only once
+``validators.odometry.reset_confirm_samples`` consecutive samples agree), object lists pass
+``validators.check_objects`` around the ego. A rejected message is counted, logged and reported on
+``/diagnostics`` (status "bev_features", the field and value named) and never reaches the outputs:
+a rejected object list produces no features for its stamp (the planner then falls back). A thread
+publishes ``/heartbeat`` every ``heartbeat.period_s``.
 """
 
 from __future__ import annotations
@@ -44,9 +52,12 @@ from rad2_msgs.msg import BevFeatures, PerceptionInputs, SceneTokens
 from rclpy.node import Node
 
 from rad2_planner import ros_conversions as rc
+from rad2_planner import validators
 from rad2_planner.bev import AgentFrame, BevError
 from rad2_planner.live_scene import LiveScene, LiveSceneError, load_map_and_route
 from rad2_planner.nodes.common import (
+    DiagnosticsReporter,
+    Heartbeat,
     ParamSpec,
     Throttle,
     command_qos,
@@ -56,9 +67,10 @@ from rad2_planner.nodes.common import (
 )
 from rad2_planner.observation import ObservationError
 from rad2_planner.policy import resolve_path
+from rad2_planner.supervision import OdometryGate, describe_violations
 
-PARAM_FILES = ["bev", "vehicle", "nodes"]
-PREFIXES = ("bev", "tokens", "vehicle", "perception")
+PARAM_FILES = ["bev", "vehicle", "nodes", "validators"]
+PREFIXES = ("bev", "tokens", "vehicle", "perception", "heartbeat", "validators")
 SPECS = {
     "perception.map_file": ParamSpec("clip .npz or dataset directory with the map and route (repo-relative "
                                      "or absolute)", read_only=True),
@@ -87,8 +99,12 @@ class PerceptionNode(Node):
                                odom_max_age_s=float(c["odom_max_age_s"]),
                                history_tolerance_s=float(c["history_tolerance_s"]))
         self.throttle = Throttle(2.0)
+        self.limits = self.params["validators"]
+        self.gate = OdometryGate(self.limits, int(self.limits["odometry"]["reset_confirm_samples"]))
         self.rejected = 0
         self.cycles = 0
+        self.last_fault = ""
+        self.diagnostics = DiagnosticsReporter(self)
         self.pub_bev = self.create_publisher(BevFeatures, "perception/bev_features", command_qos())
         self.pub_tokens = self.create_publisher(SceneTokens, "perception/scene_tokens", command_qos())
         self.create_subscription(Odometry, "localization/odometry", self._on_odom, sensor_qos())
@@ -97,15 +113,34 @@ class PerceptionNode(Node):
         self.get_logger().info(f"perception features ready: map {scene.source} "
                                f"({len(scene.lane_map.lane_ids)} lanes), grid {len(self.channels)}x"
                                f"{self.grid.height}x{self.grid.width}")
+        self.heartbeat = Heartbeat(self, float(self.params["heartbeat"]["period_s"]))
 
-    def _reject(self, what: str, exc: Exception) -> None:
+    def destroy_node(self):
+        self.heartbeat.stop()
+        return super().destroy_node()
+
+    def _status(self, level: str, message: str) -> None:
+        self.diagnostics.publish(level, message, {
+            "cycles": self.cycles, "rejected_input_count": self.rejected,
+            "odometry_resets": self.gate.reset_count, "last_fault": self.last_fault[:300]})
+
+    def _reject(self, what: str, exc: Exception | str) -> None:
         self.rejected += 1
+        self.last_fault = f"rejected {what}: {exc}"
+        self._status("error", self.last_fault)
         if self.throttle(what):
             self.get_logger().error(f"rejected {what} ({self.rejected} so far): {exc}")
 
     def _on_odom(self, msg: Odometry) -> None:
         try:
             m = rc.odometry_from_msg(msg)
+            gate = self.gate.offer(m)
+            if not gate.accepted:
+                self._reject("odometry", f"implausible {gate.reason}")
+                return
+            if gate.reset:
+                self.get_logger().warning(f"odometry relocalised at {m.x:.1f}, {m.y:.1f} (confirmed by "
+                                          f"{self.gate.confirm_samples} samples)")
             self.scene.add_odometry(m.stamp_ns / 1e9, m.x, m.y, m.yaw, m.speed, m.yaw_rate)
         except (rc.MessageValidationError, LiveSceneError) as exc:
             self._reject("odometry", exc)
@@ -115,6 +150,14 @@ class PerceptionNode(Node):
         try:
             agents, stamp_ns, _frame = rc.perception_inputs_from_msg(msg)
             a = agents
+            ego = self.gate.last  # without accepted odometry the scene rejects the objects itself
+            bad = [] if ego is None else validators.check_objects(a.length, a.width, a.vx, a.vy, a.x, a.y,
+                                                                  self.limits, ego_xy=(ego.x, ego.y))
+            if stamp_ns <= 0:
+                bad.append(validators.Violation("header.stamp", float(stamp_ns), "> 0 (an unset stamp)"))
+            if bad:
+                self._reject("objects", f"implausible {describe_violations(bad)}")
+                return
             frame = AgentFrame.from_arrays(a.ids, a.types, a.x, a.y, a.yaw, a.vx, a.vy, a.length, a.width)
             self.scene.add_objects(stamp_ns / 1e9, frame)
             obs = self.scene.observation(stamp_ns / 1e9)
@@ -125,6 +168,7 @@ class PerceptionNode(Node):
         self.pub_bev.publish(rc.bev_to_msg(obs.bev, self.grid, self.channels, stamp_ns, self.frame_id))
         self.pub_tokens.publish(rc.scene_tokens_to_msg(tokens))
         self.cycles += 1
+        self._status("ok", "publishing features")
         if self.cycles == 1 or self.cycles % 100 == 0:
             ms = (time.perf_counter() - t0) * 1e3
             self.get_logger().info(f"cycle {self.cycles}: features in {ms:.1f} ms (rejected inputs "

@@ -12,15 +12,26 @@ and pairs them by header stamp. Each pair is one planning cycle (``Rad2Policy.pl
                           encode, denoise_<k>, score, select, publish), end-to-end latency from the
                           input stamp, deadline misses, rejected inputs, fallback state
 
-Bad input (non-finite values, sizes other than the configured grid/token counts, stale or future
-stamps, a planner exception or non-finite output) rejects the cycle: the node logs why (throttled),
-counts it, and republishes a safe fallback — the previous plan's path re-timed to brake to a stop
-(``rad2_planner.planner_guard.stopping_trajectory``), or a straight stop when there is none — with
-``CandidateSet.selected_index = -1`` and ``fallback_active`` in the diagnostics. It never exits on
-bad input. Missed cycles (input stamps further apart than ``input_period_s``, e.g. dropped messages)
-and cycles whose end-to-end latency exceeds ``planner.deadline_ms`` count as deadline misses.
+Bad input (non-finite values, sizes other than the configured grid/token counts, implausible
+values — ``rad2_planner.validators.check_bev`` / ``check_tokens`` —, stale stamps or stamps further in
+the future than the tolerance of the node's clock: ``max_stamp_skew_s`` on the system clock,
+``max_stamp_skew_sim_s`` on /clock), a planner exception, non-finite output, or a selected plan that
+fails ``planner_guard.check_plan_output`` (vehicle kinematics, deviation from the previous cycle's plan)
+rejects the cycle: the node logs why (throttled), counts it, and republishes a safe fallback — the
+previous plan's path re-timed to brake to a stop (``rad2_planner.planner_guard.stopping_trajectory``),
+or a straight stop when there is none — with ``CandidateSet.selected_index = -1`` and
+``fallback_active`` in the diagnostics. It never exits on bad input. Missed cycles (validated input
+stamps further apart than ``input_period_s``, e.g. dropped messages) and cycles whose end-to-end latency
+exceeds ``planner.deadline_ms`` count as deadline misses; rejected inputs never touch these counters.
 
-Parameters come from params/bev.yaml, vehicle.yaml, planner.yaml and nodes.yaml (``planner_node.*``).
+Watchdog: when no cycle ran for ``starvation_timeout_s`` (no input, one of the two missing, stamps that
+do not pair up), the node publishes the fallback and reports why (``supervision.explain_starvation``)
+every ``input_period_s`` until input returns. Every cycle and every starved period also goes to
+``/diagnostics`` (diagnostic_msgs, status "planner": the fault with field and value named, counters),
+and a thread publishes ``/heartbeat`` every ``heartbeat.period_s`` (the controller stops when it ends).
+
+Parameters come from params/bev.yaml, vehicle.yaml, planner.yaml, nodes.yaml (``planner_node.*``,
+``heartbeat.*``) and validators.yaml.
 """
 
 from __future__ import annotations
@@ -38,8 +49,12 @@ from std_msgs.msg import ColorRGBA
 from visualization_msgs.msg import Marker, MarkerArray
 
 from rad2_planner import ros_conversions as rc
+from rad2_planner import validators
+from rad2_planner.control.bicycle import VehicleParams
 from rad2_planner.nodes.common import (
     CycleStats,
+    DiagnosticsReporter,
+    Heartbeat,
     ParamSpec,
     Throttle,
     command_qos,
@@ -49,10 +64,20 @@ from rad2_planner.nodes.common import (
     sensor_qos,
 )
 from rad2_planner.observation import Observation
-from rad2_planner.planner_guard import AgeLimits, check_age, point_speeds, stopping_trajectory
+from rad2_planner.planner_guard import (
+    AgeLimits,
+    DeviationCheck,
+    check_age,
+    check_plan_output,
+    future_tolerance_s,
+    point_speeds,
+    stopping_trajectory,
+)
+from rad2_planner.supervision import Seen, describe_violations, explain_starvation
 
-PARAM_FILES = ["bev", "vehicle", "planner", "nodes"]
-PREFIXES = ("bev", "tokens", "vehicle", "planner", "model", "diffusion", "runtime", "planner_node")
+PARAM_FILES = ["bev", "vehicle", "planner", "nodes", "validators"]
+PREFIXES = ("bev", "tokens", "vehicle", "planner", "model", "diffusion", "runtime", "planner_node",
+            "heartbeat", "validators")
 SPECS = {
     "planner.backend": ParamSpec("inference backend: pytorch | onnxruntime | tensorrt", read_only=True),
     "planner.device": ParamSpec("torch device of the pytorch backend (cpu | cuda)", read_only=True),
@@ -122,6 +147,11 @@ class PlannerNode(Node):
         self.sizes = rc.TokenSizes.from_params(self.params["tokens"])
         self.stats = CycleStats(deadline_ms=float(p["deadline_ms"]))
         self.throttle = Throttle(2.0)
+        self.limits = self.params["validators"]
+        self.vehicle = VehicleParams.from_params(self.params)
+        self.deviation = DeviationCheck(float(n["deviation_horizon_s"]), float(n["deviation_max_gap_s"]),
+                                        float(n["deviation_max_speed_gap_m_s"]))
+        self.use_sim_time = bool(self.get_parameter("use_sim_time").value)
         self.policy, self.weights = self._make_policy()
         self.backend = str(self.policy.backend_name)
 
@@ -130,13 +160,21 @@ class PlannerNode(Node):
         self.pub_path = self.create_publisher(Path, "planning/path", command_qos())
         self.pub_markers = self.create_publisher(MarkerArray, "planning/markers", report_qos(2))
         self.pub_diag = self.create_publisher(PlanningDiagnostics, "planning/diagnostics", report_qos(50))
+        self.diagnostics = DiagnosticsReporter(self)
         self._bev: BevFeatures | None = None
         self._tokens: SceneTokens | None = None
+        self._seen: dict[str, Seen] = {}  # last received BEV / tokens (stamp, receive time)
         self._last_input_ns: int | None = None
+        self._last_cycle_ns: int | None = None  # node clock at the end of the last cycle (plan or fallback)
         self._clock_start_ns = 0
         self._previous: tuple[int, np.ndarray] | None = None  # (stamp_ns, selected [T, 2]) of the last plan
+        self._last_fault = ""
+        self._last_speed = 0.0  # ego speed of the last validated input (a starved fallback starts there)
+        self._first_tick_ns: int | None = None
         self.create_subscription(BevFeatures, "perception/bev_features", self._on_bev, sensor_qos())
         self.create_subscription(SceneTokens, "perception/scene_tokens", self._on_tokens, sensor_qos())
+        self.create_timer(float(n["input_period_s"]), self._watchdog)
+        self.heartbeat = Heartbeat(self, float(self.params["heartbeat"]["period_s"]))
         self.get_logger().info(
             f"planner ready: backend {self.backend}, weights {self.weights}, M={self.policy.num_candidates}, "
             f"K={self.policy.num_steps}, deadline {self.stats.deadline_ms:.0f} ms"
@@ -165,14 +203,37 @@ class PlannerNode(Node):
         onnx_dir = tempfile.mkdtemp(prefix="rad2_random_init_onnx_")
         return Rad2Policy(model, params=self.params, onnx_dir=onnx_dir), "random-init"
 
+    def destroy_node(self):
+        self.heartbeat.stop()
+        return super().destroy_node()
+
     # -- inputs ------------------------------------------------------------------------------------
     def _on_bev(self, msg: BevFeatures) -> None:
         self._bev = msg
+        self._seen["bev"] = Seen(rc.time_to_ns(msg.header.stamp), self._now_ns())
         self._try_cycle()
 
     def _on_tokens(self, msg: SceneTokens) -> None:
         self._tokens = msg
+        self._seen["tokens"] = Seen(rc.time_to_ns(msg.header.stamp), self._now_ns())
         self._try_cycle()
+
+    def _watchdog(self) -> None:
+        """Every input period: without a cycle for starvation_timeout_s, fall back and say why."""
+        now = self._now_ns()
+        last = self._last_cycle_ns
+        if last is not None and (now - last) / 1e9 <= self.cfg["starvation_timeout_s"]:
+            return
+        if last is None and self._first_tick_ns is None:
+            self._first_tick_ns = now  # grace period after start-up, as after a cycle
+            return
+        if last is None and (now - self._first_tick_ns) / 1e9 <= self.cfg["starvation_timeout_s"]:
+            return
+        reason = explain_starvation(now, self._seen.get("bev"), self._seen.get("tokens"),
+                                    self.cfg["sync_tolerance_s"], last)
+        self._clock_start_ns = now
+        t_start = time.perf_counter()
+        self._fallback(0, reason, {}, t_start, self._last_speed)
 
     def _try_cycle(self) -> None:
         if self._bev is None or self._tokens is None:
@@ -198,27 +259,36 @@ class PlannerNode(Node):
         self._clock_start_ns = self._now_ns()
         stamp_ns = rc.time_to_ns(bev_msg.header.stamp)
         stages: dict[str, float] = {}
-        self._count_missed_cycles(stamp_ns)
         reason = ""
         obs = None
+        stamp_valid = False  # only a validated input's stamp may enter latency and deadline counters
         try:
             bev = rc.bev_from_msg(bev_msg, expected_channels=self.channels, expected_grid=self.grid)
             tok = rc.scene_tokens_from_msg(tokens_msg, self.sizes)
             obs = Observation(bev=bev.features, map_polylines=tok.map_polylines, map_mask=tok.map_mask,
                               agents=tok.agents, agents_mask=tok.agents_mask, route=tok.route,
                               route_mask=tok.route_mask, ego_state=tok.ego_state.astype(np.float32))
+            bad = validators.check_bev(bev.features, self.channels, self.limits)
+            bad += validators.check_tokens(tok, self.limits)
+            if bad:
+                reason = f"rejected input: implausible {describe_violations(bad)}"
         except rc.MessageValidationError as exc:
             reason = f"rejected input: {exc}"
         if not reason:
-            age = check_age(stamp_ns / 1e9, self._clock_start_ns / 1e9, self._limits())
-            if age:
-                reason = f"rejected input: {age}"
+            if stamp_ns <= 0:
+                reason = f"rejected input: header.stamp = {stamp_ns} ns is unset"
+            else:
+                age = check_age(stamp_ns / 1e9, self._clock_start_ns / 1e9, self._limits())
+                stamp_valid = True
+                if age:
+                    reason = f"rejected input: header.stamp: {age}"
         stages["preprocess"] = (time.perf_counter() - t_start) * 1e3
         if reason:
             self.stats.reject()
-            speed = float(tokens_msg.ego_speed) if math.isfinite(tokens_msg.ego_speed) else 0.0
-            self._fallback(stamp_ns, reason, stages, t_start, speed)
+            self._fallback(stamp_ns, reason, stages, t_start, self._safe_speed(obs), stamp_valid)
             return
+        self._count_missed_cycles(stamp_ns)
+        self._last_speed = float(obs.ego_state[0])
 
         try:
             result = self.policy.plan(obs)
@@ -227,7 +297,7 @@ class PlannerNode(Node):
                 raise ValueError(f"planner output has shape {cands.shape} or non-finite values")
         except Exception as exc:  # noqa: BLE001 -- any failure of one cycle falls back, the node lives on
             self._fallback(stamp_ns, f"planner failed: {type(exc).__name__}: {exc}", stages, t_start,
-                           float(obs.ego_state[0]))
+                           float(obs.ego_state[0]), True)
             return
         for key, ms in result.timings_ms.items():
             denoise_step = key.startswith("denoise_") and key != "denoise_total"
@@ -237,6 +307,14 @@ class PlannerNode(Node):
         t_pub = time.perf_counter()
         selected = int(result.selected)
         traj = cands[selected]
+        ego_speed = float(obs.ego_state[0])
+        bad = check_plan_output(traj, self.plan_dt, ego_speed, self.limits, self.vehicle, stamp_ns,
+                                self._previous, self.deviation)
+        if bad:
+            self.stats.reject()
+            self._fallback(stamp_ns, f"rejected plan: implausible {describe_violations(bad)}", stages,
+                           t_start, ego_speed, True)
+            return
         scores = np.asarray(result.scores, dtype=np.float64)
         score = float(scores[selected]) if math.isfinite(scores[selected]) else float("nan")
         self._publish_plan(stamp_ns, cands, scores, selected, traj, score, int(result.info.get("K", 0)))
@@ -245,7 +323,17 @@ class PlannerNode(Node):
         self._report(stamp_ns, stages, t_start, "")
 
     def _limits(self) -> AgeLimits:
-        return AgeLimits(self.cfg["max_input_age_s"], self.cfg["max_stamp_skew_s"])
+        skew = future_tolerance_s(self.use_sim_time, self.cfg["max_stamp_skew_s"],
+                                  self.cfg["max_stamp_skew_sim_s"])
+        return AgeLimits(self.cfg["max_input_age_s"], skew)
+
+    def _safe_speed(self, obs: Observation | None) -> float:
+        """The ego speed a fallback starts from: this input's if plausible, else the last validated one."""
+        if obs is not None:
+            speed = float(obs.ego_state[0])
+            if abs(speed) <= float(self.limits["tokens"]["max_abs_speed_m_s"]):
+                return speed
+        return self._last_speed
 
     def _count_missed_cycles(self, stamp_ns: int) -> None:
         last = self._last_input_ns
@@ -272,7 +360,8 @@ class PlannerNode(Node):
         if self.cfg["markers"]:
             self.pub_markers.publish(candidate_markers(cands, scores, selected, stamp_ns, self.frame_id))
 
-    def _fallback(self, input_stamp_ns: int, reason: str, stages, t_start: float, speed: float) -> None:
+    def _fallback(self, input_stamp_ns: int, reason: str, stages, t_start: float, speed: float,
+                  stamp_valid: bool = False) -> None:
         """Publish the safe stop and report the cycle as a fallback."""
         if self.throttle(reason[:48]):
             self.get_logger().error(f"cycle at stamp {input_stamp_ns / 1e9:.3f} s: {reason}; publishing a "
@@ -294,15 +383,18 @@ class PlannerNode(Node):
         nan = float("nan")
         self._publish_plan(stamp, stop[None], np.array([nan]), 0, stop, nan, 0, fallback=True)
         stages["publish"] = (time.perf_counter() - t_pub) * 1e3
-        self._report(input_stamp_ns, stages, t_start, reason)
+        self._report(input_stamp_ns, stages, t_start, reason, stamp_valid)
 
-    def _report(self, input_stamp_ns: int, stages, t_start: float, fallback_reason: str) -> None:
+    def _report(self, input_stamp_ns: int, stages, t_start: float, fallback_reason: str,
+                stamp_valid: bool = True) -> None:
         now_ns = self._now_ns()
+        self._last_cycle_ns = now_ns
         total_ms = (time.perf_counter() - t_start) * 1e3
         # End-to-end = (node clock at the cycle start - input stamp) + wall time of the cycle. With the
         # system clock this is exactly now - stamp; with /clock (simulation, replay) the simulated
-        # clock only advances in steps, so the in-cycle part is measured on the wall clock.
-        e2e_ms = (self._clock_start_ns - input_stamp_ns) / 1e6 + total_ms
+        # clock only advances in steps, so the in-cycle part is measured on the wall clock. An input
+        # whose stamp was not validated has no end-to-end latency (NaN: it counts no deadline miss).
+        e2e_ms = (self._clock_start_ns - input_stamp_ns) / 1e6 + total_ms if stamp_valid else math.nan
         rep = self.stats.record(stages, total_ms, e2e_ms, fallback_reason)
         self.pub_diag.publish(rc.planning_diagnostics_to_msg(
             rep.stages_ms, node=self.get_name(), backend=self.backend, stamp_ns=now_ns,
@@ -312,6 +404,15 @@ class PlannerNode(Node):
             deadline_miss_count=self.stats.deadline_miss_count,
             rejected_input_count=rep.rejected_input_count, fallback_active=rep.fallback_active,
             fallback_reason=rep.fallback_reason[:500]))
+        if fallback_reason:
+            self._last_fault = fallback_reason
+        self.diagnostics.publish(
+            "error" if fallback_reason else "ok",
+            fallback_reason or "planning", {
+                "cycle_count": rep.cycle_count, "fallback_active": rep.fallback_active,
+                "rejected_input_count": rep.rejected_input_count,
+                "deadline_miss_count": self.stats.deadline_miss_count,
+                "end_to_end_ms": f"{rep.end_to_end_ms:.1f}", "last_fault": self._last_fault[:300]})
         if rep.deadline_missed and self.throttle("deadline"):
             self.get_logger().warning(f"deadline missed: {rep.end_to_end_ms:.1f} ms end-to-end "
                                       f"(> {self.stats.deadline_ms:.0f} ms), cycle {total_ms:.1f} ms")

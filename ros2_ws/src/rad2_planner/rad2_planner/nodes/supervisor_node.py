@@ -1,0 +1,70 @@
+"""Heartbeat supervisor node (``supervisor``): which node of the graph has stopped, on /diagnostics.
+
+Subscribes ``/heartbeat`` (std_msgs/Header, ``frame_id`` = the sending node's name; every rad2 node
+publishes one every ``heartbeat.period_s`` from its own thread) and, every ``supervisor.period_s``,
+publishes ``/diagnostics`` (diagnostic_msgs/DiagnosticArray) with one status per watched node
+(``supervisor.expected_nodes``), named ``heartbeat/<node>``: OK while its last heartbeat is at most
+``supervisor.timeout_s`` old, ERROR "<node> heartbeat lost: X s since the last one" after that, WARN
+before the first. Losses and recoveries are also logged. The logic is ``supervision.HeartbeatMonitor``
+(no ROS). The controller watches the planner's heartbeat itself (to stop); this node is what a vehicle
+integrator reads to see which node failed, including the controller.
+
+Parameters: params/nodes.yaml (``supervisor.*``).
+"""
+
+from __future__ import annotations
+
+from rclpy.node import Node
+from std_msgs.msg import Header
+
+from rad2_planner.nodes.common import (
+    HEARTBEAT_TOPIC,
+    DiagnosticsReporter,
+    declare_parameters,
+    diagnostic_status,
+    heartbeat_qos,
+    run_node,
+)
+from rad2_planner.supervision import HeartbeatMonitor
+
+
+class SupervisorNode(Node):
+    def __init__(self, **kwargs):
+        super().__init__("supervisor", **kwargs)
+        values = declare_parameters(self, ["nodes"], prefixes=("supervisor",))["supervisor"]
+        self.expected = [str(n) for n in values["expected_nodes"]]
+        timeout = float(values["timeout_s"])
+        self.monitor = HeartbeatMonitor({name: timeout for name in self.expected})
+        self.diagnostics = DiagnosticsReporter(self)
+        self._lost: set[str] = set()
+        self.create_subscription(Header, HEARTBEAT_TOPIC, self.on_heartbeat, heartbeat_qos())
+        self.create_timer(float(values["period_s"]), self.on_timer)
+        self.get_logger().info(f"supervising heartbeats of {self.expected} (timeout {timeout:g} s)")
+
+    def _now_ns(self) -> int:
+        return self.get_clock().now().nanoseconds
+
+    def on_heartbeat(self, msg: Header) -> None:
+        self.monitor.beat(msg.frame_id, self._now_ns())
+
+    def on_timer(self) -> None:
+        statuses = []
+        for st in self.monitor.status(self._now_ns()):
+            level = "error" if st.lost else ("ok" if st.seen else "warn")
+            statuses.append(diagnostic_status(f"heartbeat/{st.name}", level, st.message, {
+                "node": st.name, "age_s": f"{st.age_s:.3f}", "timeout_s": st.timeout_s}))
+            if st.lost and st.name not in self._lost:
+                self._lost.add(st.name)
+                self.get_logger().error(st.message)
+            elif not st.lost and st.name in self._lost:
+                self._lost.discard(st.name)
+                self.get_logger().info(f"{st.name} heartbeat back")
+        self.diagnostics.publish_statuses(statuses)
+
+
+def main(args=None) -> int:
+    return run_node(SupervisorNode, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
