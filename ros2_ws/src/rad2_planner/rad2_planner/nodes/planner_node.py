@@ -165,7 +165,7 @@ class PlannerNode(Node):
         self._tokens: SceneTokens | None = None
         self._seen: dict[str, Seen] = {}  # last received BEV / tokens (stamp, receive time)
         self._last_input_ns: int | None = None
-        self._last_cycle_ns: int | None = None  # node clock at the end of the last cycle (plan or fallback)
+        self._last_cycle_ns: int | None = None  # node clock at the start of the last cycle on paired input
         self._clock_start_ns = 0
         self._previous: tuple[int, np.ndarray] | None = None  # (stamp_ns, selected [T, 2]) of the last plan
         self._last_fault = ""
@@ -221,13 +221,11 @@ class PlannerNode(Node):
     def _watchdog(self) -> None:
         """Every input period: without a cycle for starvation_timeout_s, fall back and say why."""
         now = self._now_ns()
-        last = self._last_cycle_ns
-        if last is not None and (now - last) / 1e9 <= self.cfg["starvation_timeout_s"]:
-            return
-        if last is None and self._first_tick_ns is None:
+        if self._first_tick_ns is None:
             self._first_tick_ns = now  # grace period after start-up, as after a cycle
-            return
-        if last is None and (now - self._first_tick_ns) / 1e9 <= self.cfg["starvation_timeout_s"]:
+        last = self._last_cycle_ns
+        since = (now - (self._first_tick_ns if last is None else last)) / 1e9
+        if since <= self.cfg["starvation_timeout_s"]:
             return
         reason = explain_starvation(now, self._seen.get("bev"), self._seen.get("tokens"),
                                     self.cfg["sync_tolerance_s"], last)
@@ -256,7 +254,7 @@ class PlannerNode(Node):
     # -- one cycle ---------------------------------------------------------------------------------
     def cycle(self, bev_msg: BevFeatures, tokens_msg: SceneTokens) -> None:
         t_start = time.perf_counter()
-        self._clock_start_ns = self._now_ns()
+        self._clock_start_ns = self._last_cycle_ns = self._now_ns()
         stamp_ns = rc.time_to_ns(bev_msg.header.stamp)
         stages: dict[str, float] = {}
         reason = ""
@@ -388,7 +386,6 @@ class PlannerNode(Node):
     def _report(self, input_stamp_ns: int, stages, t_start: float, fallback_reason: str,
                 stamp_valid: bool = True) -> None:
         now_ns = self._now_ns()
-        self._last_cycle_ns = now_ns
         total_ms = (time.perf_counter() - t_start) * 1e3
         # End-to-end = (node clock at the cycle start - input stamp) + wall time of the cycle. With the
         # system clock this is exactly now - stamp; with /clock (simulation, replay) the simulated

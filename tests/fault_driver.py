@@ -1,0 +1,254 @@
+"""Driver of tests/test_fault_injection.py (its own process in the ROS environment).
+
+Plays the vehicle around the real vehicle graph (perception ``bev_features``, ``planner``,
+``controller``, ``supervisor``, each its own process): odometry at 50 Hz and object lists at 10 Hz from
+a clip (open loop: the ego follows the log), and injects one fault at a time, each followed by good
+input again: impossible odometry (speed 1e6 m/s, yaw rate 1e9, a 1 km jump, an empty message with stamp
+0), a BEV cell of 1e30 (the last perception pair re-sent with a fresh stamp), trajectories to the
+controller with dt 1000 s / 1e-6 s, a point at 1e6 m, reversed or all zero, planner starvation
+(perception SIGSTOPped, scene tokens only, then SIGCONT), and finally SIGKILL of the planner. It
+records, on its own monotonic clock, every command, trajectory, planner diagnostics report and every
+non-OK /diagnostics status, and prints ``RESULT {json}``.
+
+Usage: fault_driver.py DATASET_NPZ PLANNER_PID PERCEPTION_PID
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
+from nav_msgs.msg import Odometry
+from rad2_msgs.msg import (
+    BevFeatures,
+    ControlCommand,
+    PerceptionInputs,
+    PlanningDiagnostics,
+    SceneTokens,
+    Trajectory,
+)
+from rad2_planner import ros_conversions as rc
+from rad2_planner.clip import load_clip, read_index
+from rad2_planner.nodes.common import command_qos, report_qos, sensor_qos
+
+DATASET, PLANNER_PID, PERCEPTION_PID = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+WINDOW_S = 1.3  # each fault, then good input until the next one
+ODOM_PERIOD, OBJECTS_PERIOD = 0.02, 0.1
+
+_entry = read_index(DATASET)["clips"][0]
+clip = load_clip(os.path.join(DATASET, _entry["file"]), maps_dir=os.path.join(DATASET, "maps"))
+rclpy.init()
+node = rclpy.create_node("fault_driver")
+pub_odom = node.create_publisher(Odometry, "localization/odometry", command_qos())
+pub_obj = node.create_publisher(PerceptionInputs, "perception/objects", command_qos())
+pub_bev = node.create_publisher(BevFeatures, "perception/bev_features", command_qos())
+pub_tok = node.create_publisher(SceneTokens, "perception/scene_tokens", command_qos())
+pub_traj = node.create_publisher(Trajectory, "planning/trajectory", command_qos())
+
+rec: dict = {"commands": [], "trajs": [], "plan_diags": [], "statuses": [], "faults": [], "ok_counts": {}}
+last: dict = {}
+T0 = time.monotonic()
+
+
+def now_s() -> float:
+    return time.monotonic() - T0
+
+
+def on_cmd(m: ControlCommand) -> None:
+    rec["commands"].append((now_s(), m.acceleration, m.steering_angle, m.steering_rate, m.target_speed,
+                            bool(m.emergency_stop), m.reason[:300]))
+
+
+def on_traj(m: Trajectory) -> None:
+    rec["trajs"].append((now_s(), rc.time_to_ns(m.header.stamp)))
+
+
+def on_plan_diag(m: PlanningDiagnostics) -> None:
+    d = rc.planning_diagnostics_from_msg(m)
+    rec["plan_diags"].append((now_s(), d["fallback_active"], d["fallback_reason"][:300],
+                              d["deadline_miss_count"], d["rejected_input_count"], d["input_stamp_ns"]))
+
+
+def on_diag(m: DiagnosticArray) -> None:
+    t = now_s()
+    for st in m.status:
+        level = st.level[0] if isinstance(st.level, bytes) else int(st.level)
+        if level == 0:
+            rec["ok_counts"][st.name] = rec["ok_counts"].get(st.name, 0) + 1
+        else:
+            rec["statuses"].append((t, st.name, level, st.message[:400]))
+
+
+def on_bev(m: BevFeatures) -> None:
+    last["bev"] = m
+
+
+def on_tok(m: SceneTokens) -> None:
+    last["tok"] = m
+
+
+node.create_subscription(ControlCommand, "control/command", on_cmd, report_qos(100))
+node.create_subscription(Trajectory, "planning/trajectory", on_traj, command_qos())
+node.create_subscription(PlanningDiagnostics, "planning/diagnostics", on_plan_diag, report_qos(100))
+node.create_subscription(DiagnosticArray, "/diagnostics", on_diag, report_qos(200))
+node.create_subscription(BevFeatures, "perception/bev_features", on_bev, sensor_qos())
+node.create_subscription(SceneTokens, "perception/scene_tokens", on_tok, sensor_qos())
+
+# -- the logged drive, at continuous time ------------------------------------------------------------
+t_log = np.arange(clip.num_steps) * clip.dt
+t_start = None  # driver time at which the log starts
+
+
+def ego_at(t: float) -> rc.EgoMotion:
+    x = float(np.interp(t, t_log, clip.ego_x))
+    y = float(np.interp(t, t_log, clip.ego_y))
+    yaw = float(np.interp(t, t_log, np.unwrap(clip.ego_yaw)))
+    v = float(np.interp(t, t_log, clip.ego_speed))
+    return rc.EgoMotion(x, y, yaw, v, 0.0, node.get_clock().now().nanoseconds)
+
+
+def objects_at(t: float) -> PerceptionInputs:
+    a = clip.agents_at(min(int(round(t / clip.dt)), clip.num_steps - 1))
+    agents = rc.AgentList(a.ids, a.types, a.x, a.y, a.yaw, a.length, a.width, a.vx, a.vy)
+    return rc.perception_inputs_to_msg(agents, node.get_clock().now().nanoseconds)
+
+
+odom_fault: dict = {}
+next_odom = next_obj = 0.0
+tokens_only = False
+
+
+def tick() -> None:
+    """Publish the drive's odometry and object lists when due (one odometry sample may be a fault)."""
+    global next_odom, next_obj
+    t = now_s()
+    if t >= next_odom:
+        m = ego_at(t - t_start)
+        msg = rc.odometry_to_msg(m)
+        kind = odom_fault.pop("kind", None)
+        if kind == "odom_speed_1e6":
+            msg.twist.twist.linear.x = 1e6
+        elif kind == "odom_yaw_rate_1e9":
+            msg.twist.twist.angular.z = 1e9
+        elif kind == "odom_jump_1km":
+            msg.pose.pose.position.x += 1000.0
+        elif kind == "odom_empty":
+            msg = Odometry()
+        pub_odom.publish(msg)
+        next_odom = t + ODOM_PERIOD
+    if t >= next_obj:
+        if not tokens_only:
+            pub_obj.publish(objects_at(t - t_start))
+        elif "tok" in last:  # perception is stopped: tokens only, restamped
+            tok = last["tok"]
+            tok.header.stamp = rc.ns_to_time(node.get_clock().now().nanoseconds)
+            pub_tok.publish(tok)
+        next_obj = t + OBJECTS_PERIOD
+
+
+def run(seconds: float) -> None:
+    end = now_s() + seconds
+    while now_s() < end:
+        tick()
+        rclpy.spin_once(node, timeout_sec=0.002)
+
+
+def good_trajectory(speed: float) -> Trajectory:
+    pts = np.stack([speed * 0.5 * np.arange(1, 9), np.zeros(8)], axis=1)
+    return rc.trajectory_to_msg(pts, 0.5, node.get_clock().now().nanoseconds, "base_link")
+
+
+def fault(kind: str) -> None:  # noqa: C901 -- one branch per fault kind
+    rec["faults"].append((now_s(), kind))
+    if kind.startswith("odom_"):
+        odom_fault["kind"] = kind
+    elif kind == "bev_1e30":
+        bev, tok = last["bev"], last["tok"]
+        stamp = rc.ns_to_time(node.get_clock().now().nanoseconds)
+        data = np.frombuffer(bytes(bev.data), dtype=np.float32).copy()
+        data[1000] = 1e30  # channel 0 (drivable_area), a cell in its first rows
+        bev.data = rc._float32_array(data)
+        bev.header.stamp = stamp
+        tok.header.stamp = stamp
+        pub_bev.publish(bev)
+        pub_tok.publish(tok)
+    elif kind.startswith("traj_"):
+        # right after a planner trajectory: the controller's keep-last-1 reader must not see the
+        # planner's next one overwrite this before its callback runs
+        n, end = len(rec["trajs"]), now_s() + 0.5
+        while len(rec["trajs"]) == n and now_s() < end:
+            run(0.002)
+        run(0.01)
+        rec["faults"][-1] = (now_s(), kind)
+        speed = float(clip.ego_speed[0])
+        msg = good_trajectory(speed)
+        pts = np.stack([speed * 0.5 * np.arange(1, 9), np.zeros(8)], axis=1)
+        if kind == "traj_dt_1000":
+            msg.dt = 1000.0
+        elif kind == "traj_dt_1e-6":
+            msg.dt = 1e-6
+        elif kind == "traj_point_1e6":
+            pts[3] = [1e6, 0.0]
+        elif kind == "traj_reversed":
+            pts = -pts
+        elif kind == "traj_all_zero":
+            pts[:] = 0.0
+        if kind in ("traj_point_1e6", "traj_reversed", "traj_all_zero"):
+            msg = rc.trajectory_to_msg(pts, 0.5, node.get_clock().now().nanoseconds, "base_link")
+        pub_traj.publish(msg)
+
+
+def main() -> int:
+    global t_start, tokens_only
+    # discovery of every node's endpoints, then the drive starts
+    end = time.monotonic() + 30
+    while time.monotonic() < end and not (
+        pub_odom.get_subscription_count() >= 2 and pub_obj.get_subscription_count() >= 1
+        and pub_traj.get_subscription_count() >= 1 and node.count_publishers("control/command") >= 1
+    ):
+        rclpy.spin_once(node, timeout_sec=0.05)
+    t_start = now_s()
+    # warm-up: until the controller tracks plans (not stopping) for a second, at most 25 s
+    end = now_s() + 25
+    while now_s() < end:
+        run(0.2)
+        recent = [c for c in rec["commands"] if c[0] > now_s() - 1.0]
+        if len(recent) > 15 and not any(c[5] for c in recent):
+            break
+    rec["warm_s"] = now_s() - t_start
+    for kind in ("odom_speed_1e6", "odom_yaw_rate_1e9", "odom_jump_1km", "odom_empty", "bev_1e30",
+                 "traj_dt_1000", "traj_dt_1e-6", "traj_point_1e6", "traj_reversed", "traj_all_zero"):
+        fault(kind)
+        run(WINDOW_S)
+    # starvation: perception stopped, scene tokens only
+    rec["faults"].append((now_s(), "starvation"))
+    os.kill(PERCEPTION_PID, signal.SIGSTOP)
+    tokens_only = True
+    run(1.2)
+    tokens_only = False
+    os.kill(PERCEPTION_PID, signal.SIGCONT)
+    rec["faults"].append((now_s(), "starvation_end"))
+    run(2.0)
+    # planner killed
+    n, end = len(rec["trajs"]), now_s() + 5.0
+    while len(rec["trajs"]) == n and now_s() < end:  # kill just after a fresh trajectory
+        run(0.005)
+    run(0.03)
+    os.kill(PLANNER_PID, signal.SIGKILL)
+    rec["faults"].append((now_s(), "planner_kill"))
+    run(1.5)
+    rec["end_s"] = now_s()
+    print("RESULT " + json.dumps(rec), flush=True)
+    node.destroy_node()
+    rclpy.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
