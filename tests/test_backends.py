@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from rad2_planner.config import load_params
+from rad2_planner.diffusion import NoiseSchedule, SamplerSpec
 from rad2_planner.networks import PlannerModel
 from rad2_planner.policy import Rad2Policy, stack_discriminator_inputs
 from rad2_planner.runtime import BackendUnavailableError, make_backend, onnx_export
@@ -80,6 +81,40 @@ def test_graph_level_parity(setup):
     assert np.array_equal(ox.score(ex["trajectories"], inputs, s_ox), sc_ox)  # score = the scores half
 
 
+@pytest.mark.parametrize("sampler", ["ddim", "dpmpp_2m"])
+def test_single_call_sampler_matches_the_step_by_step_loop(setup, sampler):
+    """The fused generator graph (scene keys/values projected once, K steps in one call) computes what
+    the NumPy sampler loop around the one-step denoiser computes, in PyTorch and in ONNX Runtime."""
+    model, onnx_dir, _ = setup
+    spec = SamplerSpec(3, sampler, 4.0)
+    paths = ensure_onnx(model, onnx_dir, spec)
+    params = load_params("planner")["runtime"]
+    step_by_step = TorchBackend(model)
+    fused = {
+        "pytorch": TorchBackend(model, sampler_spec=spec),
+        "onnxruntime": OrtBackend(paths, params, sampler_spec=spec),
+    }
+    ex = example_inputs(model.cfg, batch=2, m=5, seed=2)
+    inputs = {k: ex[k] for k in SCENE_INPUTS}
+    schedule = NoiseSchedule(model.cfg.num_train_steps)
+    loop_timings: dict = {}
+    ref = step_by_step.generate(ex["x_t"], step_by_step.encode(inputs), schedule, spec, loop_timings)
+    assert sorted(loop_timings) == ["denoise_0", "denoise_1", "denoise_2"]
+    for name, backend in fused.items():
+        timings: dict = {}
+        out = backend.generate(ex["x_t"], backend.encode(inputs), schedule, spec, timings)
+        assert out.shape == ref.shape and np.abs(out - ref).max() < 1e-4, name
+        assert list(timings) == ["generate"], name
+        # another K or sampler than the graph was exported for: the step-by-step loop, same result
+        other = spec._replace(num_steps=2)
+        timings = {}
+        out = backend.generate(ex["x_t"], backend.encode(inputs), schedule, other, timings)
+        want = step_by_step.generate(ex["x_t"], step_by_step.encode(inputs), schedule, other)
+        assert np.abs(out - want).max() < 1e-4 and sorted(timings) == ["denoise_0", "denoise_1"], name
+    manifest = json.loads((onnx_dir / "manifest.json").read_text())
+    assert SamplerSpec.from_dict(manifest["generators"][paths["generator"].name]) == spec
+
+
 def test_exported_discriminator_outputs_logits_and_scores(setup):
     _, onnx_dir, paths = setup
     sess = OrtBackend(paths, load_params("planner")["runtime"]).sessions["discriminator"]
@@ -142,10 +177,9 @@ def test_shapes_for_m_and_k(setup, m, k):
     model, onnx_dir, _ = setup
     r = _policy(model, "onnxruntime", onnx_dir, num_candidates=m, num_steps=k).plan(_obs(model.cfg), seed=0)
     assert r.candidates.shape == (m, 8, 2) and r.scores.shape == (m,) and 0 <= r.selected < m
-    assert [key for key in r.timings_ms if key.startswith("denoise_") and key != "denoise_total"] == [
-        f"denoise_{i}" for i in range(k)
-    ]
-    assert {"encode", "score", "select", "total"} <= set(r.timings_ms)
+    # runtime.fused_sampler: the K steps are one call, timed as a whole
+    assert not [key for key in r.timings_ms if key.startswith("denoise_") and key != "denoise_total"]
+    assert {"encode", "generate", "score", "select", "total"} <= set(r.timings_ms)
 
 
 def test_untrained_discriminator_uses_fallback_rule(setup):
@@ -165,7 +199,7 @@ def test_untrained_discriminator_uses_fallback_rule(setup):
 def test_onnx_cache_reused_and_refreshed(setup, monkeypatch):
     model, onnx_dir, _ = setup
     calls = []
-    monkeypatch.setattr(onnx_export, "export_onnx", lambda m, d: calls.append(d) or {})
+    monkeypatch.setattr(onnx_export, "export_onnx", lambda m, d, spec=None: calls.append(d) or {})
     ensure_onnx(model, onnx_dir)
     assert calls == []  # same weights: the cached graphs are reused
     other = _tiny_model()
@@ -185,7 +219,7 @@ def test_onnx_cache_written_by_an_older_exporter_is_refreshed(setup, tmp_path, m
     del manifest["export_format"]  # format 1 manifests had no such key (scores-only discriminator)
     (stale / "manifest.json").write_text(json.dumps(manifest))
     calls = []
-    monkeypatch.setattr(onnx_export, "export_onnx", lambda m, d: calls.append(d) or {})
+    monkeypatch.setattr(onnx_export, "export_onnx", lambda m, d, spec=None: calls.append(d) or {})
     ensure_onnx(model, stale)
     assert calls == [stale]
 

@@ -6,11 +6,10 @@ import numpy as np
 import pytest
 import torch
 from rad2_planner.diffusion import NoiseSchedule, initial_noise, sample
+from rad2_planner.geometry import box_corners, boxes_overlap
 from rad2_planner.networks import PlannerModel, TrajectoryNormalizer
 from rad2_planner.open_loop_metrics import (
     OpenLoopAccumulator,
-    box_corners,
-    boxes_overlap,
     displacement_errors,
     logged_future,
     plan_collisions,
@@ -213,12 +212,33 @@ def test_noise_schedule_limits():
     assert np.all(np.diff(s.alpha_bar(np.arange(1000))) <= 0)
 
 
+def test_box_overlap_agrees_with_polygon_intersection():
+    """The closed-form separating-axis test (with its bounding-circle cull) against shapely's exact
+    polygon intersection on random boxes, many of them near-touching, over a broadcast M x N x T grid."""
+    from shapely.geometry import Polygon
+
+    rng = np.random.default_rng(7)
+    a = np.concatenate([rng.uniform(-6, 6, (12, 1, 3, 2)), rng.uniform(-4, 4, (12, 1, 3, 1)),
+                        rng.uniform(0.3, 6, (12, 1, 3, 2))], -1)
+    b = np.concatenate([rng.uniform(-6, 6, (1, 30, 3, 2)), rng.uniform(-4, 4, (1, 30, 3, 1)),
+                        rng.uniform(0.3, 6, (1, 30, 3, 2))], -1)
+    got = boxes_overlap(a, b)
+    assert got.shape == (12, 30, 3) and 0.1 < got.mean() < 0.9
+    ab = np.broadcast_arrays(a, b)
+    for idx in np.ndindex(got.shape):
+        pa, pb = (Polygon(box_corners(*box[idx])) for box in ab)
+        assert got[idx] == pa.intersects(pb), (idx, ab[0][idx], ab[1][idx])
+    assert boxes_overlap((0, 0, 0, 4, 2), (np.nan, 0, 0, 4, 2))  # undefined counts as a hit
+    with pytest.raises(ValueError, match="b: expected boxes"):
+        boxes_overlap((0, 0, 0, 4, 2), np.zeros((3, 4)))
+
+
 def test_box_overlap_and_collisions():
-    a = box_corners(0, 0, 0, 4.0, 2.0)
-    assert boxes_overlap(a, box_corners(3.9, 0, 0.3, 4.0, 2.0))
-    assert not boxes_overlap(a, box_corners(4.2, 0, 0, 4.0, 2.0))
-    assert not boxes_overlap(a, box_corners(0, 2.1, 0, 4.0, 2.0))
-    assert boxes_overlap(a, box_corners(2.5, 1.5, np.pi / 4, 2.0, 1.0))
+    a = (0, 0, 0, 4.0, 2.0)
+    assert boxes_overlap(a, (3.9, 0, 0.3, 4.0, 2.0))
+    assert not boxes_overlap(a, (4.2, 0, 0, 4.0, 2.0))
+    assert not boxes_overlap(a, (0, 2.1, 0, 4.0, 2.0))
+    assert boxes_overlap(a, (2.5, 1.5, np.pi / 4, 2.0, 1.0))
     from rad2_planner.open_loop_metrics import LoggedFuture
 
     times = (np.arange(8) + 1) * 0.5

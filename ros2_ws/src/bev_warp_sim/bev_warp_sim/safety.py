@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from rad2_planner.geometry import box_corners, wrap_angle
+from rad2_planner.geometry import box_corners, boxes_overlap, wrap_angle
 
 
 def make_boxes(x, y, yaw, length, width) -> np.ndarray:
@@ -57,29 +57,6 @@ def _check_boxes(name: str, boxes: np.ndarray) -> np.ndarray:
             f"{name}: expected boxes of shape [..., 5] (x, y, yaw, length, width), got {boxes.shape}"
         )
     return boxes
-
-
-def boxes_overlap(a, b) -> np.ndarray:
-    """Separating-axis test for oriented rectangles ``a [..., 5]`` and ``b [..., 5]`` (broadcast).
-
-    Returns a bool array; touching boxes count as overlapping.
-    """
-    a = _check_boxes("a", a)
-    b = _check_boxes("b", b)
-    ca, sa = np.cos(a[..., 2]), np.sin(a[..., 2])
-    cb, sb = np.cos(b[..., 2]), np.sin(b[..., 2])
-    # unit axes of both boxes
-    ua = (np.stack([ca, sa], -1), np.stack([-sa, ca], -1))
-    ub = (np.stack([cb, sb], -1), np.stack([-sb, cb], -1))
-    ha = (a[..., 3] * 0.5, a[..., 4] * 0.5)
-    hb = (b[..., 3] * 0.5, b[..., 4] * 0.5)
-    d = b[..., :2] - a[..., :2]
-    separated = np.zeros(np.broadcast_shapes(a.shape[:-1], b.shape[:-1]), dtype=bool)
-    for axis in (*ua, *ub):
-        ra = ha[0] * np.abs(np.sum(ua[0] * axis, -1)) + ha[1] * np.abs(np.sum(ua[1] * axis, -1))
-        rb = hb[0] * np.abs(np.sum(ub[0] * axis, -1)) + hb[1] * np.abs(np.sum(ub[1] * axis, -1))
-        separated |= np.abs(np.sum(d * axis, -1)) > ra + rb
-    return ~separated
 
 
 def collisions(ego_box, agent_boxes, agent_valid=None) -> np.ndarray:

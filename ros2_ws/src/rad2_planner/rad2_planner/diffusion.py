@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -65,6 +66,64 @@ def initial_noise(batch: int, m: int, t_plan: int, seed: int | None) -> np.ndarr
     return np.random.default_rng(seed).standard_normal((batch, m, t_plan, 2)).astype(np.float32)
 
 
+class SamplerStep(NamedTuple):
+    """One network evaluation of a sampler and the linear update that follows it.
+
+    Both samplers are linear in the current sample and the network's clean predictions, so a step is
+    ``x_next = c_x·x + c_x0·x0 + c_prev·x0_prev`` (``x0_prev``: the previous step's prediction). The
+    last step has ``c_x = c_prev = 0, c_x0 = 1``: the result is its prediction.
+    """
+
+    t: float
+    c_x: float
+    c_x0: float
+    c_prev: float
+
+
+class SamplerSpec(NamedTuple):
+    """One sampler configuration: K, the solver and the x0 clip (the key of a fused sampler graph)."""
+
+    num_steps: int
+    sampler: str
+    x0_clip: float | None
+
+    def to_dict(self) -> dict:
+        return {"num_steps": self.num_steps, "sampler": self.sampler, "x0_clip": self.x0_clip}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> SamplerSpec:
+        clip = d.get("x0_clip")
+        return cls(int(d["num_steps"]), str(d["sampler"]), None if clip is None else float(clip))
+
+
+def sampler_steps(schedule: NoiseSchedule, num_steps: int, sampler: str = "ddim") -> list[SamplerStep]:
+    """The K evaluations of ``sampler`` (times and update coefficients), shared by the NumPy loop
+    :func:`sample` and the single-graph sampler :class:`rad2_planner.networks.sampler.DiffusionSampler`."""
+    if sampler not in SAMPLERS:
+        raise ValueError(f"planner.sampler: unknown value {sampler!r} (choose from {SAMPLERS})")
+    ts = schedule.sampling_times(num_steps)
+    steps, prev_h = [], None
+    for i, t in enumerate(ts):
+        if i == len(ts) - 1:
+            steps.append(SamplerStep(float(t), 0.0, 1.0, 0.0))
+            break
+        ab, ab_next = float(schedule.alpha_bar(t)), float(schedule.alpha_bar(ts[i + 1]))
+        a, s = np.sqrt(ab), np.sqrt(1.0 - ab)
+        a_n, s_n = np.sqrt(ab_next), np.sqrt(1.0 - ab_next)
+        if sampler == "ddim":
+            # η = 0: ε = (x − a·x0)/s, x_next = a_n·x0 + s_n·ε
+            steps.append(SamplerStep(float(t), s_n / s, a_n - s_n * a / s, 0.0))
+            continue
+        # DPM-Solver++(2M): x_next = (s_n/s)·x − a_n·expm1(−h)·D, D = x0 on the first step, else the
+        # second-order combination (1 + 1/2r)·x0 − (1/2r)·x0_prev with r = h_prev/h.
+        h = np.log(a_n / s_n) - np.log(a / s)
+        w0, wp = (1.0, 0.0) if prev_h is None else (1.0 + 0.5 * h / prev_h, -0.5 * h / prev_h)
+        g = -a_n * np.expm1(-h)
+        steps.append(SamplerStep(float(t), float(s_n / s), float(g * w0), float(g * wp)))
+        prev_h = h
+    return steps
+
+
 def sample(
     denoise: Callable[[np.ndarray, np.ndarray], np.ndarray],
     x_init: np.ndarray,
@@ -78,34 +137,16 @@ def sample(
 
     ``timings`` (optional) receives ``denoise_<i>`` in ms for each network evaluation.
     """
-    if sampler not in SAMPLERS:
-        raise ValueError(f"planner.sampler: unknown value {sampler!r} (choose from {SAMPLERS})")
-    ts = schedule.sampling_times(num_steps)
     x = x_init.astype(np.float32, copy=True)
     b = x.shape[0]
-    prev_x0, prev_h = None, None
-    x0 = x
-    for i, t in enumerate(ts):
+    x0 = prev_x0 = x
+    for i, step in enumerate(sampler_steps(schedule, num_steps, sampler)):
         t0 = time.perf_counter()
-        x0 = np.asarray(denoise(x, np.full((b,), t, dtype=np.float32)), dtype=np.float32)
+        x0 = np.asarray(denoise(x, np.full((b,), step.t, dtype=np.float32)), dtype=np.float32)
         if x0_clip is not None:
             x0 = np.clip(x0, -x0_clip, x0_clip)
         if timings is not None:
             timings[f"denoise_{i}"] = (time.perf_counter() - t0) * 1e3
-        if i == len(ts) - 1:
-            break
-        ab, ab_next = float(schedule.alpha_bar(t)), float(schedule.alpha_bar(ts[i + 1]))
-        a, s = np.sqrt(ab), np.sqrt(1.0 - ab)
-        a_n, s_n = np.sqrt(ab_next), np.sqrt(1.0 - ab_next)
-        if sampler == "ddim":
-            eps = (x - a * x0) / s
-            x = (a_n * x0 + s_n * eps).astype(np.float32)
-        else:
-            h = np.log(a_n / s_n) - np.log(a / s)
-            d = x0
-            if prev_x0 is not None:
-                r = prev_h / h
-                d = (1.0 + 0.5 / r) * x0 - (0.5 / r) * prev_x0
-            x = ((s_n / s) * x - a_n * np.expm1(-h) * d).astype(np.float32)
-            prev_x0, prev_h = x0, h
+        x = (step.c_x * x + step.c_x0 * x0 + step.c_prev * prev_x0).astype(np.float32)
+        prev_x0 = x0
     return x0

@@ -31,7 +31,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .geometry import box_corners, world_to_ego, wrap_angle
+from .geometry import box_corners, boxes_overlap, world_to_ego, wrap_angle
 
 
 def plan_headings(
@@ -92,20 +92,6 @@ def vehicle_max_curvature() -> float:
 
 def _curvature(max_curvature: float | None) -> float:
     return vehicle_max_curvature() if max_curvature is None else float(max_curvature)
-
-
-def boxes_overlap(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Separating-axis test for corner sets ``a, b [..., 4, 2]`` (broadcast) -> bool [...]."""
-    a, b = np.broadcast_arrays(a, b)
-    overlap = np.ones(a.shape[:-2], dtype=bool)
-    for poly in (a, b):
-        for i in range(2):
-            edge = poly[..., i + 1, :] - poly[..., i, :]
-            axis = np.stack([-edge[..., 1], edge[..., 0]], -1)[..., None, :]  # [..., 1, 2]
-            pa = (a * axis).sum(-1)
-            pb = (b * axis).sum(-1)
-            overlap &= (pa.max(-1) >= pb.min(-1)) & (pb.max(-1) >= pa.min(-1))
-    return overlap
 
 
 @dataclass
@@ -184,14 +170,10 @@ def plan_collisions(
         z = np.zeros(m, bool)
         return {"collision": z, "dynamic": z.copy(), "static": z.copy()}
     yaw = plan_headings(trajs, max_curvature=_curvature(max_curvature))
-    ego = box_corners(trajs[..., 0], trajs[..., 1], yaw, *fut.ego_size)  # M T 4 2
-    ag = box_corners(
-        fut.agent_pose[..., 0],
-        fut.agent_pose[..., 1],
-        fut.agent_pose[..., 2],
-        fut.agent_size[:, None, 0],
-        fut.agent_size[:, None, 1],
-    )  # N T 4 2
+    ego = np.stack(np.broadcast_arrays(trajs[..., 0], trajs[..., 1], yaw, *fut.ego_size), -1)  # M T 5
+    ag = np.concatenate(
+        [fut.agent_pose, np.broadcast_to(fut.agent_size[:, None, :], fut.agent_pose.shape[:2] + (2,))], -1
+    )  # N T 5
     hit = boxes_overlap(ego[:, None], ag[None]) & fut.agent_valid[None]  # M N T
     is_static = (fut.agent_speed < static_speed).all(axis=1)  # N
     dyn = hit & ~is_static[None, :, None]

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from .config import load_params, params_dir, require
-from .diffusion import SAMPLERS, NoiseSchedule, initial_noise, sample
+from .diffusion import SAMPLERS, NoiseSchedule, SamplerSpec, initial_noise
 from .observation import BOOL_FIELDS, FIELD_RANKS, ObservationError
 from .planning_interface import PlanResult
 from .runtime.base import DISCRIMINATOR_INPUTS, SCENE_INPUTS, make_backend
@@ -116,20 +116,26 @@ def safe_medoid_index(
     frame. Candidates overlapping an agent are dropped; if none is left, those whose first overlap is
     latest are kept.
     """
-    from .geometry import box_corners
-    from .open_loop_metrics import boxes_overlap, plan_headings
+    from .geometry import boxes_overlap
+    from .open_loop_metrics import plan_headings
 
     a = agents[agents_mask.astype(bool)]
     if len(a) == 0:
         return medoid_index(candidates)
     m, t = candidates.shape[:2]
     times = (np.arange(t) + 1.0) * plan_dt
-    ax = a[:, None, 0] + a[:, None, 4] * times  # N T
-    ay = a[:, None, 1] + a[:, None, 5] * times
-    ayaw = np.arctan2(a[:, 3], a[:, 2])[:, None]
-    agent_boxes = box_corners(ax, ay, ayaw, a[:, None, 6], a[:, None, 7])  # N T 4 2
+    agent_boxes = np.stack(
+        np.broadcast_arrays(
+            a[:, None, 0] + a[:, None, 4] * times,
+            a[:, None, 1] + a[:, None, 5] * times,
+            np.arctan2(a[:, 3], a[:, 2])[:, None],
+            a[:, None, 6],
+            a[:, None, 7],
+        ),
+        -1,
+    )  # N T 5
     yaw = plan_headings(candidates, max_curvature=max_curvature)
-    ego = box_corners(candidates[..., 0], candidates[..., 1], yaw, *ego_size)  # M T 4 2
+    ego = np.stack(np.broadcast_arrays(candidates[..., 0], candidates[..., 1], yaw, *ego_size), -1)  # M T 5
     hit = boxes_overlap(ego[:, None], agent_boxes[None]).any(axis=1)  # M T
     first = np.where(hit.any(1), hit.argmax(1), t)
     keep = np.nonzero(first == first.max())[0]
@@ -197,13 +203,16 @@ class Rad2Policy:
             )
         self.schedule = NoiseSchedule(self.cfg.num_train_steps, d["schedule"])
         self.x0_clip = float(d["x0_clip"])
+        self.sampler_spec = SamplerSpec(self.num_steps, self.sampler, self.x0_clip)
         runtime = dict(require(params, "runtime"))
         # explicit > beside the loaded checkpoint > runtime.onnx_dir (models built in memory)
         runtime["onnx_dir"] = str(resolve_path(onnx_dir or getattr(model, "export_dir", None)
                                                or runtime["onnx_dir"]))
         runtime["tensorrt"] = dict(runtime["tensorrt"])
         runtime["tensorrt"]["engine_cache_dir"] = str(resolve_path(runtime["tensorrt"]["engine_cache_dir"]))
-        self.backend = make_backend(self.backend_name, model, runtime, device=device or p["device"])
+        self.backend = make_backend(
+            self.backend_name, model, runtime, device=device or p["device"], sampler_spec=self.sampler_spec
+        )
         self._cycle = 0
 
     @classmethod
@@ -334,15 +343,8 @@ class Rad2Policy:
         self, x_init: np.ndarray, scene: Any, inputs: dict[str, np.ndarray], k: int, timings: dict
     ) -> np.ndarray:
         """K sampler steps from ``x_init [B, M, T, 2]`` -> candidates in ego-frame metres (float32)."""
-        z = sample(
-            lambda x, t: self.backend.denoise(x, t, scene),
-            x_init,
-            self.schedule,
-            k,
-            self.sampler,
-            self.x0_clip,
-            timings,
-        )
+        spec = self.sampler_spec if k == self.num_steps else self.sampler_spec._replace(num_steps=k)
+        z = self.backend.generate(x_init, scene, self.schedule, spec, timings)
         speed = inputs["ego_state"][:, 0][:, None]  # B 1
         return np.asarray(self.normalizer.denormalize(z, speed), dtype=np.float32)  # B M T 2
 

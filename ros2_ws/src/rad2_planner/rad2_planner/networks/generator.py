@@ -10,16 +10,27 @@ One call is ONE denoising step for all M candidates of each scene: ``x0_hat = G(
 - Conditioning: adaLN-Zero (shift/scale/gate from the diffusion-time embedding plus the scene's global
   vector) around self-attention within a candidate, cross-attention to the scene tokens, and an MLP.
   The cross-attention folds the M candidates into the query sequence, so the scene tokens are
-  neither copied nor re-projected per candidate.
+  neither copied nor re-projected per candidate; :meth:`DiTDenoiser.scene_context` projects them
+  once per planning cycle rather than once per denoising step.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 from torch import nn
 
 from .config import ModelConfig
 from .layers import MLP, Attention, sinusoidal_embedding
+
+
+class SceneContext(NamedTuple):
+    """Scene-only part of a denoising step (see :meth:`DiTDenoiser.scene_context`)."""
+
+    kv: tuple  # per block: (kᵀ [B, h, dh, S], v [B, h, S, dh])
+    bias: torch.Tensor  # [B, S] additive key bias of the scene tokens
+    cond: torch.Tensor  # [B, D] scene part of the adaLN conditioning
 
 
 class DiTBlock(nn.Module):
@@ -36,17 +47,16 @@ class DiTBlock(nn.Module):
         nn.init.zeros_(self.ada[1].weight)
         nn.init.zeros_(self.ada[1].bias)
 
-    def forward(
-        self, x: torch.Tensor, c: torch.Tensor, ctx: torch.Tensor, bias: torch.Tensor
-    ) -> torch.Tensor:
-        """x [B, M, T, D]; c [B, D]; ctx [B, S, D] (already normalised); bias [B, S]."""
+    def forward(self, x: torch.Tensor, c: torch.Tensor, ctx_kv: tuple, bias: torch.Tensor) -> torch.Tensor:
+        """x [B, M, T, D]; c [B, D]; ctx_kv: this block's projected scene keys/values
+        (``cross_attn.project_kv`` of the normalised scene tokens); bias [B, S]."""
         b, m, t, d = x.shape
         mod = self.ada(c)[:, None, None, :].chunk(9, dim=-1)
         sh1, sc1, g1, sh2, sc2, g2, sh3, sc3, g3 = mod
         h = (self.n1(x) * (1.0 + sc1) + sh1).reshape(b * m, t, d)
         x = x + g1 * self.self_attn(h, h).reshape(b, m, t, d)
         h = (self.n2(x) * (1.0 + sc2) + sh2).reshape(b, m * t, d)
-        x = x + g2 * self.cross_attn(h, ctx, bias).reshape(b, m, t, d)
+        x = x + g2 * self.cross_attn.attend(h, *ctx_kv, bias).reshape(b, m, t, d)
         h = self.n3(x) * (1.0 + sc3) + sh3
         return x + g3 * self.mlp(h)
 
@@ -82,10 +92,23 @@ class DiTDenoiser(nn.Module):
     ) -> torch.Tensor:
         """x_t [B, M, T, 2] noisy normalised trajectories, t [B] diffusion time (training-step units)
         -> predicted clean normalised trajectories [B, M, T, 2]."""
-        c = self.t_mlp(sinusoidal_embedding(t, self.d)) + self.c_proj(scene_cond)
+        return self.step(x_t, t, self.scene_context(scene_tokens, scene_bias, scene_cond))
+
+    def scene_context(
+        self, scene_tokens: torch.Tensor, scene_bias: torch.Tensor, scene_cond: torch.Tensor
+    ) -> SceneContext:
+        """Everything of a step that depends on the scene only: the per-block cross-attention keys and
+        values and the scene part of the conditioning. A sampler computes it once per planning cycle
+        and reuses it for its K steps (it does not depend on x_t or t)."""
         ctx = self.ctx_norm(scene_tokens)
+        kv = tuple(blk.cross_attn.project_kv(ctx) for blk in self.blocks)
+        return SceneContext(kv=kv, bias=scene_bias, cond=self.c_proj(scene_cond))
+
+    def step(self, x_t: torch.Tensor, t: torch.Tensor, scene: SceneContext) -> torch.Tensor:
+        """One denoising evaluation given a precomputed :meth:`scene_context`."""
+        c = self.t_mlp(sinusoidal_embedding(t, self.d)) + scene.cond
         x = self.embed(x_t) + self.pos
-        for blk in self.blocks:
-            x = blk(x, c, ctx, scene_bias)
+        for blk, kv in zip(self.blocks, scene.kv):
+            x = blk(x, c, kv, scene.bias)
         shift, scale = self.final_ada(c)[:, None, None, :].chunk(2, dim=-1)
         return self.head(self.final_norm(x) * (1.0 + scale) + shift)

@@ -54,12 +54,25 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, ctx: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         """x ``[B, L, D]`` queries; ctx ``[B, S, D]`` keys/values; bias ``[B, S]`` additive key bias."""
+        return self.attend(x, *self.project_kv(ctx), bias)
+
+    def project_kv(self, ctx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Projected keys and values ``(kᵀ [B, h, dh, S], v [B, h, S, dh])`` of a context ``[B, S, D]``.
+
+        Split from :meth:`attend` so that a context attended to many times (the scene, by every
+        denoising step of a planning cycle) is projected once. Keys come pre-transposed for QKᵀ.
+        """
+        b, s, _ = ctx.shape
+        kv = self.kv(ctx).reshape(b, s, 2, self.h, self.dh)
+        return kv[:, :, 0].permute(0, 2, 3, 1), kv[:, :, 1].transpose(1, 2)
+
+    def attend(
+        self, x: torch.Tensor, k_t: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Attention of queries ``x [B, L, D]`` to projected keys/values from :meth:`project_kv`."""
         b, n_q, d = x.shape
         q = self.q(x).reshape(b, n_q, self.h, self.dh).transpose(1, 2)  # B h L dh
-        kv = self.kv(ctx).reshape(b, ctx.shape[1], 2, self.h, self.dh)
-        k = kv[:, :, 0].transpose(1, 2)  # B h S dh
-        v = kv[:, :, 1].transpose(1, 2)
-        logits = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(self.dh))
+        logits = torch.matmul(q, k_t) * (1.0 / math.sqrt(self.dh))
         if bias is not None:
             logits = logits + bias[:, None, None, :]
         w = torch.softmax(logits, dim=-1)

@@ -11,6 +11,10 @@ Tensor names (also the ONNX input/output names):
   route_mask [B,N_route] bool, ego_state [B,4] f32`` -> ``scene_tokens [B,S,D], scene_bias [B,S],
   scene_cond [B,D], bev_tokens [B,N_bev,D]``
 - denoiser: ``x_t [B,M,T,2], t [B], scene_tokens, scene_bias, scene_cond`` -> ``x0 [B,M,T,2]``
+- generator (optional, one per sampler configuration): ``x_init [B,M,T,2], scene_tokens, scene_bias,
+  scene_cond`` -> ``x0 [B,M,T,2]``: all K steps of the sampler in one call
+  (:class:`rad2_planner.networks.sampler.DiffusionSampler`); :meth:`Backend.generate` uses it when its
+  configuration matches and the step-by-step loop otherwise
 - discriminator: ``trajectories [B,M,T,2] (metres), map_polylines, map_mask, agents, agents_mask,
   ego_state, bev_tokens`` -> ``logits [B,M], scores [B,M]`` (scores = sigmoid(logits), both from
   the same evaluation so that no caller has to invert a saturated float32 sigmoid)
@@ -22,6 +26,8 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 import numpy as np
+
+from ..diffusion import NoiseSchedule, SamplerSpec, sample
 
 SCENE_INPUTS = (
     "bev",
@@ -36,6 +42,8 @@ SCENE_INPUTS = (
 SCENE_OUTPUTS = ("scene_tokens", "scene_bias", "scene_cond", "bev_tokens")
 DENOISER_INPUTS = ("x_t", "t", "scene_tokens", "scene_bias", "scene_cond")
 DENOISER_OUTPUTS = ("x0",)
+GENERATOR_INPUTS = ("x_init", "scene_tokens", "scene_bias", "scene_cond")
+GENERATOR_OUTPUTS = ("x0",)
 DISCRIMINATOR_INPUTS = (
     "trajectories",
     "map_polylines",
@@ -66,6 +74,30 @@ class Backend(ABC):
     def denoise(self, x_t: np.ndarray, t: np.ndarray, scene: dict[str, Any]) -> np.ndarray:
         """One DiT evaluation: predicted clean normalised trajectories [B, M, T, 2]."""
 
+    def generate(
+        self,
+        x_init: np.ndarray,
+        scene: dict[str, Any],
+        schedule: NoiseSchedule,
+        spec: SamplerSpec,
+        timings: dict[str, float] | None = None,
+    ) -> np.ndarray:
+        """All K sampler steps from ``x_init [B, M, T, 2]`` -> clean normalised trajectories.
+
+        This default runs the NumPy sampler loop around :meth:`denoise` (``timings`` gets
+        ``denoise_<i>`` per step); backends with a single-call sampler override it (``timings`` then
+        gets ``generate``: the K steps together).
+        """
+        return sample(
+            lambda x, t: self.denoise(x, t, scene),
+            x_init,
+            schedule,
+            spec.num_steps,
+            spec.sampler,
+            spec.x0_clip,
+            timings,
+        )
+
     @abstractmethod
     def score_logits(
         self, trajectories: np.ndarray, inputs: dict[str, np.ndarray], scene: dict[str, Any]
@@ -84,17 +116,27 @@ class Backend(ABC):
 
 
 def make_backend(
-    name: str, model, runtime_params: dict[str, Any], device: str = "cpu", onnx_dir: str | None = None
+    name: str,
+    model,
+    runtime_params: dict[str, Any],
+    device: str = "cpu",
+    onnx_dir: str | None = None,
+    sampler_spec: SamplerSpec | None = None,
 ) -> Backend:
-    """Backend by name (``planner.backend``): ``pytorch`` | ``onnxruntime`` | ``tensorrt``."""
+    """Backend by name (``planner.backend``): ``pytorch`` | ``onnxruntime`` | ``tensorrt``.
+
+    ``sampler_spec``: the planner's sampler; with ``runtime.fused_sampler`` true, the PyTorch and ONNX
+    Runtime backends run its K steps as one call (:meth:`Backend.generate`).
+    """
+    fused = sampler_spec if bool(runtime_params.get("fused_sampler", False)) else None
     if name == "pytorch":
         from .torch_backend import TorchBackend
 
-        return TorchBackend(model, device=device)
+        return TorchBackend(model, device=device, sampler_spec=fused)
     if name == "onnxruntime":
         from .ort_backend import OrtBackend
 
-        return OrtBackend.from_model(model, runtime_params, onnx_dir=onnx_dir)
+        return OrtBackend.from_model(model, runtime_params, onnx_dir=onnx_dir, sampler_spec=fused)
     if name == "tensorrt":
         from .trt_backend import TensorRTBackend
 

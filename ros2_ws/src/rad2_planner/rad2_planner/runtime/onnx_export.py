@@ -1,7 +1,9 @@
 """Export the three planner graphs to ONNX (``torch.onnx.export(..., dynamo=True)``) with a cache.
 
-Files in the ONNX directory: ``scene_encoder.onnx``, ``denoiser.onnx``, ``discriminator.onnx`` and
-``manifest.json`` (the weights hash they were exported from, the export format, tensor names, opset).
+Files in the ONNX directory: ``scene_encoder.onnx``, ``denoiser.onnx``, ``discriminator.onnx``,
+optionally ``generator_<sampler>_k<K>_clip<x0_clip>.onnx`` (all K sampler steps in one graph; one
+file per sampler configuration, listed under ``generators`` in the manifest), and ``manifest.json``
+(the weights hash they were exported from, the export format, tensor names, opset).
 ``ensure_onnx`` re-exports when the manifest's weights hash or ``export_format`` differs from the
 current ones, so a checkpoint change, or a cache written by an older exporter (format 1: discriminator
 without its ``logits`` output), is picked up; an unchanged one costs nothing. Batch ``B`` and
@@ -20,11 +22,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..diffusion import SamplerSpec
 from .base import (
     DENOISER_INPUTS,
     DENOISER_OUTPUTS,
     DISCRIMINATOR_INPUTS,
     DISCRIMINATOR_OUTPUTS,
+    GENERATOR_INPUTS,
+    GENERATOR_OUTPUTS,
     SCENE_INPUTS,
     SCENE_OUTPUTS,
 )
@@ -97,15 +102,51 @@ def _export(module, args: tuple, names_in, names_out, dynamic: dict, path: Path)
     os.replace(tmp, path)  # atomic: a concurrent reader never sees a half-written graph
 
 
-def export_onnx(model, out_dir: str | Path) -> dict[str, Path]:
-    """Export the scene encoder, one denoising step and the discriminator of ``model``."""
+def _dims():
+    return torch.export.Dim("batch", min=1, max=256), torch.export.Dim("candidates", min=1, max=4096)
+
+
+def generator_file(spec: SamplerSpec) -> str:
+    """File name of the generator graph of one sampler configuration."""
+    return f"generator_{spec.sampler}_k{spec.num_steps}_clip{spec.x0_clip}.onnx"
+
+
+def export_generator(model, out_dir: str | Path, spec: SamplerSpec) -> Path:
+    """Export the single-call sampler (K steps of ``spec``) of ``model`` (:func:`generator_file`)."""
+    from ..networks.sampler import DiffusionSampler
+
+    path = Path(out_dir) / generator_file(spec)
+    model = model.to("cpu").eval()
+    ex = {k: torch.from_numpy(v) for k, v in example_inputs(model.cfg).items()}
+    with torch.no_grad():
+        tokens, bias, cond, _ = model.encoder(*(ex[k] for k in SCENE_INPUTS))
+    B, M = _dims()
+    _export(
+        DiffusionSampler(model.denoiser, model.cfg.num_train_steps, spec),
+        (ex["x_t"], tokens, bias, cond),
+        GENERATOR_INPUTS,
+        GENERATOR_OUTPUTS,
+        {"x_init": {0: B, 1: M}, "scene_tokens": {0: B}, "scene_bias": {0: B}, "scene_cond": {0: B}},
+        path,
+    )
+    return path
+
+
+def _write_manifest(out: Path, manifest: dict) -> None:
+    tmp = out / f".manifest.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(manifest, indent=1))
+    os.replace(tmp, out / "manifest.json")
+
+
+def export_onnx(model, out_dir: str | Path, sampler_spec: SamplerSpec | None = None) -> dict[str, Path]:
+    """Export the scene encoder, one denoising step and the discriminator of ``model`` (and, with a
+    ``sampler_spec``, the single-call generator of that sampler)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cfg = model.cfg
     model = model.to("cpu").eval()
     ex = {k: torch.from_numpy(v) for k, v in example_inputs(cfg).items()}
-    B = torch.export.Dim("batch", min=1, max=256)
-    M = torch.export.Dim("candidates", min=1, max=4096)
+    B, M = _dims()
     paths = {g: out / f"{g}.onnx" for g in GRAPHS}
 
     scene_args = tuple(ex[k] for k in SCENE_INPUTS)
@@ -162,14 +203,17 @@ def export_onnx(model, out_dir: str | Path) -> dict[str, Path]:
             "discriminator": DISCRIMINATOR_OUTPUTS,
         },
     }
-    tmp = out / f".manifest.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=1))
-    os.replace(tmp, out / "manifest.json")
+    if sampler_spec is not None:
+        paths["generator"] = export_generator(model, out, sampler_spec)
+        manifest["generators"] = {paths["generator"].name: sampler_spec.to_dict()}
+    _write_manifest(out, manifest)
     return paths
 
 
-def ensure_onnx(model, out_dir: str | Path) -> dict[str, Path]:
-    """Export unless ``out_dir`` already holds graphs of the current format from exactly these weights."""
+def ensure_onnx(model, out_dir: str | Path, sampler_spec: SamplerSpec | None = None) -> dict[str, Path]:
+    """Export unless ``out_dir`` already holds graphs of the current format from exactly these weights
+    (and, with a ``sampler_spec``, a generator graph of that sampler: only it is re-exported when the
+    sampler changed)."""
     out = Path(out_dir)
     man = out / "manifest.json"
     want = model.weights_hash()
@@ -178,11 +222,22 @@ def ensure_onnx(model, out_dir: str | Path) -> dict[str, Path]:
         paths = {g: out / f"{g}.onnx" for g in GRAPHS}
         current = meta.get("weights_hash") == want and meta.get("export_format") == EXPORT_FORMAT
         if current and all(p.is_file() for p in paths.values()):
-            return paths
+            if sampler_spec is None:
+                return paths
+            gen = out / generator_file(sampler_spec)
+            generators = meta.get("generators", {})
+            if gen.name not in generators or not gen.is_file():
+                log.info("ONNX cache %s: exporting the generator graph for %s", out, sampler_spec)
+                export_generator(model, out, sampler_spec)
+                # re-read: another process may have added its own generator meanwhile
+                meta = json.loads(man.read_text())
+                meta.setdefault("generators", {})[gen.name] = sampler_spec.to_dict()
+                _write_manifest(out, meta)
+            return {**paths, "generator": gen}
         log.info(
             "ONNX cache %s is stale (export_format %s, current %s); re-exporting",
             out,
             meta.get("export_format", 1),
             EXPORT_FORMAT,
         )
-    return export_onnx(model, out)
+    return export_onnx(model, out, sampler_spec)

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..diffusion import NoiseSchedule, SamplerSpec
 from .base import (
     DENOISER_INPUTS,
     DISCRIMINATOR_INPUTS,
     DISCRIMINATOR_OUTPUTS,
+    GENERATOR_INPUTS,
     SCENE_INPUTS,
     SCENE_OUTPUTS,
     Backend,
@@ -36,8 +39,14 @@ class OrtBackend(Backend):
     name = "onnxruntime"
 
     def __init__(
-        self, onnx_paths: dict[str, Path], runtime_params: dict[str, Any], providers: list[str] | None = None
+        self,
+        onnx_paths: dict[str, Path],
+        runtime_params: dict[str, Any],
+        providers: list[str] | None = None,
+        sampler_spec: SamplerSpec | None = None,
     ):
+        """``onnx_paths``: graph name -> file; a ``generator`` graph must come with the
+        ``sampler_spec`` it was exported for."""
         try:
             import onnxruntime as ort
         except ImportError as e:  # pragma: no cover - onnxruntime is a pinned dependency
@@ -48,12 +57,24 @@ class OrtBackend(Backend):
             g: ort.InferenceSession(str(p), so, providers=providers) for g, p in onnx_paths.items()
         }
         self.paths = dict(onnx_paths)
+        if "generator" in self.sessions and sampler_spec is None:
+            raise ValueError(
+                "onnxruntime backend: a generator graph needs the sampler_spec it was exported for"
+            )
+        self.sampler_spec = sampler_spec if "generator" in self.sessions else None
 
     @classmethod
-    def from_model(cls, model, runtime_params: dict[str, Any], onnx_dir: str | None = None) -> OrtBackend:
-        """Export (or reuse the cached export of) ``model`` and open sessions on it."""
+    def from_model(
+        cls,
+        model,
+        runtime_params: dict[str, Any],
+        onnx_dir: str | None = None,
+        sampler_spec: SamplerSpec | None = None,
+    ) -> OrtBackend:
+        """Export (or reuse the cached export of) ``model`` and open sessions on it; with a
+        ``sampler_spec``, also the single-call generator graph of that sampler."""
         d = onnx_dir or runtime_params["onnx_dir"]
-        return cls(ensure_onnx(model, d), runtime_params)
+        return cls(ensure_onnx(model, d, sampler_spec), runtime_params, sampler_spec=sampler_spec)
 
     def encode(self, inputs: dict[str, np.ndarray]) -> dict[str, Any]:
         outs = self.sessions["scene_encoder"].run(None, {k: inputs[k] for k in SCENE_INPUTS})
@@ -63,6 +84,17 @@ class OrtBackend(Backend):
         feed = {"x_t": x_t, "t": t}
         feed.update({k: scene[k] for k in DENOISER_INPUTS[2:]})
         return self.sessions["denoiser"].run(None, feed)[0]
+
+    def generate(self, x_init, scene, schedule: NoiseSchedule, spec: SamplerSpec, timings=None) -> np.ndarray:
+        if self.sampler_spec != spec:
+            return super().generate(x_init, scene, schedule, spec, timings)
+        t0 = time.perf_counter()
+        feed = {"x_init": np.ascontiguousarray(x_init, dtype=np.float32)}
+        feed.update({k: scene[k] for k in GENERATOR_INPUTS[1:]})
+        x0 = self.sessions["generator"].run(None, feed)[0]
+        if timings is not None:
+            timings["generate"] = (time.perf_counter() - t0) * 1e3
+        return x0
 
     def score_logits(
         self, trajectories: np.ndarray, inputs: dict[str, np.ndarray], scene: dict[str, Any]
