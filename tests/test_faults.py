@@ -6,7 +6,8 @@
   counted and visible in planning/diagnostics; the node exits cleanly (0) on SIGINT afterwards.
 - perception-features node: malformed object lists / odometry are rejected, it keeps publishing.
 - planner killed mid-clip in the closed loop (sim + planner + controller) -> the controller commands
-  the minimal-risk stop within a bounded time and reports it (tests/test_hil.py holds the loop).
+  the minimal-risk stop at most 300 ms after the last trajectory (planner heartbeat lost) and reports
+  it (tests/test_hil.py holds the loop).
 """
 
 from __future__ import annotations
@@ -407,6 +408,7 @@ def test_planner_killed_mid_clip_controller_stops(tmp_path):
     save_dataset([load_clip(split / entry["file"], maps_dir=split / "maps")], tmp_path / "ds")
     ctrl = load_params("controller")["controller"]["node"]
     stale, decel = float(ctrl["stale_timeout_s"]), float(ctrl["stop_decel"])
+    hb_timeout = float(ctrl["planner_heartbeat_timeout_s"])
     domain = unique_domain_id()
     # a light planner (M=8, K=2): this test is about the controller's reaction, not plan quality
     light = {"planner.num_candidates": 8, "planner.num_denoise_steps": 2}
@@ -424,22 +426,22 @@ def test_planner_killed_mid_clip_controller_stops(tmp_path):
     assert stops, "no minimal-risk stop after the planner was killed"
     stop_s = (stops[0][0] - t_kill) / 1e9
     since_last = (stops[0][0] - res["t_last_traj_ns"]) / 1e9
-    # bounded: the stale timeout after the last plan (simulated time, runs at wall speed) + one
-    # controller period (it ticks at its own rate on the sim's fine-grained /clock) + allowance for
-    # DDS and a loaded 2-core host; never before the timeout
-    period = 1.0 / float(ctrl["rate_hz"])
+    # the planner's heartbeat (controller.node.planner_heartbeat_timeout_s), not only the trajectory
+    # timeout, triggers the stop: at most 300 ms after the last trajectory (simulated time runs at
+    # wall speed; the monitor's receive times add DDS delivery)
     print(f"planner kill -> minimal-risk stop command: {stop_s * 1e3:.0f} ms after the kill, "
-          f"{since_last * 1e3:.0f} ms after the last trajectory (stale timeout {stale} s)")
-    assert stale - 0.05 <= since_last <= stale + period + 0.4, since_last
-    assert stop_s <= stale + period + 0.4, stop_s
-    assert "stale" in stops[0][2], stops[0][2]
+          f"{since_last * 1e3:.0f} ms after the last trajectory (heartbeat timeout {hb_timeout} s): "
+          f"{stops[0][2]}")
+    assert since_last <= 0.300, since_last
+    assert stop_s <= stale, stop_s
+    assert "planner heartbeat lost" in stops[0][2], stops[0][2]
     # every command after the first stop is a stop, until the end of the observation
     after = [c for c in res["commands"] if c[0] >= stops[0][0]]
     assert all(c[1] for c in after), [c[2] for c in after if not c[1]][:3]
     # reported: the controller's diagnostics carry the fallback and its reason
     reported = [d for d in res["control_diags"] if d["receive_ns"] and d["receive_ns"] > t_kill
                 and d["fallback_active"]]
-    assert reported and "stale" in reported[0]["fallback_reason"], reported[:1]
+    assert reported and "heartbeat lost" in reported[0]["fallback_reason"], reported[:1]
     # and the ego actually slows down (odometry from the sim), at no more than the stop deceleration
     speeds = [(t, v) for t, _, v in res["odom"] if t >= stops[0][0]]
     assert len(speeds) >= 10

@@ -89,13 +89,14 @@ class SimNode(Node):
         self.results = []
         self.clip_index = -1
         self.state = None
-        self.sim_time_ns = 0
+        # simulated time starts after 0: a stamp of 0 is an unset stamp, which the validators reject
+        self.sim_time_ns = int(round(float(cfg["start_time_s"]) * 1e9))
         # commands by arrival (simulated ns): the one in force at the step start, then later ones
         self.held: _Held | None = None
         self.pending: list[_Held] = []
         self.started = False  # a non-emergency command arrived since the clip start
         self.clip_start_wall = 0.0
-        self.clock_ns = 0  # last published /clock
+        self.clock_ns = self.sim_time_ns  # last published /clock
         self.sub_ticks = int(round(float(cfg["clock_rate_hz"]) * self.dt))
         if self.sub_ticks < 1 or abs(self.sub_ticks - float(cfg["clock_rate_hz"]) * self.dt) > 1e-6:
             raise ValueError(f"node.clock_rate_hz: {cfg['clock_rate_hz']} must be a positive multiple of "
