@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from .config import ModelConfig
-from .layers import MLP, TransformerLayer, mask_to_bias
+from .layers import MLP, Linear, TransformerLayer, mask_to_bias
 
 
 class BevEncoder(nn.Module):
@@ -49,7 +49,7 @@ class PolylineEncoder(nn.Module):
         super().__init__()
         self.register_buffer("scale", torch.tensor(scale, dtype=torch.float32))
         self.point_mlp = MLP(point_dim, cfg.point_mlp_hidden, cfg.d_model)
-        self.out = nn.Sequential(nn.LayerNorm(cfg.d_model), nn.Linear(cfg.d_model, cfg.d_model))
+        self.out = nn.Sequential(nn.LayerNorm(cfg.d_model), Linear(cfg.d_model, cfg.d_model))
 
     def forward(self, polylines: torch.Tensor) -> torch.Tensor:
         """[B, N, P, F] -> [B, N, D]."""

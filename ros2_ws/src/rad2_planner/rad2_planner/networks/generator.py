@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from .config import ModelConfig
-from .layers import MLP, Attention, sinusoidal_embedding
+from .layers import MLP, Attention, Linear, sinusoidal_embedding
 
 
 class SceneContext(NamedTuple):
@@ -66,7 +66,7 @@ class DiTDenoiser(nn.Module):
         super().__init__()
         d = cfg.d_model
         self.d = d
-        self.embed = nn.Linear(2, d)
+        self.embed = Linear(2, d)
         self.pos = nn.Parameter(torch.zeros(1, 1, cfg.plan_points, d))
         nn.init.normal_(self.pos, std=0.02)
         self.t_mlp = nn.Sequential(nn.Linear(d, d), nn.SiLU(), nn.Linear(d, d))
@@ -77,7 +77,7 @@ class DiTDenoiser(nn.Module):
         )
         self.final_norm = nn.LayerNorm(d, elementwise_affine=False)
         self.final_ada = nn.Sequential(nn.SiLU(), nn.Linear(d, 2 * d))
-        self.head = nn.Linear(d, 2)
+        self.head = Linear(d, 2)
         for lin in (self.final_ada[1], self.head):
             nn.init.zeros_(lin.weight)
             nn.init.zeros_(lin.bias)

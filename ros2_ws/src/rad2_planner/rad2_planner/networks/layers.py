@@ -22,6 +22,22 @@ def mask_to_bias(mask: torch.Tensor) -> torch.Tensor:
     return (1.0 - mask.to(torch.float32)) * MASK_BIAS
 
 
+class Linear(nn.Linear):
+    """``nn.Linear`` applied to the rows of a 2-D view of its input.
+
+    Same parameters and result; the point is the exported graph: a product on a 2-D input exports as
+    one ``Gemm`` with its bias fused, whereas on a 3-D or 4-D input it becomes ``MatMul`` followed by
+    a separate ``Add`` over the whole activation, which costs ONNX Runtime a pass over memory per
+    layer (≈ 8 % of the denoiser's time at M = 32).
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() <= 2:
+            return super().forward(x)
+        y = nn.functional.linear(x.reshape(-1, x.shape[-1]), self.weight, self.bias)
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+
 class MLP(nn.Module):
     """Linear → GELU → Linear (→ optional extra hidden layers)."""
 
@@ -30,7 +46,7 @@ class MLP(nn.Module):
         dims = [d_in] + [d_hidden] * (layers - 1) + [d_out]
         mods: list[nn.Module] = []
         for i in range(len(dims) - 1):
-            mods.append(nn.Linear(dims[i], dims[i + 1]))
+            mods.append(Linear(dims[i], dims[i + 1]))
             if i < len(dims) - 2:
                 mods.append(nn.GELU())
         self.net = nn.Sequential(*mods)
@@ -48,9 +64,9 @@ class Attention(nn.Module):
             raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
         self.h = num_heads
         self.dh = d_model // num_heads
-        self.q = nn.Linear(d_model, d_model)
-        self.kv = nn.Linear(d_model, 2 * d_model)
-        self.out = nn.Linear(d_model, d_model)
+        self.q = Linear(d_model, d_model)
+        self.kv = Linear(d_model, 2 * d_model)
+        self.out = Linear(d_model, d_model)
 
     def forward(self, x: torch.Tensor, ctx: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         """x ``[B, L, D]`` queries; ctx ``[B, S, D]`` keys/values; bias ``[B, S]`` additive key bias."""
