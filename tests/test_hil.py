@@ -88,7 +88,10 @@ def _check_closed_loop(res: dict, clip, require_safe: bool) -> dict:
     wall = (res["t_end_ns"] - res["t_start_ns"]) / 1e9
     cmds = [t for t, _, _ in res["commands"] if res["t_start_ns"] <= t <= res["t_end_ns"]]
     rate = len(cmds) / wall
-    diags = res["planner_diags"]
+    # planning cycles on input; reports of a starved planner (no input yet, or after the clip: the
+    # watchdog's fallback every input period) carry no input stamp
+    starved = sum(d["input_stamp_ns"] == 0 for d in res["planner_diags"])
+    diags = [d for d in res["planner_diags"] if d["input_stamp_ns"] > 0]
     misses = diags[-1]["deadline_miss_count"] if diags else steps
     lat = res["latency"]
     figures = {
@@ -97,7 +100,7 @@ def _check_closed_loop(res: dict, clip, require_safe: bool) -> dict:
         "control_rate_hz": rate, "planner_cycles": len(diags), "deadline_misses": misses,
         "backend": diags[-1]["backend"] if diags else None,
         "planner_total_ms_p50": _pct([d["total_ms"] for d in diags], 50),
-        "fallback_cycles": sum(d["fallback_active"] for d in diags),
+        "fallback_cycles": sum(d["fallback_active"] for d in diags), "starved_reports": starved,
         "input_to_trajectory_ms": {q: _pct(lat["input_to_trajectory_ms"], q) for q in (50, 90, 99)},
         "input_to_control_ms": {q: _pct(lat["input_to_control_ms"], q) for q in (50, 90, 99)},
     }
