@@ -115,7 +115,8 @@ class RolloutWorker:
             if self._onnx_dir is None:
                 self._onnx_dir = tempfile.mkdtemp(prefix=f"rad2_worker_{os.getpid()}_onnx_")
             runtime = dict(self.spec.planner_params()["runtime"])
-            policy.backend = make_backend(policy.backend_name, policy.model, runtime, onnx_dir=self._onnx_dir)
+            policy.backend = make_backend(policy.backend_name, policy.model, runtime, onnx_dir=self._onnx_dir,
+                                          sampler_spec=policy.sampler_spec)
 
 
 class RolloutPool:

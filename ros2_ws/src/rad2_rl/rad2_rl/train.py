@@ -1,0 +1,407 @@
+"""Closed-loop RL of RAD-2, top to bottom: collect grouped rollouts, update the discriminator by
+TC-GRPO on every new batch, fine-tune the generator by On-policy Generator Optimization once per
+buffer circulation, validate, checkpoint. The algorithms are in :mod:`rad2_rl.tc_grpo` and
+:mod:`rad2_rl.ogo`; this module is the loop and its state.
+
+One iteration:
+1. draw ``clips_per_iteration`` training clips (the run's NumPy generator) and roll each out G times
+   from its start with the current policy: M candidates from the generator, the executed one sampled
+   from the discriminator's distribution (softmax of logits / T, optionally R1Sim's entropy-guided
+   top-K_t), latched for H_reuse steps (``bev_warp_sim.rollout``; in this process or Ray workers);
+2. rewards (``rewards.rl_reward`` of params/sim.yaml, any of ``bev_warp_sim.rewards.REWARDS``) →
+   group advantages → clip filtering → the decision points of the kept groups (one batch);
+3. TC-GRPO: the batch enters the FIFO buffer and the discriminator takes one step on the buffer;
+4. OGO: every ``ogo_every`` iterations (one circulation of the buffer: the 8:1 schedule) the
+   re-timed segments collected since the last generator update fine-tune the generator;
+5. every ``validate_every`` iterations: deterministic (argmax) closed-loop evaluation on held-out
+   clips (collision rate, progress); every ``checkpoint_every`` iterations and at the end: a
+   checkpoint from which :func:`train` resumes exactly (weights, both optimisers, the buffer, λ of
+   the entropy term, every random generator, the pending OGO targets and the iteration).
+
+Rollouts run the PyTorch backend on the very model being trained, so an update is live at the next
+collection with no re-export; Ray workers receive the weights after every update.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.numpy import load_file as load_arrays
+from safetensors.numpy import save_file as save_arrays
+
+from .ogo import OGOConfig, OGOTarget, generator_batch, generator_step, ogo_targets
+from .tc_grpo import DecisionBatch, TCGRPOConfig, Trainer, decision_batch
+
+DISCRIMINATOR_INITS = ("generator", "random")
+
+
+@dataclass(frozen=True)
+class RLConfig:
+    """``rl:`` of params/training.yaml (see its schema for units and ranges)."""
+
+    seed: int = 0
+    iterations: int = 64
+    clips_per_iteration: int = 8
+    group_size: int = 4
+    batch_size: int = 16
+    h_reuse: int = 8
+    num_candidates: int = 32
+    reward: str = "rad2"
+    train_discriminator: bool = True
+    train_generator: bool = True
+    discriminator_init: str = "generator"
+    discriminator_lr: float = 1e-4
+    generator_lr: float = 2e-5
+    ogo_every: int = 8
+    ogo_steps: int = 20
+    ogo_batch: int = 32
+    ogo_noise_draws: int = 4
+    validate_every: int = 8
+    validation_clips: int = 16
+    checkpoint_every: int = 4
+
+    def __post_init__(self) -> None:
+        if self.discriminator_init not in DISCRIMINATOR_INITS:
+            raise ValueError(f"rl.discriminator_init: unknown value {self.discriminator_init!r} "
+                             f"(choose from {DISCRIMINATOR_INITS})")
+        if self.group_size < 2:
+            raise ValueError(f"rl.group_size: GRPO needs groups of >= 2 rollouts, got {self.group_size}")
+        for name in ("iterations", "clips_per_iteration", "batch_size", "h_reuse", "num_candidates",
+                     "ogo_every", "ogo_steps", "ogo_batch", "ogo_noise_draws", "validate_every",
+                     "checkpoint_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"rl.{name}: must be >= 1, got {getattr(self, name)}")
+
+    @classmethod
+    def from_params(cls, rl: dict[str, Any], **overrides: Any) -> RLConfig:
+        names = {f.name for f in fields(cls)}
+        unknown = set(rl) - names - {"tc_grpo", "ogo"}
+        if unknown:
+            raise ValueError(f"rl: unknown keys {sorted(unknown)}")
+        return cls(**{**{k: v for k, v in rl.items() if k in names}, **overrides})
+
+
+@dataclass
+class RunState:
+    """Everything besides tensors that a resumed run needs to continue exactly."""
+
+    iteration: int = 0
+    updates: int = 0
+    generator_updates: int = 0
+    env_steps: int = 0
+    seconds: float = 0.0
+    log_beta: float = 0.0
+    rng: dict[str, Any] | None = None  # numpy bit generator state
+    history: list[dict[str, float]] | None = None
+
+
+# ----------------------------------------------------------------------------------------------------
+# the run
+
+
+class RLRun:
+    """The model, the optimisers, the buffer, the collector and the run state of one training run."""
+
+    def __init__(self, model, cfg: RLConfig, tc_cfg: TCGRPOConfig, ogo_cfg: OGOConfig,
+                 sim, train_clips: Sequence[Any], val_clips: Sequence[Any] = (),
+                 planner_params: dict[str, Any] | None = None, pool=None):
+        from bev_warp_sim.rollout import BatchedPolicy
+        from rad2_planner.config import load_params
+        from rad2_planner.diffusion import NoiseSchedule
+        from rad2_planner.policy import Rad2Policy
+        from rad2_planner.selection import CandidateDistribution
+
+        if not train_clips:
+            raise ValueError("train_clips: no clips to train on")
+        self.model, self.cfg, self.tc_cfg, self.ogo_cfg, self.sim = model, cfg, tc_cfg, ogo_cfg, sim
+        self.train_clips, self.val_clips = list(train_clips), list(val_clips)
+        self.clips_by_id = {c.clip_id: c for c in self.train_clips}
+        params = planner_params if planner_params is not None else load_params("planner")
+        params = {**params, "runtime": {**params["runtime"], "fused_sampler": True}}
+        torch.manual_seed(cfg.seed)
+        if cfg.discriminator_init == "random":
+            from rad2_planner.networks.discriminator import Discriminator
+
+            model.discriminator = Discriminator(model.cfg)
+        self.policy = Rad2Policy(model, params, backend="pytorch", num_candidates=cfg.num_candidates,
+                                 always_score=True)
+        dist = CandidateDistribution.from_params(
+            {**params["planner"], "selection_temperature": tc_cfg.temperature})
+        self.explore = BatchedPolicy(self.policy, selection="sample", record_discriminator_inputs=True,
+                                     candidate_distribution=dist)
+        self.deploy = BatchedPolicy(self.policy, selection="deterministic")
+        self.pool = pool
+        self.trainer = Trainer(model, tc_cfg, lr=cfg.discriminator_lr)
+        self.gen_optimizer = torch.optim.AdamW(
+            list(model.encoder.parameters()) + list(model.denoiser.parameters()), lr=cfg.generator_lr)
+        self.schedule = NoiseSchedule(model.cfg.num_train_steps)
+        self.torch_gen = torch.Generator().manual_seed(cfg.seed)
+        self.rng = np.random.default_rng(cfg.seed)
+        self.pending_targets: list[OGOTarget] = []
+        self.state = RunState(log_beta=self.trainer.entropy.log_beta, history=[])
+
+    # -- 1. collection -------------------------------------------------------------------------------
+    def collect(self, clips: Sequence[Any], seed: int, progress: Callable[[int], None] | None = None):
+        from bev_warp_sim.rollout import run_rollouts
+
+        kwargs = dict(group_size=self.cfg.group_size, batch_size=self.cfg.batch_size, seed=seed,
+                      h_reuse=self.cfg.h_reuse, rewards=[self.cfg.reward], progress=progress)
+        if self.pool is not None:
+            return self.pool.run(clips, **kwargs)
+        self.model.eval()
+        return run_rollouts(self.sim, self.explore, clips, **kwargs)
+
+    # -- one iteration -------------------------------------------------------------------------------
+    def iteration(self, progress: Callable[[int], None] | None = None) -> dict[str, float]:
+        cfg, it = self.cfg, self.state.iteration
+        t0 = time.perf_counter()
+        n = min(cfg.clips_per_iteration, len(self.train_clips))
+        pick = self.rng.choice(len(self.train_clips), size=n, replace=False)
+        clips = [self.train_clips[i] for i in sorted(pick)]
+        rollouts, stats = self.collect(clips, seed=cfg.seed * 1_000_003 + it, progress=progress)
+        rewards = np.array([r.rewards[cfg.reward] for r in rollouts])
+        log: dict[str, float] = {
+            "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std()),
+            "collision_rate": float(np.mean([r.result.collided for r in rollouts])),
+            "env_steps": float(stats.env_steps), "decisions": float(stats.decisions),
+        }
+        # 2.-3. TC-GRPO on the discriminator
+        if cfg.train_discriminator:
+            batch = decision_batch(rollouts, cfg.reward, self.tc_cfg)
+            upd = self.trainer.add_and_update(batch)
+            if batch is None:
+                log["clip_filter_rate"] = 1.0
+            if upd is not None:
+                self.state.updates += 1
+                log.update(upd)
+                self.model.discriminator_trained = True
+        # 4. OGO targets now, generator update once per buffer circulation
+        if cfg.train_generator:
+            self.pending_targets += ogo_targets(rollouts, self.ogo_cfg, self.model.cfg.plan_points,
+                                                self.model.cfg.plan_dt)
+            if (it + 1) % cfg.ogo_every == 0 and self.pending_targets:
+                log.update(self.generator_update())
+        if self.pool is not None and (cfg.train_discriminator or cfg.train_generator):
+            self.pool.set_weights(self.model.state_dict(), self.model.discriminator_trained)
+        self.state.iteration += 1
+        self.state.env_steps += stats.env_steps
+        self.state.log_beta = self.trainer.entropy.log_beta
+        log["iteration_s"] = time.perf_counter() - t0
+        self.state.seconds += log["iteration_s"]
+        self.state.history.append({"iteration": it, **log})
+        return log
+
+    def generator_update(self) -> dict[str, float]:
+        """Eq. 19 on the pending targets: ``ogo_steps`` minibatches, then the targets are consumed."""
+        cfg = self.cfg
+        targets, self.pending_targets = self.pending_targets, []
+        losses = []
+        for _ in range(cfg.ogo_steps):
+            idx = self.rng.choice(len(targets), size=min(cfg.ogo_batch, len(targets)), replace=False)
+            batch = generator_batch(self.sim, self.clips_by_id, [targets[i] for i in idx])
+            losses.append(generator_step(self.model, self.gen_optimizer, batch, self.schedule,
+                                         cfg.ogo_noise_draws, self.torch_gen))
+        self.state.generator_updates += 1
+        kinds = [t.kind for t in targets]
+        return {"ogo_loss": float(np.mean(losses)), "ogo_targets": float(len(targets)),
+                "ogo_decelerate_share": kinds.count("decelerate") / len(kinds)}
+
+    # -- 5. validation -------------------------------------------------------------------------------
+    def validate(self, seed: int = 0) -> dict[str, float]:
+        """Deterministic deployment selection (argmax of the discriminator) on the held-out clips."""
+        from bev_warp_sim.rollout import run_rollouts
+
+        if not self.val_clips:
+            return {}
+        self.model.eval()
+        rollouts, _ = run_rollouts(self.sim, self.deploy, self.val_clips, group_size=1,
+                                   batch_size=self.cfg.batch_size, seed=seed, rewards=[self.cfg.reward])
+        results = [r.result for r in rollouts]
+        return {
+            "val_collision_rate": float(np.mean([r.collided for r in results])),
+            "val_at_fault_collision_rate": float(np.mean([r.at_fault for r in results])),
+            "val_progress_ratio": float(np.mean([r.rho for r in results])),
+            "val_reward": float(np.mean([r.rewards[self.cfg.reward] for r in rollouts])),
+        }
+
+    # -- checkpoints ---------------------------------------------------------------------------------
+    def save(self, directory: str | Path) -> Path:
+        """Write the run to ``directory`` atomically (a new folder renamed over the old one)."""
+        final = Path(directory)
+        tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        self.model.training_info = {**self.model.training_info, "rl": {
+            "config": asdict(self.cfg), "tc_grpo": asdict(self.tc_cfg), "ogo": asdict(self.ogo_cfg),
+            "iteration": self.state.iteration, "updates": self.state.updates,
+            "generator_updates": self.state.generator_updates, "env_steps": self.state.env_steps}}
+        self.model.save(tmp / "model")
+        state = {
+            **_optimizer_arrays("disc_opt", self.trainer.optimizer),
+            **_optimizer_arrays("gen_opt", self.gen_optimizer),
+            **_buffer_arrays(self.trainer.buffer),
+            **_target_arrays(self.pending_targets),
+            "torch_rng": torch.get_rng_state().numpy(),
+            "torch_gen": self.torch_gen.get_state().numpy(),
+        }
+        save_arrays(state, str(tmp / "state.safetensors"))
+        self.state.rng = self.rng.bit_generator.state
+        meta = {"run": asdict(self.state),
+                "buffer": [[b.groups_total, b.groups_kept] for b in self.trainer.buffer],
+                "targets": [[t.clip_id, t.step, t.kind] for t in self.pending_targets],
+                "optimizers": {"disc_opt": _optimizer_meta(self.trainer.optimizer),
+                               "gen_opt": _optimizer_meta(self.gen_optimizer)}}
+        (tmp / "run.json").write_text(json.dumps(meta, indent=1, default=_json_default))
+        old = final.with_name(f".{final.name}.old")
+        if final.exists():
+            os.replace(final, old)
+        os.replace(tmp, final)
+        if old.exists():
+            shutil.rmtree(old)
+        return final
+
+    def restore(self, directory: str | Path) -> None:
+        """Continue a run saved by :meth:`save` (same configuration)."""
+        d = Path(directory)
+        meta = json.loads((d / "run.json").read_text())
+        from rad2_planner.networks.model import PlannerModel
+
+        saved = PlannerModel.load(d / "model")
+        self.model.load_state_dict(saved.state_dict())
+        self.model.discriminator_trained = saved.discriminator_trained
+        arrays = load_arrays(str(d / "state.safetensors"))
+        _restore_optimizer(self.trainer.optimizer, "disc_opt", arrays, meta["optimizers"]["disc_opt"])
+        _restore_optimizer(self.gen_optimizer, "gen_opt", arrays, meta["optimizers"]["gen_opt"])
+        self.trainer.buffer.clear()
+        for i, (total, kept) in enumerate(meta["buffer"]):
+            self.trainer.buffer.append(_buffer_from_arrays(arrays, i, total, kept))
+        self.pending_targets = [
+            OGOTarget(cid, int(step), arrays[f"target.{i}.ego_state"], float(arrays[f"target.{i}.accel"][0]),
+                      arrays[f"target.{i}.raw"], arrays[f"target.{i}.target"], kind)
+            for i, (cid, step, kind) in enumerate(meta["targets"])]
+        torch.set_rng_state(torch.from_numpy(arrays["torch_rng"]))
+        self.torch_gen.set_state(torch.from_numpy(arrays["torch_gen"]))
+        self.state = RunState(**meta["run"])
+        self.rng.bit_generator.state = self.state.rng
+        self.trainer.entropy.log_beta = float(self.state.log_beta)
+        if self.pool is not None:
+            self.pool.set_weights(self.model.state_dict(), self.model.discriminator_trained)
+
+
+def train(run: RLRun, out_dir: str | Path, budget_s: float = math.inf,
+          log: Callable[[int, dict[str, float]], None] | None = None,
+          progress: Callable[[int], None] | None = None,
+          on_iteration: Callable[[int], None] | None = None) -> RunState:
+    """Iterate until ``run.cfg.iterations`` or the wall-clock ``budget_s``; checkpoints in ``out_dir``
+    (``last/``; resume with :meth:`RLRun.restore`)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    cfg = run.cfg
+    while run.state.iteration < cfg.iterations:
+        logs = run.iteration(progress=progress)
+        it = run.state.iteration
+        if it % cfg.validate_every == 0 or it == cfg.iterations:
+            logs.update(run.validate())
+        if log is not None:
+            log(it, logs)
+        over_budget = time.monotonic() - start > budget_s
+        if it % cfg.checkpoint_every == 0 or it == cfg.iterations or over_budget:
+            run.save(out / "last")
+        if on_iteration is not None:
+            on_iteration(it)
+        if over_budget:
+            break
+    return run.state
+
+
+def config_from_params(training: dict[str, Any],
+                       **overrides: Any) -> tuple[RLConfig, TCGRPOConfig, OGOConfig]:
+    """The three configurations of ``training.yaml``'s ``rl:`` block (``overrides``: RLConfig fields)."""
+    rl = training["rl"]
+    cfg = RLConfig.from_params(rl, **overrides)
+    return cfg, TCGRPOConfig(**rl["tc_grpo"]), OGOConfig(**rl["ogo"])
+
+
+# ----------------------------------------------------------------------------------------------------
+# checkpoint helpers: everything as flat named arrays (safetensors) plus JSON for the structure
+
+
+def _json_default(o):
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def _optimizer_meta(opt: torch.optim.Optimizer) -> dict[str, Any]:
+    sd = opt.state_dict()
+    groups = [{k: v for k, v in g.items()} for g in sd["param_groups"]]
+    scalars = {str(pid): {k: (float(v) if torch.is_tensor(v) and v.ndim == 0 else None)
+                          for k, v in st.items()} for pid, st in sd["state"].items()}
+    return {"param_groups": groups, "scalars": scalars}
+
+
+def _optimizer_arrays(prefix: str, opt: torch.optim.Optimizer) -> dict[str, np.ndarray]:
+    return {f"{prefix}.{pid}.{k}": v.detach().cpu().numpy()
+            for pid, st in opt.state_dict()["state"].items()
+            for k, v in st.items() if torch.is_tensor(v) and v.ndim > 0}
+
+
+def _restore_optimizer(opt: torch.optim.Optimizer, prefix: str, arrays: dict[str, np.ndarray],
+                       meta: dict[str, Any]) -> None:
+    state = {}
+    for pid, scalars in meta["scalars"].items():
+        st = {k: torch.tensor(v) for k, v in scalars.items() if v is not None}
+        for key, arr in arrays.items():
+            head = f"{prefix}.{pid}."
+            if key.startswith(head):
+                st[key[len(head):]] = torch.from_numpy(arr.copy())
+        state[int(pid)] = st
+    opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+
+
+_BATCH_FIELDS = ("candidates", "selected", "old_log_prob", "allowed", "advantage")
+
+
+def _buffer_arrays(buffer: Sequence[DecisionBatch]) -> dict[str, np.ndarray]:
+    out = {}
+    for i, b in enumerate(buffer):
+        for f in _BATCH_FIELDS:
+            out[f"buffer.{i}.{f}"] = np.ascontiguousarray(getattr(b, f))
+        for k, v in b.inputs.items():
+            out[f"buffer.{i}.inputs.{k}"] = np.ascontiguousarray(v)
+    return out
+
+
+def _buffer_from_arrays(arrays: dict[str, np.ndarray], i: int, total: int, kept: int) -> DecisionBatch:
+    head = f"buffer.{i}.inputs."
+    return DecisionBatch(
+        **{f: arrays[f"buffer.{i}.{f}"] for f in _BATCH_FIELDS},
+        inputs={k[len(head):]: v for k, v in arrays.items() if k.startswith(head)},
+        groups_total=int(total), groups_kept=int(kept))
+
+
+def _target_arrays(targets: Sequence[OGOTarget]) -> dict[str, np.ndarray]:
+    out = {}
+    for i, t in enumerate(targets):
+        out[f"target.{i}.ego_state"] = np.asarray(t.ego_state, dtype=np.float64)
+        out[f"target.{i}.accel"] = np.array([t.accel], dtype=np.float64)
+        out[f"target.{i}.raw"] = np.asarray(t.raw, dtype=np.float64)
+        out[f"target.{i}.target"] = np.asarray(t.target, dtype=np.float64)
+    return out
+
+
