@@ -108,6 +108,8 @@ def test_heartbeat_monitor():
     assert "planner heartbeat lost: 0.151 s" in lost[0].message
     mon.beat("planner", 10**9 + 200 * MS)
     assert mon.lost(10**9 + 210 * MS) == []
+    mon.rebase(50 * 10**9)  # the clock jumped: not a loss, but one from there on
+    assert mon.lost(50 * 10**9 + 100 * MS) == [] and mon.lost(50 * 10**9 + 200 * MS)
 
 
 def test_explain_starvation_names_what_is_missing_and_why_unpaired():

@@ -135,6 +135,12 @@ class HeartbeatMonitor:
         if name in self.timeouts:
             self.last_ns[name] = int(received_ns)
 
+    def rebase(self, now_ns: int) -> None:
+        """After a jump of the clock (simulated time starting or restarting): every node seen so far
+        counts as having beaten at ``now_ns``, so the jump itself is not a loss."""
+        for name in self.last_ns:
+            self.last_ns[name] = int(now_ns)
+
     def status(self, now_ns: int) -> list[HeartbeatStatus]:
         out = []
         for name, timeout in self.timeouts.items():

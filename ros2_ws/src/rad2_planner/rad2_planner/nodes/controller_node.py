@@ -165,6 +165,7 @@ class ControllerNode(Node):
         self.planner_name = str(cfg["planner_name"])
         self.heartbeats = HeartbeatMonitor({self.planner_name: float(cfg["planner_heartbeat_timeout_s"])})
         self.latch = FaultLatch()
+        self._last_tick_ns: int | None = None
         self.diagnostics = DiagnosticsReporter(self)
         self.create_subscription(Trajectory, "planning/trajectory", self.on_trajectory, command_qos())
         self.create_subscription(Odometry, "localization/odometry", self.on_odometry, sensor_qos())
@@ -273,6 +274,9 @@ class ControllerNode(Node):
     def on_timer(self) -> None:
         t0 = time.perf_counter()
         now = self._now_ns()
+        last_tick, self._last_tick_ns = self._last_tick_ns, now
+        if last_tick is not None and not 0 <= now - last_tick <= 5e9 / self.rate_hz:
+            self.heartbeats.rebase(now)  # the clock jumped (simulated time started): not a lost planner
         stages: dict[str, float] = {}
         reason = ""
         accel = rate = 0.0

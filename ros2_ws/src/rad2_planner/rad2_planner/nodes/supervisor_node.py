@@ -37,6 +37,8 @@ class SupervisorNode(Node):
         self.monitor = HeartbeatMonitor({name: timeout for name in self.expected})
         self.diagnostics = DiagnosticsReporter(self)
         self._lost: set[str] = set()
+        self.period_ns = int(float(values["period_s"]) * 1e9)
+        self._last_tick_ns: int | None = None
         self.create_subscription(Header, HEARTBEAT_TOPIC, self.on_heartbeat, heartbeat_qos())
         self.create_timer(float(values["period_s"]), self.on_timer)
         self.get_logger().info(f"supervising heartbeats of {self.expected} (timeout {timeout:g} s)")
@@ -48,8 +50,12 @@ class SupervisorNode(Node):
         self.monitor.beat(msg.frame_id, self._now_ns())
 
     def on_timer(self) -> None:
+        now = self._now_ns()
+        last, self._last_tick_ns = self._last_tick_ns, now
+        if last is not None and not 0 <= now - last <= 5 * self.period_ns:
+            self.monitor.rebase(now)  # the clock jumped (simulated time started or restarted)
         statuses = []
-        for st in self.monitor.status(self._now_ns()):
+        for st in self.monitor.status(now):
             level = "error" if st.lost else ("ok" if st.seen else "warn")
             statuses.append(diagnostic_status(f"heartbeat/{st.name}", level, st.message, {
                 "node": st.name, "age_s": f"{st.age_s:.3f}", "timeout_s": st.timeout_s}))
