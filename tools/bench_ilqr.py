@@ -16,6 +16,7 @@ kernel (default: the per-problem one for small batches, the batched numpy one ot
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -148,6 +149,8 @@ def main(argv=None) -> int:
         help="where to save the figure",
     )
     ap.add_argument("--no-ipopt", action="store_true", help="skip the CasADi/IPOPT side")
+    ap.add_argument("--json", type=Path, default=None,
+                    help="also write the timings as JSON (tools/bench_all.py)")
     ap.add_argument(
         "--kernel", choices=("auto", "numpy", "small"), default="auto", help="iLQR kernel (default auto)"
     )
@@ -235,6 +238,12 @@ def main(argv=None) -> int:
     for name, times, its in rows:
         print(f"{name:34s} {np.median(times):10.3f} {pct(times, 99):10.3f} {its:10.2f}")
     print(f"iLQR converged (cold): {int(np.sum(cold_conv))}/{args.problems}")
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({
+            "load_before": load_start[0], "load_after": load_end[0], "kernel": kern,
+            "rows": [{"name": name, "median_ms": float(np.median(t)), "p99_ms": float(pct(t, 99)),
+                      "iterations": float(its)} for name, t, its in rows]}, indent=1))
     if ip_cost:
         ip_cost = np.asarray(ip_cost)
         ratio_cold = np.asarray(cold_cost) / ip_cost - 1.0

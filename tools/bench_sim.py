@@ -125,15 +125,20 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", nargs="+", type=int, default=[1, 16, 64], help="batch sizes")
     ap.add_argument("--steps", type=int, default=60, help="environment steps per rollout")
     ap.add_argument("--warp-repeats", type=int, default=20, help="repetitions of each warp timing")
+    ap.add_argument("--warp-only", action="store_true", help="time the warp only (no environment steps)")
+    ap.add_argument("--json", type=Path, default=None,
+                    help="also write the figures as JSON (tools/bench_all.py)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
 
+    import json
     import os
 
     from rich.console import Console
     from rich.table import Table
 
     console = Console(width=max(Console().width, 120))
+    load0 = os.getloadavg()[0]
     console.print(f"CPU cores visible: {os.cpu_count()}, load average: {os.getloadavg()}")
     warp_rows = bench_warp(sorted(set([1] + args.batch)), args.warp_repeats)
     t = Table(title="BEV warp, ms per frame (C x 128 x 128 float32)")
@@ -147,6 +152,13 @@ def main(argv=None) -> int:
         if b not in fastest or ms < fastest[b][1]:
             fastest[b] = (backend, ms)
     console.print("fastest per batch: " + ", ".join(f"B={b}: {v[0]}" for b, v in sorted(fastest.items())))
+    report = {"load_before": load0, "env": [],
+              "warp": [{"backend": k, "batch": b, "ms_per_frame": ms} for k, b, ms in warp_rows]}
+    if args.warp_only:
+        report["load_after"] = os.getloadavg()[0]
+        if args.json is not None:
+            args.json.write_text(json.dumps(report, indent=1))
+        return 0
 
     if args.dataset:
         from rad2_planner.clip import load_dataset
@@ -166,7 +178,12 @@ def main(argv=None) -> int:
         every = dict(bench_env_every_step(longest, args.batch, args.steps, backend))
         for b, sps, obs_ms in rows:
             t.add_row(backend, str(b), f"{sps:.0f}", f"{obs_ms:.2f}", f"{every[b]:.0f}")
+            report["env"].append({"backend": backend, "batch": b, "latched_steps_per_s": sps,
+                                  "observe_every_step_per_s": every[b]})
     console.print(t)
+    report["load_after"] = os.getloadavg()[0]
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=1))
     return 0
 
 

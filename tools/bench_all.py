@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Run every benchmark of the project and write one Markdown table (the README's figures come from it).
+
+Each benchmark runs as its own process (the README command a user would type), with its JSON output
+read back:
+- planning cycle (tools/bench_planner_latency.py): M = 32 and 128, ONNX Runtime on
+  ``runtime.ort_intra_op_threads`` threads, encode + K denoising steps + discriminator + selection, and
+  the cycle's efficiency against the FLOP floor of a matrix-product probe taken in the same run;
+  selection alone (safe_medoid) with 50 agents;
+- iLQR tracker (tools/bench_ilqr.py --no-ipopt): single cold / warm solve and a batch of 64;
+- BEV warp (tools/bench_sim.py --warp-only): OpenCV vs torch per frame;
+- with --rollouts: closed-loop rollout throughput (tools/bench_rollouts.py).
+
+The table gives the machine, the threads and the 1-minute load before and after each benchmark, and
+the issue bars where one exists. Figures taken at a load above 1.2 on this 2-core machine are flagged:
+compare only figures taken at similar loads.
+
+    .venv/bin/python tools/bench_all.py                  # ~3 min; writes out/bench_all/bench_all.md
+    .venv/bin/python tools/bench_all.py --cycles 500 --rollouts --out out/bench_all
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LOAD_LIMIT = 1.2
+
+
+def _run(args: list[str], log) -> None:
+    cmd = [sys.executable, *args]
+    log.write(f"$ {' '.join(cmd)}\n")
+    log.flush()
+    res = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    if res.returncode != 0:
+        raise SystemExit(f"benchmark failed ({res.returncode}): {' '.join(args)} (see {log.name})")
+
+
+def _load_flag(before: float, after: float) -> str:
+    worst = max(before, after)
+    return f"{before:.2f} / {after:.2f}" + (" ⚠" if worst > LOAD_LIMIT else "")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=ROOT / "out" / "bench_all", help="output directory")
+    ap.add_argument("--cycles", type=int, default=200, help="planning cycles per M")
+    ap.add_argument("--rollouts", action="store_true",
+                    help="also run the rollout-throughput benchmark (~5 min)")
+    args = ap.parse_args(argv)
+
+    sys.path.insert(0, str(ROOT / "ros2_ws" / "src" / "rad2_planner"))
+    from rad2_planner.benchmarking import machine_info
+    from tqdm import tqdm
+
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    steps = ["planner", "ilqr", "warp"] + (["rollouts"] if args.rollouts else [])
+    t0 = time.time()
+    with open(out / "bench_all.log", "w") as log:
+        for step in tqdm(steps, desc="benchmarks"):
+            if step == "planner":
+                _run(["tools/bench_planner_latency.py", "--backend", "onnxruntime", "--m", "32", "128",
+                      "--cycles", str(args.cycles), "--out", str(out / "planner")], log)
+            elif step == "ilqr":
+                _run(["tools/bench_ilqr.py", "--no-ipopt", "--batch", "64", "--json", str(out / "ilqr.json"),
+                      "--png", str(out / "ilqr.png")], log)
+            elif step == "warp":
+                _run(["tools/bench_sim.py", "--warp-only", "--batch", "1", "16", "64", "--json",
+                      str(out / "warp.json")], log)
+            else:
+                _run(["tools/bench_rollouts.py", "--clips", "16", "--workers", "0", "2", "--out",
+                      str(out / "rollouts.md")], log)
+
+    planner = json.loads((out / "planner.json").read_text())
+    ilqr = json.loads((out / "ilqr.json").read_text())
+    warp = json.loads((out / "warp.json").read_text())
+    run = planner["meta"]["run"]
+    machine = machine_info()
+    lines = [
+        f"# Benchmarks ({time.strftime('%Y-%m-%d %H:%M')}, {time.time() - t0:.0f} s)",
+        "",
+        f"Machine: {machine.describe()}. Matrix-product probe: {run['probe_gflops']:.0f} GFLOP/s on "
+        f"{run['threads']} threads. Load: 1-minute load average before / after each benchmark "
+        f"(⚠ above {LOAD_LIMIT}: busy machine, figures not comparable).",
+        "",
+        "| benchmark | figure | median | p99 | bar | load |",
+        "|---|---|---|---|---|---|",
+    ]
+    load = _load_flag(run["load_before"], run["load_after"])
+    for m, res in planner["results"].items():
+        bar = "p99 ≤ 20 ms" if m == "32" else ""
+        lines.append(f"| planning cycle, ORT {run['threads']} threads, M = {m} | ms | "
+                     f"{res['total']['median']:.1f} | {res['total']['p99']:.1f} | {bar} | {load} |")
+        for stage in ("encode", "denoise_total", "score", "select"):
+            lines.append(f"| … {stage} | ms | {res[stage]['median']:.2f} | {res[stage]['p99']:.2f} | | |")
+        lines.append(f"| … cycle / FLOP floor ({res['gflop']['total']:.2f} GFLOP, "
+                     f"floor {res['floor_ms']:.1f} ms) | ratio | {res['efficiency']['median']:.2f} | "
+                     f"{res['efficiency']['p99']:.2f} | {'≤ 1.6' if m == '32' else ''} | |")
+    for m, res in planner["selection"].items():
+        bar = "≤ 1 ms" if m == "32" else "≤ 3 ms"
+        agents = planner["meta"]["selection_agents"]
+        lines.append(f"| selection alone (safe_medoid, {agents} agents), M = {m} | ms | "
+                     f"{res['median']:.2f} | {res['p99']:.2f} | {bar} | {load} |")
+    iload = _load_flag(ilqr["load_before"], ilqr["load_after"])
+    for row in ilqr["rows"]:
+        lines.append(f"| {row['name']} ({ilqr['kernel']} kernel) | ms | {row['median_ms']:.2f} | "
+                     f"{row['p99_ms']:.2f} | | {iload} |")
+    wload = _load_flag(warp["load_before"], warp["load_after"])
+    for row in warp["warp"]:
+        lines.append(f"| BEV warp, {row['backend']}, batch {row['batch']} | ms/frame | "
+                     f"{row['ms_per_frame']:.3f} | | | {wload} |")
+    if args.rollouts:
+        lines += ["", (out / "rollouts.md").read_text()]
+    lines += ["", f"GPU: none on this machine ({os.cpu_count()} CPUs); CUDA figures need a lent device.", ""]
+    (out / "bench_all.md").write_text("\n".join(lines))
+    print("\n".join(lines))
+    print(f"wrote {out / 'bench_all.md'} (raw: planner.json, ilqr.json, warp.json; log: bench_all.log)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
