@@ -1,0 +1,20 @@
+"""Every benchmark and training CLI answers --help without side effects (usage on stdout, exit 0)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TOOLS = Path(__file__).resolve().parents[1] / "tools"
+
+
+@pytest.mark.parametrize("tool", ["bench_all.py", "bench_planner_latency.py", "bench_ilqr.py", "bench_sim.py",
+                                  "bench_rollouts.py", "train_rl.py", "evaluate_policy.py"])
+def test_help(tool, tmp_path):
+    res = subprocess.run([sys.executable, str(TOOLS / tool), "--help"], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert res.returncode == 0 and "usage:" in res.stdout, res.stderr
+    assert not any(tmp_path.iterdir())  # --help writes nothing
