@@ -211,3 +211,24 @@ def test_plan_output_deviation_only_against_the_previous_cycle_at_matching_speed
 def test_future_tolerance_follows_the_node_clock():
     assert planner_guard.future_tolerance_s(False, 0.05, 0.5) == 0.05
     assert planner_guard.future_tolerance_s(True, 0.05, 0.5) == 0.5
+
+
+def test_plan_kinematics_judged_over_the_horizon_impossible_values_everywhere():
+    horizon = float(LIMITS["trajectory"]["kinematics_horizon_s"])
+    n = int(horizon / DT)
+    hook = straight(10.0)
+    hook[n:] = [[hook[n - 1, 0] + 1.0, 3.0 * k] for k in range(1, T - n + 1)]  # a hook after the horizon
+    assert planner_guard.check_plan_kinematics(hook, DT, LIMITS, VEHICLE, 10.0) == []
+    from rad2_planner.validators import check_trajectory
+
+    whole = check_trajectory(hook, DT, LIMITS, VEHICLE)
+    assert whole and all(int(v.field.split("[")[1][:-1]) >= n - 1 for v in whole), whole  # in the tail
+    early = straight(10.0)
+    early[2:] = [[early[1, 0] + 1.0, 3.0 * k] for k in range(1, T - 1)]  # the same hook inside it
+    assert planner_guard.check_plan_kinematics(early, DT, LIMITS, VEHICLE, 10.0)
+    far = straight(10.0)
+    far[-1] = [1e6, 0.0]  # a point at 1e6 m at the end: rejected whatever the horizon
+    assert [v.field.split("[")[0] for v in planner_guard.check_plan_kinematics(far, DT, LIMITS, VEHICLE, 10.0)
+            ][:1] == ["trajectory.speed"]
+    assert planner_guard.check_plan_kinematics(straight(10.0), 1000.0, LIMITS, VEHICLE, 10.0)[0].field == \
+        "trajectory.dt"

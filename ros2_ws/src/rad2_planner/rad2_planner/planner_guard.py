@@ -81,13 +81,36 @@ def previous_plan_in_current_frame(previous: np.ndarray, plan_dt: float, elapsed
     return np.stack([c * rel[:, 0] + s * rel[:, 1], -s * rel[:, 0] + c * rel[:, 1]], axis=1), speed
 
 
+WHOLE_PLAN_FIELDS = ("trajectory.points", "trajectory.dt", "trajectory.speed", "trajectory.start_offset")
+
+
+def check_plan_kinematics(points: np.ndarray, dt: float, limits: dict, vehicle,
+                          ego_speed: float | None) -> list[Violation]:
+    """``validators.check_trajectory`` as the nodes apply it: time step, implied speed and start offset
+    over the whole plan (a point at 1e6 m anywhere is a fault); acceleration, curvature, lateral
+    acceleration and jerk and backward segments over its first ``trajectory.kinematics_horizon_s``,
+    the part the controller tracks before it has replanned many times."""
+    pts = np.asarray(points, dtype=float)
+    whole = check_trajectory(pts, dt, limits, vehicle, ego_speed=ego_speed)
+    if not whole or not (math.isfinite(dt) and dt > 0):
+        return whole
+    n = max(int(limits["trajectory"]["min_points"]),
+            int(math.floor(float(limits["trajectory"]["kinematics_horizon_s"]) / dt + 1e-9)))
+    if n >= len(pts):
+        return whole
+    near = check_trajectory(pts[:n], dt, limits, vehicle, ego_speed=ego_speed)
+    out = [v for v in whole if v.field.startswith(WHOLE_PLAN_FIELDS)]
+    seen = {v.field.split("[")[0] for v in out}
+    return out + [v for v in near if v.field.split("[")[0] not in seen]
+
+
 def check_plan_output(points: np.ndarray, plan_dt: float, ego_speed: float, limits: dict, vehicle,
                       stamp_ns: int, previous: tuple[int, np.ndarray] | None,
                       deviation: DeviationCheck) -> list[Violation]:
     """Violations of a selected plan ``[T, 2]`` (ego frame at ``stamp_ns``) before it is published:
-    the kinematics of ``validators.check_trajectory`` from the ego's speed, and the deviation from
+    ``check_plan_kinematics`` from the ego's speed, and the deviation from
     the previous cycle's plan (``previous``: its stamp and points) where ``deviation`` applies."""
-    out = check_trajectory(points, plan_dt, limits, vehicle, ego_speed=ego_speed)
+    out = check_plan_kinematics(points, plan_dt, limits, vehicle, ego_speed)
     if out or previous is None:
         return out
     prev_stamp, prev = previous

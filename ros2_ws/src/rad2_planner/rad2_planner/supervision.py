@@ -92,6 +92,11 @@ class OdometryGate:
         self.rejected_count += 1
         return GateResult(False, tuple(relative))
 
+    @property
+    def pending(self) -> bool:
+        """Samples at a new place await confirmation (the ego's state is uncertain meanwhile)."""
+        return bool(self._chain)
+
     def _accept(self, motion: Any, reset: bool) -> GateResult:
         self.last = motion
         self.accepted_count += 1

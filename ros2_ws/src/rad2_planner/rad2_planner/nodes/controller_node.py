@@ -59,7 +59,6 @@ from rclpy.node import Node
 from std_msgs.msg import Header
 
 from rad2_planner import ros_conversions as rc
-from rad2_planner import validators
 from rad2_planner.control import TrackingController, shift_controls
 from rad2_planner.control.estimation import StateEstimator, bicycle_state, steps_advance
 from rad2_planner.control.reference import plan_to_world
@@ -78,6 +77,7 @@ from rad2_planner.nodes.common import (
     run_node,
     sensor_qos,
 )
+from rad2_planner.planner_guard import check_plan_kinematics
 from rad2_planner.supervision import FaultLatch, HeartbeatMonitor, OdometryGate, describe_violations
 
 NODE_NAME = "controller"
@@ -171,7 +171,8 @@ class ControllerNode(Node):
         self.create_subscription(Odometry, "localization/odometry", self.on_odometry, sensor_qos())
         self.pub_cmd = self.create_publisher(ControlCommand, "control/command", command_qos())
         self.pub_diag = self.create_publisher(PlanningDiagnostics, "control/diagnostics", report_qos())
-        self.create_subscription(Header, HEARTBEAT_TOPIC, self.on_heartbeat, heartbeat_qos())
+        self.sub_heartbeat = self.create_subscription(Header, HEARTBEAT_TOPIC, self.on_heartbeat,
+                                                      heartbeat_qos())
         self.create_timer(1.0 / self.rate_hz, self.on_timer)
         self.heartbeat = Heartbeat(self, float(values["heartbeat"]["period_s"]))
         self.get_logger().info(
@@ -242,10 +243,10 @@ class ControllerNode(Node):
             else:
                 raise ValueError(f"Trajectory.header.frame_id: is {traj.frame_id!r}, expected "
                                  f"{self.world_frame!r} or {self.ego_frame!r}")
-            latest = self.estimator.odometry.latest
-            bad = validators.check_trajectory(world_to_ego(pts, origin), traj.dt, self.limits,
-                                              self.tracker.vehicle,
-                                              ego_speed=None if latest is None else max(latest.speed, 0.0))
+            # the ego's speed: the latest accepted odometry's, unknown while a jump awaits confirmation
+            latest = None if self.gate.pending else self.estimator.odometry.latest
+            bad = check_plan_kinematics(world_to_ego(pts, origin), traj.dt, self.limits, self.tracker.vehicle,
+                                        None if latest is None else max(latest.speed, 0.0))
             if bad:
                 raise ValueError(f"implausible {describe_violations(bad)}")
         except Exception as exc:  # noqa: BLE001 -- reject, stop, keep running
@@ -263,6 +264,20 @@ class ControllerNode(Node):
     def on_heartbeat(self, msg: Header) -> None:
         self.heartbeats.beat(msg.frame_id, self._now_ns())
 
+    def _drain_heartbeats(self, now: int) -> None:
+        """Take the heartbeats that arrived but wait behind this timer in the executor (after a stall the
+        executor runs ready timers before ready subscriptions): they were received, not lost."""
+        sub = self.sub_heartbeat
+        try:
+            for _ in range(50):
+                with sub.handle:
+                    taken = sub.handle.take_message(sub.msg_type, sub.raw)
+                if taken is None:
+                    return
+                self.heartbeats.beat(taken[0].frame_id, now)
+        except Exception:  # noqa: BLE001 -- a destroyed subscription at shutdown: nothing to take
+            return
+
     # -- cycle ----------------------------------------------------------------------------------------
     def _stop(self, state: np.ndarray | None, steer_now: float) -> tuple[float, float, float, float]:
         """(accel, steering rate, steering angle, speed) one step into the minimal-risk stop."""
@@ -275,8 +290,9 @@ class ControllerNode(Node):
         t0 = time.perf_counter()
         now = self._now_ns()
         last_tick, self._last_tick_ns = self._last_tick_ns, now
-        if last_tick is not None and not 0 <= now - last_tick <= 5e9 / self.rate_hz:
+        if last_tick is None or not 0 <= now - last_tick <= 5e9 / self.rate_hz:
             self.heartbeats.rebase(now)  # the clock jumped (simulated time started): not a lost planner
+        self._drain_heartbeats(now)
         stages: dict[str, float] = {}
         reason = ""
         accel = rate = 0.0

@@ -52,7 +52,7 @@ class SupervisorNode(Node):
     def on_timer(self) -> None:
         now = self._now_ns()
         last, self._last_tick_ns = self._last_tick_ns, now
-        if last is not None and not 0 <= now - last <= 5 * self.period_ns:
+        if last is None or not 0 <= now - last <= 5 * self.period_ns:
             self.monitor.rebase(now)  # the clock jumped (simulated time started or restarted)
         statuses = []
         for st in self.monitor.status(now):
