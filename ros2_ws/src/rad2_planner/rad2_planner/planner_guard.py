@@ -108,9 +108,15 @@ def check_plan_output(points: np.ndarray, plan_dt: float, ego_speed: float, limi
                       stamp_ns: int, previous: tuple[int, np.ndarray] | None,
                       deviation: DeviationCheck) -> list[Violation]:
     """Violations of a selected plan ``[T, 2]`` (ego frame at ``stamp_ns``) before it is published:
-    ``check_plan_kinematics`` from the ego's speed, and the deviation from
-    the previous cycle's plan (``previous``: its stamp and points) where ``deviation`` applies."""
-    out = check_plan_kinematics(points, plan_dt, limits, vehicle, ego_speed)
+    ``check_plan_kinematics`` of the plan in itself, and the deviation from the previous cycle's plan
+    (``previous``: its stamp and points) where ``deviation`` applies.
+
+    The step from the ego's own speed to the plan's first interval is not judged here: the IL
+    generator often starts a little faster or slower than the ego (the controller absorbs it within
+    the vehicle's limits), and rejecting such plans stops the ego, which widens the gap to the next
+    plan (a feedback measured in the soak). The controller judges it from its odometry; an all-zero
+    plan at speed is caught there and by the deviation from the previous plan here."""
+    out = check_plan_kinematics(points, plan_dt, limits, vehicle, None)
     if out or previous is None:
         return out
     prev_stamp, prev = previous

@@ -30,13 +30,15 @@ catches, logs (throttled) and falls back.
 Plausibility and watchdogs (``rad2_planner.validators``, ``rad2_planner.supervision``): odometry passes
 an ``OdometryGate`` (impossible speed, yaw rate, stamp 0, a jump or speed change the stamp gap cannot
 explain: rejected; a jump confirmed by ``validators.odometry.reset_confirm_samples`` consistent samples
-is a relocalisation); a trajectory must pass ``validators.check_trajectory`` in the ego frame of its
-stamp from the ego's speed (time step, implied speed, acceleration, curvature, lateral acceleration and
-jerk, backwards segments, start offset). Any rejection, odometry older than ``odom_timeout_s``
-(receive time), or a planner heartbeat (``/heartbeat`` from ``planner_name``, once seen) overdue by
-``planner_heartbeat_timeout_s`` makes the cycle a minimal-risk stop with the reason (field and value
-named) in the command, in ``control/diagnostics`` and on ``/diagnostics``; a rejection that good input
-replaced before the next cycle still stops and is reported for that one cycle
+is a relocalisation); a trajectory must pass ``planner_guard.check_plan_kinematics`` in the ego frame
+of its stamp from the ego's speed (time step, implied speed, start offset over the whole plan;
+acceleration, curvature, lateral acceleration and jerk, backwards segments over
+``validators.trajectory.kinematics_horizon_s``). Any rejection, odometry older than ``odom_timeout_s``
+(receive time), or a planner heartbeat (``/heartbeat`` from ``planner_name``, once seen; a received
+trajectory counts as one too) overdue by ``planner_heartbeat_timeout_s`` makes the cycle a minimal-risk
+stop with the reason (field and value named) in the command, in ``control/diagnostics`` and on
+``/diagnostics``; a rejection that good input replaced before the next cycle still stops and is
+reported for that one cycle
 (``supervision.FaultLatch``). Normal tracking resumes with the next valid input. A thread publishes
 this node's own ``/heartbeat``.
 
@@ -217,6 +219,7 @@ class ControllerNode(Node):
 
     def on_trajectory(self, msg: Trajectory) -> None:
         now = self._now_ns()
+        self.heartbeats.beat(self.planner_name, now)  # a trajectory shows the planner alive as well
         try:
             traj = rc.trajectory_from_msg(msg)
             if self.reset_ns is not None and traj.stamp_ns < self.reset_ns:
