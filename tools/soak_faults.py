@@ -4,13 +4,14 @@
 Brings up graph "simulation" of launch/graphs.yaml as separate processes (planner, controller,
 heartbeat supervisor, then the BEV-Warp sim node driving the clips of --dataset in real time), starts
 --hogs busy-loop processes (each in its own session, so the load average reaches about hogs + 1) and
-watches the graph for --minutes. Every input the simulator produces is valid, so every rejection is a
-false one; it reports:
-  - false rejections: planner inputs rejected as implausible or "from the future", planner plans
-    rejected by the output check, controller trajectories or odometry rejected (odometry jumps at a
+watches the graph for --minutes. Every input the simulator produces is valid, so every rejection of an
+input is a false one; it reports:
+  - false rejections: planner inputs rejected as implausible or "from the future", controller
+    trajectories or odometry rejected (odometry jumps at a
     clip start, the next clip placed elsewhere, are counted apart: the relocalisation is confirmed
     after validators.odometry.reset_confirm_samples samples), planner heartbeat losses while it lives;
-  - late inputs (stale under load: rejected correctly, counted apart) and starved planner periods;
+  - late inputs (stale under load: rejected correctly, counted apart), starved planner periods and
+    plans the planner itself produced implausible (valid input, output rejected by its own check);
   - clips driven, collisions and at-fault collisions (bev_warp_sim.metrics; the IL policy has its own
     at-fault rate without any fault, see README), load average.
 With --kills N it then kills the planner N times (SIGKILL just after a trajectory, restarted in
@@ -55,8 +56,8 @@ def classify_planner(reason: str) -> str:
         return "false: future stamp"
     if "stale input" in reason:
         return "late: stale input"
-    if "rejected plan" in reason:
-        return "false: plan rejected"
+    if "rejected plan" in reason:  # valid input, implausible output of the planner itself
+        return "planner output implausible"
     if "implausible" in reason or "rejected input" in reason:
         return "false: input rejected"
     return "other: " + reason.split(":")[0]
