@@ -66,7 +66,8 @@ def classify_planner(reason: str) -> str:
 def classify_controller(reason: str, near_clip_start: bool) -> str:
     if not reason:
         return "ok"
-    if near_clip_start and any(k in reason for k in CLIP_START_REASONS):
+    if "predates the localization reset" in reason or (
+            near_clip_start and any(k in reason for k in CLIP_START_REASONS)):
         return "clip start"
     if "planner heartbeat lost" in reason:
         return "false: planner heartbeat lost"
