@@ -12,7 +12,8 @@ TOOLS = Path(__file__).resolve().parents[1] / "tools"
 
 
 @pytest.mark.parametrize("tool", ["bench_all.py", "bench_planner_latency.py", "bench_ilqr.py", "bench_sim.py",
-                                  "bench_rollouts.py", "train_rl.py", "evaluate_policy.py"])
+                                  "bench_rollouts.py", "train_rl.py", "rl_experiments.py",
+                                  "evaluate_policy.py"])
 def test_help(tool, tmp_path):
     res = subprocess.run([sys.executable, str(TOOLS / tool), "--help"], capture_output=True, text=True,
                          timeout=120, cwd=tmp_path)
