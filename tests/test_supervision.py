@@ -108,6 +108,10 @@ def test_heartbeat_monitor():
     assert "planner heartbeat lost: 0.151 s" in lost[0].message
     mon.beat("planner", 10**9 + 200 * MS)
     assert mon.lost(10**9 + 210 * MS) == []
+    mon.refresh("controller", 10**9)  # output of a node never heard from: no heartbeat obligation
+    assert "controller" not in mon.last_ns
+    mon.refresh("planner", 10**9 + 300 * MS)  # output of a watched node: alive
+    assert mon.lost(10**9 + 400 * MS) == []
     mon.rebase(50 * 10**9)  # the clock jumped: not a loss, but one from there on
     assert mon.lost(50 * 10**9 + 100 * MS) == [] and mon.lost(50 * 10**9 + 200 * MS)
 

@@ -140,6 +140,12 @@ class HeartbeatMonitor:
         if name in self.timeouts:
             self.last_ns[name] = int(received_ns)
 
+    def refresh(self, name: str, received_ns: int) -> None:
+        """Other evidence that ``name`` is alive (e.g. its output arrived); counts only once its own
+        heartbeat was seen, so a publisher without heartbeats is never held to the heartbeat timeout."""
+        if name in self.last_ns:
+            self.last_ns[name] = max(self.last_ns[name], int(received_ns))
+
     def rebase(self, now_ns: int) -> None:
         """After a jump of the clock (simulated time starting or restarting): every node seen so far
         counts as having beaten at ``now_ns``, so the jump itself is not a loss."""

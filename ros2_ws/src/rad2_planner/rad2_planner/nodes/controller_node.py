@@ -219,7 +219,7 @@ class ControllerNode(Node):
 
     def on_trajectory(self, msg: Trajectory) -> None:
         now = self._now_ns()
-        self.heartbeats.beat(self.planner_name, now)  # a trajectory shows the planner alive as well
+        self.heartbeats.refresh(self.planner_name, now)  # a trajectory shows the planner alive as well
         try:
             traj = rc.trajectory_from_msg(msg)
             if self.reset_ns is not None and traj.stamp_ns < self.reset_ns:
