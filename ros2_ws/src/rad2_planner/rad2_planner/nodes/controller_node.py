@@ -34,9 +34,9 @@ is a relocalisation); a trajectory must pass ``planner_guard.check_plan_kinemati
 of its stamp from the ego's speed (time step, implied speed, start offset over the whole plan;
 acceleration, curvature, lateral acceleration and jerk, backwards segments over
 ``validators.trajectory.kinematics_horizon_s``). Any rejection, odometry older than ``odom_timeout_s``
-(receive time), or a planner heartbeat (``/heartbeat`` from ``planner_name``, once seen; a received
-trajectory counts as one too) overdue by ``planner_heartbeat_timeout_s`` makes the cycle a minimal-risk
-stop with the reason (field and value named) in the command, in ``control/diagnostics`` and on
+(receive time), or a planner heartbeat (``/heartbeat`` from ``planner_name``, once seen; after that
+a received trajectory counts as one too) overdue by ``planner_heartbeat_timeout_s`` makes the cycle a
+minimal-risk stop with the reason (field and value named) in the command, in ``control/diagnostics`` and on
 ``/diagnostics``; a rejection that good input replaced before the next cycle still stops and is
 reported for that one cycle
 (``supervision.FaultLatch``). Normal tracking resumes with the next valid input. A thread publishes
