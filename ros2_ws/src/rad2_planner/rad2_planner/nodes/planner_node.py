@@ -96,6 +96,7 @@ SPECS = {
         "the fallback follows the previous plan only while it is younger than this (s)", 0.0, 10.0),
     "planner_node.frame_id": ParamSpec("frame of the published trajectories"),
     "planner_node.markers": ParamSpec("publish planning/markers"),
+    "planner_node.markers_rate_hz": ParamSpec("most planning/markers arrays per second", 0.01, 100.0),
     "planner_node.torch_threads": ParamSpec("torch intra-op threads of this process", 1, 256,
                                             read_only=True),
     "planner_node.report_every": ParamSpec("log a latency summary every N cycles (0: never)", 0, 1000000),
@@ -171,6 +172,7 @@ class PlannerNode(Node):
         self._last_fault = ""
         self._last_speed = 0.0  # ego speed of the last validated input (a starved fallback starts there)
         self._first_tick_ns: int | None = None
+        self._last_markers_s = -float("inf")
         self.create_subscription(BevFeatures, "perception/bev_features", self._on_bev, sensor_qos())
         self.create_subscription(SceneTokens, "perception/scene_tokens", self._on_tokens, sensor_qos())
         self.create_timer(float(n["input_period_s"]), self._watchdog)
@@ -350,13 +352,21 @@ class PlannerNode(Node):
     def _publish_plan(self, stamp_ns, cands, scores, selected, traj, score, k, fallback=False) -> None:
         yaw = rc.headings_from_points(traj)
         speed = point_speeds(traj, self.plan_dt)
-        self.pub_candidates.publish(rc.candidate_set_to_msg(
-            cands, scores, -1 if fallback else selected, self.plan_dt, stamp_ns, self.frame_id, k))
+        # The executed plan first: the controller waits for it, the rest is for people and recorders.
         self.pub_trajectory.publish(rc.trajectory_to_msg(
             traj, self.plan_dt, stamp_ns, self.frame_id, yaw=yaw, speed=speed, score=score))
         self.pub_path.publish(rc.trajectory_to_path(traj, self.plan_dt, stamp_ns, self.frame_id))
-        if self.cfg["markers"]:
-            self.pub_markers.publish(candidate_markers(cands, scores, selected, stamp_ns, self.frame_id))
+        # The candidate set and the markers cost most of the publish time (M messages, M x T points):
+        # built only while someone subscribes (what a subscriber receives does not change), markers at
+        # most planner_node.markers_rate_hz.
+        if self.pub_candidates.get_subscription_count() > 0:
+            self.pub_candidates.publish(rc.candidate_set_to_msg(
+                cands, scores, -1 if fallback else selected, self.plan_dt, stamp_ns, self.frame_id, k))
+        if self.cfg["markers"] and self.pub_markers.get_subscription_count() > 0:
+            now = time.monotonic()
+            if now - self._last_markers_s >= 1.0 / float(self.cfg["markers_rate_hz"]):
+                self._last_markers_s = now
+                self.pub_markers.publish(candidate_markers(cands, scores, selected, stamp_ns, self.frame_id))
 
     def _fallback(self, input_stamp_ns: int, reason: str, stages, t_start: float, speed: float,
                   stamp_valid: bool = False) -> None:
