@@ -3,12 +3,11 @@ and the planner's output check (kinematics + deviation from the previous cycle's
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pytest
 from rad2_planner import planner_guard
 from rad2_planner.control.bicycle import VehicleParams
+from rad2_planner.ros_conversions import EgoMotion as Motion
 from rad2_planner.supervision import (
     FaultLatch,
     HeartbeatMonitor,
@@ -23,14 +22,6 @@ VEHICLE = VehicleParams.from_params()
 MS = 1_000_000
 
 
-@dataclass(frozen=True)
-class Motion:
-    x: float
-    y: float
-    yaw: float
-    speed: float
-    yaw_rate: float
-    stamp_ns: int
 
 
 def drive(n: int, t0_ns: int = 10**9, x0: float = 0.0, y0: float = 0.0, v: float = 10.0,
