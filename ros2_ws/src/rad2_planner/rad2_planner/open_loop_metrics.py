@@ -94,6 +94,18 @@ def _curvature(max_curvature: float | None) -> float:
     return vehicle_max_curvature() if max_curvature is None else float(max_curvature)
 
 
+@lru_cache(maxsize=1)
+def default_static_speed() -> float:
+    """Speed (m/s) below which a logged agent counts as static (``metrics.open_loop_static_speed``)."""
+    from .config import load_params
+
+    return float(load_params("sim")["metrics"]["open_loop_static_speed"])
+
+
+def _static_speed(static_speed: float | None) -> float:
+    return default_static_speed() if static_speed is None else float(static_speed)
+
+
 @dataclass
 class LoggedFuture:
     """What happened after time t, in the ego frame of t, at the plan times."""
@@ -160,11 +172,14 @@ def displacement_errors(
 
 
 def plan_collisions(
-    trajs: np.ndarray, fut: LoggedFuture, static_speed: float = 0.5, max_curvature: float | None = None
+    trajs: np.ndarray, fut: LoggedFuture, static_speed: float | None = None,
+    max_curvature: float | None = None,
 ) -> dict[str, np.ndarray]:
     """Collision flags of plans ``[M, T, 2]`` with the logged agents -> dict of bool [M].
 
-    Ego headings: :func:`plan_headings` limited to ``max_curvature`` (default: the vehicle's)."""
+    Ego headings: :func:`plan_headings` limited to ``max_curvature`` (default: the vehicle's);
+    ``static_speed`` (m/s) splits static from dynamic agents (default: params/sim.yaml
+    ``metrics.open_loop_static_speed``)."""
     m = trajs.shape[0]
     if fut.agent_pose.shape[0] == 0:
         z = np.zeros(m, bool)
@@ -175,7 +190,7 @@ def plan_collisions(
         [fut.agent_pose, np.broadcast_to(fut.agent_size[:, None, :], fut.agent_pose.shape[:2] + (2,))], -1
     )  # N T 5
     hit = boxes_overlap(ego[:, None], ag[None]) & fut.agent_valid[None]  # M N T
-    is_static = (fut.agent_speed < static_speed).all(axis=1)  # N
+    is_static = (fut.agent_speed < _static_speed(static_speed)).all(axis=1)  # N
     dyn = hit & ~is_static[None, :, None]
     sta = hit & is_static[None, :, None]
     return {"collision": hit.any((1, 2)), "dynamic": dyn.any((1, 2)), "static": sta.any((1, 2))}
@@ -208,7 +223,7 @@ def offroad(
 class OpenLoopAccumulator:
     """Collects per-sample results; :meth:`summary` gives the metric table (rates in %)."""
 
-    static_speed: float = 0.5
+    static_speed: float | None = None  # m/s (None: params/sim.yaml metrics.open_loop_static_speed)
     max_curvature: float | None = None  # ego heading limit, 1/m (None: params/vehicle.yaml)
     rows: list[dict[str, float]] = field(default_factory=list)
 
