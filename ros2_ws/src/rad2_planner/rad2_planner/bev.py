@@ -210,11 +210,11 @@ class SceneSnapshot:
     ego_pose: np.ndarray
     route_polyline: np.ndarray
     agents: AgentFrame
+    ego_length: float  # m, the ego box (from the log, or params/vehicle.yaml on a vehicle)
+    ego_width: float
     history: dict[int, AgentFrame] = field(default_factory=dict)
     ego_state: np.ndarray = field(default_factory=lambda: np.zeros(4))
     route_lane_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    ego_length: float = 4.8
-    ego_width: float = 1.9
     timestamp: float = 0.0
 
     def validate(self) -> SceneSnapshot:

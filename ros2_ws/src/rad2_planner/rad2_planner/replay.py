@@ -203,7 +203,8 @@ class DrivableRaster:
     def __call__(self, pose: np.ndarray) -> np.ndarray:
         snap = self.bev.SceneSnapshot(map=self.clip.map, ego_pose=np.asarray(pose, np.float64),
                                       route_polyline=self.clip.route_polyline,
-                                      agents=self.bev.AgentFrame.empty())
+                                      agents=self.bev.AgentFrame.empty(),
+                                      ego_length=self.clip.ego_length, ego_width=self.clip.ego_width)
         return self.bev.rasterize_bev(snap, params=self.params, prepared=self.prepared)[0]
 
 
