@@ -312,7 +312,9 @@ def train(run: RLRun, out_dir: str | Path, budget_s: float = math.inf,
         logs = run.iteration(progress=progress)
         it = run.state.iteration
         if it % cfg.validate_every == 0 or it == cfg.iterations:
-            logs.update(run.validate())
+            val = run.validate()
+            logs.update(val)
+            run.state.history[-1].update(val)  # the history keeps them too (curves.png, history.json)
         if log is not None:
             log(it, logs)
         over_budget = time.monotonic() - start > budget_s
