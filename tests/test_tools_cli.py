@@ -19,3 +19,16 @@ def test_help(tool, tmp_path):
                          timeout=120, cwd=tmp_path)
     assert res.returncode == 0 and "usage:" in res.stdout, res.stderr
     assert not any(tmp_path.iterdir())  # --help writes nothing
+
+
+@pytest.mark.parametrize("tool,args,name", [
+    ("train_rl.py", ["--workers", "-1"], "--workers"),
+    ("train_rl.py", ["--budget-min", "0"], "--budget-min"),
+    ("rl_experiments.py", ["--max-clips", "0"], "--max-clips"),
+    ("rl_experiments.py", ["--arms", "il:best"], "il:best"),
+    ("bench_all.py", ["--cycles", "0"], "--cycles"),
+])
+def test_bad_arguments_are_named(tool, args, name, tmp_path):
+    res = subprocess.run([sys.executable, str(TOOLS / tool), *args], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert res.returncode == 2 and name in res.stderr and "Traceback" not in res.stderr, res.stderr

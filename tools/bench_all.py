@@ -54,6 +54,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rollouts", action="store_true",
                     help="also run the rollout-throughput benchmark (~5 min)")
     args = ap.parse_args(argv)
+    if args.cycles < 1:
+        ap.error(f"--cycles: must be >= 1, got {args.cycles}")
 
     sys.path.insert(0, str(ROOT / "ros2_ws" / "src" / "rad2_planner"))
     from rad2_planner.benchmarking import machine_info

@@ -122,6 +122,10 @@ def main(argv=None) -> int:
     ap.add_argument("--max-clips", type=int, default=None, help="first N clips of each split (quick looks)")
     ap.add_argument("--out", type=Path, default=Path("out/rl_experiments"))
     args = ap.parse_args(argv)
+    if args.workers < 0:
+        ap.error(f"--workers: must be >= 0, got {args.workers}")
+    if args.max_clips is not None and args.max_clips < 1:
+        ap.error(f"--max-clips: must be >= 1, got {args.max_clips}")
 
     from bev_warp_sim.evaluate import split_kind
     from rad2_planner.config import load_params

@@ -75,6 +75,12 @@ def main(argv=None) -> int:
     ap.add_argument("--export-fp16", action="store_true", help="write final/ with float16 weights")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
+    if args.workers < 0:
+        ap.error(f"--workers: must be >= 0, got {args.workers}")
+    if not args.budget_min > 0:
+        ap.error(f"--budget-min: must be > 0 minutes, got {args.budget_min}")
+    if args.threads is not None and args.threads < 1:
+        ap.error(f"--threads: must be >= 1, got {args.threads}")
 
     import torch
     from bev_warp_sim.simulator import Simulator
