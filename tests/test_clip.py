@@ -181,3 +181,65 @@ def test_corrupted_files_are_errors_naming_the_file(tmp_path):
     (tmp_path / "ds" / "index.json").write_text('{"format_version": 1, "clips": [')
     with pytest.raises(ClipFormatError, match=r"index\.json: unreadable dataset index"):
         read_index(tmp_path / "ds")
+
+
+def _two_lane_map_with_signal():
+    """Two parallel eastbound lanes (ids 10 left, 11 right) with a signal at x = 30 on both."""
+    from rad2_planner.clip import LaneMap
+
+    xs = np.linspace(0.0, 60.0, 13)
+    lanes = {10: 3.5, 11: 0.0}
+    return LaneMap.build(
+        lane_ids=list(lanes), centerlines=[np.c_[xs, np.full_like(xs, y)] for y in lanes.values()],
+        left_boundaries=[np.c_[xs, np.full_like(xs, y + 1.75)] for y in lanes.values()],
+        right_boundaries=[np.c_[xs, np.full_like(xs, y - 1.75)] for y in lanes.values()],
+        speed_limits=[13.9, 13.9], successors=[[], []],
+        left_neighbors=[None, 10], right_neighbors=[11, None], lane_change_left=[False, True],
+        lane_change_right=[True, False], signal_ids=[7], signal_lanes=[[10, 11]],
+        signal_stop_lines=[[[30.0, -1.75], [30.0, 5.25]]])
+
+
+def test_adjacency_and_signals_round_trip_and_validate(tmp_path):
+    from rad2_planner.clip import NO_LANE, SIGNAL_GREEN, SIGNAL_RED, ClipValidationError, load_clip, save_clip
+
+    m = _two_lane_map_with_signal()
+    m.validate()
+    assert m.neighbor(11, "left") == 10 and m.neighbor(10, "left") is None
+    assert m.right_neighbors[1] == NO_LANE
+    clip = make_clip(num_steps=20)
+    clip = replace(clip, map=m, route_lane_ids=np.array([11]), route_polyline=m.centerlines[1].copy(),
+                   signal_states=np.array([[SIGNAL_RED] * 10 + [SIGNAL_GREEN] * 10], np.int8))
+    clip.validate()
+    back = load_clip(save_clip(clip, tmp_path / "c.npz"))
+    assert back.map.map_id == m.map_id and back.map.content_hash() == m.map_id
+    np.testing.assert_array_equal(back.map.left_neighbors, m.left_neighbors)
+    np.testing.assert_array_equal(back.map.lane_change_left, m.lane_change_left)
+    assert back.map.signal_lanes == [[10, 11]]
+    np.testing.assert_allclose(back.map.signal_stop_lines[0], m.signal_stop_lines[0])
+    np.testing.assert_array_equal(back.signal_states, clip.signal_states)
+    assert back.signals_at(9)[0] == SIGNAL_RED and back.signals_at(10)[0] == SIGNAL_GREEN
+    # slicing and resampling keep the states in step with the tracks (a light is held, not blended)
+    assert back.slice(8, 12).signal_states.tolist() == [[1, 1, 3, 3]]
+    half = back.resample(back.dt / 2)
+    assert half.signal_states.shape == (1, half.num_steps) and half.signal_states[0, 19] == SIGNAL_RED
+    # errors name the field
+    with pytest.raises(ClipValidationError, match="signal_states"):
+        replace(clip, signal_states=np.full((1, 20), 9, np.int8)).validate()
+    with pytest.raises(ClipValidationError, match="signal_states"):
+        replace(clip, signal_states=np.zeros((2, 20), np.int8)).validate()
+    with pytest.raises(ClipValidationError, match=r"map.lane_change_right\[1\]"):
+        replace(m, lane_change_right=np.array([True, True])).validate()
+    with pytest.raises(ClipValidationError, match=r"map.signal_lanes\[0\]"):
+        replace(m, signal_lanes=[[99]]).validate()
+
+
+def test_maps_without_the_new_parts_keep_their_ids():
+    """Adjacency and signals are hashed only when present: the ids of every bundled map stay valid."""
+    from rad2_planner.clip import iter_dataset
+
+    from pathlib import Path
+
+    clip = next(iter_dataset(Path(__file__).resolve().parents[1] / "data" / "eval_safety"))
+    assert not clip.map.has_adjacency and clip.map.num_signals == 0 and clip.signal_states is None
+    assert clip.map.content_hash() == clip.map.map_id
+    assert clip.signals_at(0).shape == (0,)

@@ -49,6 +49,16 @@ AGENT_TYPE_NAMES = {
     AGENT_OTHER: "other",
 }
 
+# Traffic-signal states, identical to rad2_msgs/TrafficSignal (arrows and flashing map onto these:
+# a flashing red is a stop sign, a flashing yellow is caution; adapters document their mapping).
+SIGNAL_UNKNOWN = 0
+SIGNAL_RED = 1
+SIGNAL_YELLOW = 2
+SIGNAL_GREEN = 3
+SIGNAL_STATE_NAMES = {SIGNAL_UNKNOWN: "unknown", SIGNAL_RED: "red", SIGNAL_YELLOW: "yellow", SIGNAL_GREEN: "green"}
+# "no neighbour" in LaneMap.left_neighbors / right_neighbors (never a valid lane id)
+NO_LANE = -1
+
 _YAW_TOL = 1e-6
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
@@ -103,6 +113,11 @@ def _check_wrapped(name: str, yaw: np.ndarray, mask=None) -> None:
         raise ClipValidationError(f"{name}: value {worst:.6f} rad is not wrapped to (-pi, pi]")
 
 
+def _lane_refs(values) -> np.ndarray:
+    """Lane ids with None for "no lane" -> int64 array with NO_LANE."""
+    return np.array([NO_LANE if v is None else int(v) for v in values], dtype=np.int64).reshape(-1)
+
+
 # ----------------------------------------------------------------------------------------------
 # LaneMap
 # ----------------------------------------------------------------------------------------------
@@ -119,6 +134,19 @@ class LaneMap:
     successors: list[list[int]]  # lane ids
     drivable_areas: list[np.ndarray] = field(default_factory=list)  # [Ki, 2] polygons
     crosswalks: list[np.ndarray] = field(default_factory=list)  # [Ki, 2] polygons
+    # Lane adjacency (same direction of travel): the neighbour's lane id or NO_LANE, and whether a lane
+    # change into it is allowed (dashed marking / routing-graph "lane change" relation). Empty arrays:
+    # the source has no adjacency (old maps); otherwise one entry per lane.
+    left_neighbors: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # [L] or [0]
+    right_neighbors: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    lane_change_left: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    lane_change_right: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    # Traffic signals: signal s controls the lanes signal_lanes[s] (lane ids) and traffic stops before
+    # signal_stop_lines[s] ([K >= 2, 2] polyline across those lanes). Their states per step are in
+    # Clip.signal_states (a map is shared by clips, states are not).
+    signal_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # [S]
+    signal_lanes: list[list[int]] = field(default_factory=list)
+    signal_stop_lines: list[np.ndarray] = field(default_factory=list)
 
     @classmethod
     def build(
@@ -132,8 +160,16 @@ class LaneMap:
         drivable_areas=(),
         crosswalks=(),
         map_id: str | None = None,
+        left_neighbors=(),
+        right_neighbors=(),
+        lane_change_left=(),
+        lane_change_right=(),
+        signal_ids=(),
+        signal_lanes=(),
+        signal_stop_lines=(),
     ) -> LaneMap:
-        """Construct with normalised dtypes; ``map_id`` defaults to the content hash."""
+        """Construct with normalised dtypes; ``map_id`` defaults to the content hash. Neighbours may
+        be given as lane ids with ``None`` or NO_LANE for "none"."""
         m = cls(
             map_id="",
             lane_ids=np.asarray(lane_ids, dtype=np.int64).reshape(-1),
@@ -144,9 +180,34 @@ class LaneMap:
             successors=[[int(s) for s in succ] for succ in successors],
             drivable_areas=[np.asarray(p, dtype=np.float64).reshape(-1, 2) for p in drivable_areas],
             crosswalks=[np.asarray(p, dtype=np.float64).reshape(-1, 2) for p in crosswalks],
+            left_neighbors=_lane_refs(left_neighbors),
+            right_neighbors=_lane_refs(right_neighbors),
+            lane_change_left=np.asarray(lane_change_left, dtype=bool).reshape(-1),
+            lane_change_right=np.asarray(lane_change_right, dtype=bool).reshape(-1),
+            signal_ids=np.asarray(signal_ids, dtype=np.int64).reshape(-1),
+            signal_lanes=[[int(v) for v in lanes] for lanes in signal_lanes],
+            signal_stop_lines=[np.asarray(p, dtype=np.float64).reshape(-1, 2) for p in signal_stop_lines],
         )
         m.map_id = map_id if map_id is not None else m.content_hash()
         return m
+
+    @property
+    def has_adjacency(self) -> bool:
+        return len(self.left_neighbors) > 0
+
+    @property
+    def num_signals(self) -> int:
+        return int(len(self.signal_ids))
+
+    def neighbor(self, lane_id: int, side: str) -> int | None:
+        """The left or right neighbour's lane id (``side`` "left"/"right"), or None."""
+        if not self.has_adjacency:
+            return None
+        k = self.lane_index().get(int(lane_id))
+        if k is None:
+            raise KeyError(f"lane id {lane_id} is not in map {self.map_id}")
+        v = int((self.left_neighbors if side == "left" else self.right_neighbors)[k])
+        return None if v == NO_LANE else v
 
     @property
     def num_lanes(self) -> int:
@@ -172,6 +233,18 @@ class LaneMap:
         h.update(json.dumps([list(map(int, s)) for s in self.successors]).encode())
         add_polys("d", self.drivable_areas)
         add_polys("x", self.crosswalks)
+        # only maps that have them hash the new fields, so the ids of older maps stay what they were
+        if self.has_adjacency:
+            h.update(b"adj")
+            for a in (self.left_neighbors, self.right_neighbors):
+                h.update(np.asarray(a, np.int64).tobytes())
+            for a in (self.lane_change_left, self.lane_change_right):
+                h.update(np.asarray(a, bool).tobytes())
+        if self.num_signals:
+            h.update(b"sig")
+            h.update(np.asarray(self.signal_ids, np.int64).tobytes())
+            h.update(json.dumps([list(map(int, s)) for s in self.signal_lanes]).encode())
+            add_polys("s", self.signal_stop_lines)
         return h.hexdigest()[:16]
 
     def lane_index(self) -> dict[int, int]:
@@ -209,6 +282,39 @@ class LaneMap:
                     raise ClipValidationError(f"map.successors[{k}]: lane id {s} is not in map.lane_ids")
         _check_polylines("map.drivable_areas", self.drivable_areas, 3)
         _check_polylines("map.crosswalks", self.crosswalks, 3)
+        if NO_LANE in known:
+            raise ClipValidationError(f"map.lane_ids: {NO_LANE} is reserved for 'no neighbour'")
+        adj = (self.left_neighbors, self.right_neighbors, self.lane_change_left, self.lane_change_right)
+        names = ("map.left_neighbors", "map.right_neighbors", "map.lane_change_left", "map.lane_change_right")
+        if any(len(a) for a in adj):
+            for name, a in zip(names, adj):
+                _check_array(name, a, (n,), f"L={n}", finite=False)
+            for name, a in zip(names[:2], adj[:2]):
+                for k, v in enumerate(a):
+                    if int(v) != NO_LANE and int(v) not in known:
+                        raise ClipValidationError(f"{name}[{k}]: lane id {int(v)} is not in map.lane_ids")
+                    if int(v) == int(self.lane_ids[k]):
+                        raise ClipValidationError(f"{name}[{k}]: lane {int(v)} is its own neighbour")
+            for name, allowed, nb in zip(names[2:], adj[2:], adj[:2]):
+                bad = np.flatnonzero(np.asarray(allowed, bool) & (np.asarray(nb) == NO_LANE))
+                if len(bad):
+                    raise ClipValidationError(f"{name}[{int(bad[0])}]: a lane change is allowed but there is "
+                                              "no neighbour on that side")
+        s_count = len(self.signal_ids)
+        if not isinstance(self.signal_ids, np.ndarray) or self.signal_ids.ndim != 1:
+            raise ClipValidationError(f"map.signal_ids: expected a [S] array, got {type(self.signal_ids).__name__}")
+        if len(np.unique(self.signal_ids)) != s_count:
+            raise ClipValidationError("map.signal_ids: contains duplicate ids")
+        if len(self.signal_lanes) != s_count:
+            raise ClipValidationError(
+                f"map.signal_lanes: has {len(self.signal_lanes)} entries, expected {s_count} (one per signal)")
+        for k, lanes in enumerate(self.signal_lanes):
+            if not lanes:
+                raise ClipValidationError(f"map.signal_lanes[{k}]: signal {int(self.signal_ids[k])} controls no lane")
+            for lid in lanes:
+                if int(lid) not in known:
+                    raise ClipValidationError(f"map.signal_lanes[{k}]: lane id {lid} is not in map.lane_ids")
+        _check_polylines("map.signal_stop_lines", self.signal_stop_lines, 2, s_count)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -263,6 +369,9 @@ class Clip:
     route_lane_ids: np.ndarray
     route_polyline: np.ndarray
     metadata: dict[str, Any] = field(default_factory=dict)
+    # [S, T] int8 state of map signal s at step t (SIGNAL_*); None: the log has no signal states
+    # (every signal unknown). Rows follow map.signal_ids.
+    signal_states: np.ndarray | None = None
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
@@ -292,6 +401,7 @@ class Clip:
         route_lane_ids,
         route_polyline,
         metadata: dict | None = None,
+        signal_states=None,
     ) -> Clip:
         """Construct with canonical dtypes (float64 tracks, int64 ids, int8 types, bool mask)."""
         f64 = lambda a: np.asarray(a, dtype=np.float64)  # noqa: E731
@@ -329,6 +439,7 @@ class Clip:
             route_lane_ids=np.asarray(route_lane_ids, dtype=np.int64).reshape(-1),
             route_polyline=f64(route_polyline),
             metadata=dict(metadata or {}),
+            signal_states=None if signal_states is None else np.asarray(signal_states, dtype=np.int8),
         )
 
     # -- convenience --------------------------------------------------------------------------
@@ -355,6 +466,13 @@ class Clip:
     def ego_poses(self) -> np.ndarray:
         """[T, 3] ego poses."""
         return np.stack([self.ego_x, self.ego_y, self.ego_yaw], axis=-1)
+
+    def signals_at(self, t: int) -> np.ndarray:
+        """[S] int8 state of each map signal at step ``t`` (all SIGNAL_UNKNOWN without logged states)."""
+        t = self._check_step(t)
+        if self.signal_states is None:
+            return np.zeros(self.map.num_signals, np.int8)
+        return self.signal_states[:, t].copy()
 
     def agents_at(self, t: int) -> AgentsAt:
         """States of the agents valid at step ``t``."""
@@ -394,6 +512,7 @@ class Clip:
             agent_length=self.agent_length[keep].copy(),
             agent_width=self.agent_width[keep].copy(),
             metadata=meta,
+            signal_states=None if self.signal_states is None else self.signal_states[:, start:stop].copy(),
         )
 
     def resample(self, dt: float) -> Clip:
@@ -431,7 +550,10 @@ class Clip:
             agents[k] = np.where(valid, agents[k], 0.0)
         meta = dict(self.metadata)
         meta["resampled_from_dt"] = self.dt
-        return replace(self, dt=dt, num_steps=n, **ego, **agents, agent_valid=valid, metadata=meta).validate()
+        # a light does not interpolate: each new step shows the last logged state at or before it
+        signals = None if self.signal_states is None else self.signal_states[:, i0].copy()
+        return replace(self, dt=dt, num_steps=n, **ego, **agents, agent_valid=valid, metadata=meta,
+                       signal_states=signals).validate()
 
     def select_agents(self, keep) -> Clip:
         """The same clip with only the agents selected by ``keep`` (a bool mask [N] or indices)."""
@@ -509,6 +631,16 @@ class Clip:
             raise ClipValidationError(f"metadata: not JSON-serialisable ({exc})") from exc
         if "source" not in self.metadata:
             raise ClipValidationError("metadata: missing required key 'source'")
+        if self.signal_states is not None:
+            s_count = self.map.num_signals
+            _check_array("signal_states", self.signal_states, (s_count, t), f"S={s_count}, T={t}", finite=False)
+            if self.signal_states.dtype.kind not in "iu":
+                raise ClipValidationError(f"signal_states: dtype {self.signal_states.dtype} is not integer")
+            if self.signal_states.size and (self.signal_states.min() < SIGNAL_UNKNOWN
+                                            or self.signal_states.max() > SIGNAL_GREEN):
+                raise ClipValidationError(
+                    f"signal_states: values must be in 0..3 (unknown, red, yellow, green), got "
+                    f"{sorted(set(self.signal_states.ravel().tolist()))}")
         return self
 
     @property
@@ -560,12 +692,27 @@ def _map_arrays(m: LaneMap, prefix: str = "") -> dict[str, np.ndarray]:
     lens = np.array([len(s) for s in m.successors], dtype=np.int64)
     out["succ_off"] = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
     out["succ"] = np.array([int(v) for s in m.successors for v in s], dtype=np.int64)
+    # optional parts (absent keys read back as "none"; files of older maps load unchanged)
+    if m.has_adjacency:
+        out["left_nb"] = np.asarray(m.left_neighbors, np.int64)
+        out["right_nb"] = np.asarray(m.right_neighbors, np.int64)
+        out["lc_left"] = np.asarray(m.lane_change_left, bool)
+        out["lc_right"] = np.asarray(m.lane_change_right, bool)
+    if m.num_signals:
+        out["sig_ids"] = np.asarray(m.signal_ids, np.int64)
+        lens = np.array([len(v) for v in m.signal_lanes], dtype=np.int64)
+        out["sig_lanes_off"] = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+        out["sig_lanes"] = np.array([int(v) for lanes in m.signal_lanes for v in lanes], dtype=np.int64)
+        out["sig_sl_pts"], out["sig_sl_off"] = _pack_polys(m.signal_stop_lines, origin)
     return {prefix + k: v for k, v in out.items()}
 
 
 def _map_from_arrays(z, prefix: str = "", where: str = "") -> LaneMap:
     def get(k):
         return z[prefix + k]
+
+    def has(k):
+        return prefix + k in z
 
     version = int(get("map_format_version"))
     if version != MAP_FORMAT_VERSION:
@@ -586,7 +733,21 @@ def _map_from_arrays(z, prefix: str = "", where: str = "") -> LaneMap:
         ],
         drivable_areas=_unpack_polys(get("da_pts"), get("da_off"), origin),
         crosswalks=_unpack_polys(get("cw_pts"), get("cw_off"), origin),
+        **_optional_map_parts(get, has, origin),
     )
+
+
+def _optional_map_parts(get, has, origin: np.ndarray) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if has("left_nb"):
+        out.update(left_neighbors=get("left_nb").astype(np.int64), right_neighbors=get("right_nb").astype(np.int64),
+                   lane_change_left=get("lc_left").astype(bool), lane_change_right=get("lc_right").astype(bool))
+    if has("sig_ids"):
+        off, lanes = get("sig_lanes_off"), get("sig_lanes")
+        out.update(signal_ids=get("sig_ids").astype(np.int64),
+                   signal_lanes=[lanes[off[i]:off[i + 1]].astype(int).tolist() for i in range(len(off) - 1)],
+                   signal_stop_lines=_unpack_polys(get("sig_sl_pts"), get("sig_sl_off"), origin))
+    return out
 
 
 def save_map(lane_map: LaneMap, path: str | os.PathLike) -> Path:
@@ -648,6 +809,7 @@ def _clip_arrays(clip: Clip) -> dict[str, np.ndarray]:
         "route_lane_ids": clip.route_lane_ids.astype(np.int64),
         "route_polyline": (clip.route_polyline - origin).astype(np.float32),
         "metadata": np.array(json.dumps(clip.metadata, sort_keys=True)),
+        **({} if clip.signal_states is None else {"signal_states": clip.signal_states.astype(np.int8)}),
     }
 
 
@@ -682,6 +844,7 @@ def _clip_from_arrays(z, lane_map: LaneMap, where: str) -> Clip:
         route_lane_ids=z["route_lane_ids"].astype(np.int64),
         route_polyline=f64("route_polyline") + origin,
         metadata=json.loads(str(z["metadata"])),
+        signal_states=z["signal_states"].astype(np.int8) if "signal_states" in z else None,
     )
 
 
