@@ -214,14 +214,14 @@ def test_plan_kinematics_judged_over_the_horizon_impossible_values_everywhere():
     horizon = float(LIMITS["trajectory"]["kinematics_horizon_s"])
     n = int(horizon / DT)
     hook = straight(10.0)
-    hook[n:] = [[hook[n - 1, 0] + 1.0, 3.0 * k] for k in range(1, T - n + 1)]  # a hook after the horizon
+    hook[n:] = [[hook[n - 1, 0] + 0.5, 6.0 * k] for k in range(1, T - n + 1)]  # a hook after the horizon
     assert planner_guard.check_plan_kinematics(hook, DT, LIMITS, VEHICLE, 10.0) == []
     from rad2_planner.validators import check_trajectory
 
     whole = check_trajectory(hook, DT, LIMITS, VEHICLE)
     assert whole and all(int(v.field.split("[")[1][:-1]) >= n - 1 for v in whole), whole  # in the tail
     early = straight(10.0)
-    early[2:] = [[early[1, 0] + 1.0, 3.0 * k] for k in range(1, T - 1)]  # the same hook inside it
+    early[2:] = [[early[1, 0] + 0.5, 6.0 * k] for k in range(1, T - 1)]  # the same hook inside it
     assert planner_guard.check_plan_kinematics(early, DT, LIMITS, VEHICLE, 10.0)
     far = straight(10.0)
     far[-1] = [1e6, 0.0]  # a point at 1e6 m at the end: rejected whatever the horizon
@@ -229,3 +229,17 @@ def test_plan_kinematics_judged_over_the_horizon_impossible_values_everywhere():
             ][:1] == ["trajectory.speed"]
     assert planner_guard.check_plan_kinematics(straight(10.0), 1000.0, LIMITS, VEHICLE, 10.0)[0].field == \
         "trajectory.dt"
+
+
+def test_curvature_is_not_judged_across_a_standing_segment():
+    """A plan that nearly stops and moves on: the heading of the near-standing segment is noise (here
+    it points sideways), so the turn into and out of it is no curvature of the path (a false rejection
+    the soak found at low speed); a real kink between two moving segments still is one."""
+    from rad2_planner.validators import check_trajectory
+
+    pts = np.cumsum([[5.0, 0.0], [5.0, 0.0], [4.0, 0.0], [3.0, 0.0], [2.0, 0.0], [0.0, 0.04], [0.6, 0.0],
+                     [0.6, 0.0]], axis=0)
+    assert not [v for v in check_trajectory(pts, DT, LIMITS, VEHICLE) if "curvature" in v.field]
+    kink = np.cumsum([[2.0, 0.0], [2.0, 0.0], [2.0, 0.0], [0.0, 2.0], [0.0, 2.0], [0.0, 2.0], [0.0, 2.0],
+                      [0.0, 2.0]], axis=0)
+    assert [v for v in check_trajectory(kink, DT, LIMITS, VEHICLE) if "curvature" in v.field]

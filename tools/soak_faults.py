@@ -43,8 +43,13 @@ for _p in (SRC / "rad2_planner", SRC / "bev_warp_sim", ROOT / "tools"):
 HOG = "while True:\n    pass\n"
 # what a clip start looks like to the controller: the ego placed elsewhere (the odometry jump waits for
 # its confirmation, then a localization reset), no plan for the new place yet
+# (a trajectory planned from the new clip's first inputs can arrive while the jump still awaits its
+# confirmation: "no odometry near the trajectory stamp")
 CLIP_START_REASONS = ("pose_jump", "acceleration", "localization reset", "no trajectory", "predates",
-                      "stale trajectory", "odometry lost")
+                      "stale trajectory", "odometry lost", "no odometry near")
+# a controller report belongs to a clip start from shortly before this monitor saw the clip's first
+# odometry (the controller may receive it first) until the relocalisation settled
+CLIP_START_WINDOW_NS = (-1_000_000_000, 3_000_000_000)
 
 
 def classify_planner(reason: str) -> str:
@@ -121,6 +126,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from diagnostic_msgs.msg import DiagnosticArray
 
     heartbeat_reports: list[tuple[int, str, str]] = []
+    heartbeat_arrivals: dict[str, list[int]] = {}  # node name -> wall receive times at this monitor
 
     def on_diag(m):
         for st in m.status:
@@ -128,7 +134,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if st.name.startswith("heartbeat/") and level == 2:
                 heartbeat_reports.append((time.time_ns(), st.name, st.message))
 
+    def on_heartbeat(m):
+        heartbeat_arrivals.setdefault(m.frame_id, []).append(time.time_ns())
+
+    from rad2_planner.nodes.common import HEARTBEAT_TOPIC, heartbeat_qos
+    from std_msgs.msg import Header
+
     monitor.node.create_subscription(DiagnosticArray, "/diagnostics", on_diag, 50)
+    monitor.node.create_subscription(Header, HEARTBEAT_TOPIC, on_heartbeat, heartbeat_qos())
     hogs: list[subprocess.Popen] = []
     res: dict[str, Any] = {"dataset": args.dataset, "hogs": args.hogs, "minutes": args.minutes}
     try:
@@ -153,6 +166,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         stop_hogs(hogs)
         hogs = []
         res.update(soak_figures(monitor, heartbeat_reports, t0, t1, loads))
+        res["heartbeat_gaps_at_monitor"] = heartbeat_gaps(heartbeat_arrivals, t0, t1)
         if args.kills:
             # the graph runs on the simulator's clock, which falls behind the wall clock under load:
             # let it catch up before timing stops on the wall clock
@@ -183,8 +197,9 @@ def soak_figures(monitor, heartbeat_reports, t0: int, t1: int, loads: list[float
     cdiags = [d for d in monitor.control_diags if d["receive_ns"] and t0 <= d["receive_ns"] <= t1]
 
     def near_start(t: int) -> bool:
-        i = np.searchsorted(starts, t, side="right") - 1
-        return i >= 0 and t - starts[i] < 3e9
+        lo, hi = CLIP_START_WINDOW_NS
+        i = np.searchsorted(starts, t - hi, side="left")  # first start after t - hi
+        return i < len(starts) and starts[i] <= t - lo
 
     controller = episodes([d["receive_ns"] for d in cdiags],
                           [classify_controller(d["fallback_reason"], near_start(d["receive_ns"]))
@@ -210,6 +225,23 @@ def soak_figures(monitor, heartbeat_reports, t0: int, t1: int, loads: list[float
         "at_fault_clips": [r.get("clip_id") for r in results if r.get("collided") and r.get("at_fault")],
         "offroad": sum(bool(r.get("offroad")) for r in results),
     }
+
+
+def heartbeat_gaps(arrivals: dict[str, list[int]], t0: int, t1: int) -> dict[str, Any]:
+    """Per node: the gaps between consecutive heartbeats arriving at this (monitor) process: how late
+    the beats themselves were, independent of how the controller judged them."""
+    import numpy as np
+
+    out = {}
+    for name, times in sorted(arrivals.items()):
+        t = np.array([x for x in times if t0 <= x <= t1], dtype=np.int64)
+        if len(t) < 2:
+            continue
+        gaps_ms = np.diff(t) / 1e6
+        out[name] = {"beats": int(len(t)), "p50_ms": float(np.percentile(gaps_ms, 50)),
+                     "p99_ms": float(np.percentile(gaps_ms, 99)), "max_ms": float(gaps_ms.max()),
+                     "over_150ms": int((gaps_ms > 150).sum()), "over_300ms": int((gaps_ms > 300).sum())}
+    return out
 
 
 def kill_loop(args, monitor, stack, restarted: list, common: dict) -> dict[str, Any]:

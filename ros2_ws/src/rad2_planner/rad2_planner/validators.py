@@ -217,7 +217,12 @@ def check_trajectory(points: np.ndarray, dt: float, limits: dict[str, Any], vehi
     along = seg[:, 0] * np.cos(ref) + seg[:, 1] * np.sin(ref)
     out += _worst("trajectory.backward", -along, None, float(c["max_backward_m"]), "m against the heading")
     turn = np.angle(np.exp(1j * np.diff(np.concatenate([[0.0], heading]))))
-    kappa = np.where(moving, turn / np.maximum(seg_len, 1e-9), 0.0)
+    # The turn at point k is between segments k-1 and k: judged only where both move (a near-standing
+    # segment's heading is noise, so a plan that slows to a stop or starts off would show kinks of
+    # several rad), over the mean of the two chords (the ego's own heading precedes the first one).
+    moving_pair = moving & np.concatenate([[True], moving[:-1]])
+    chord = np.concatenate([seg_len[:1], 0.5 * (seg_len[1:] + seg_len[:-1])])
+    kappa = np.where(moving_pair, turn / np.maximum(chord, 1e-9), 0.0)
     kmax = float(c["curvature_factor"]) * float(slip_and_curvature(vehicle.max_steer, vehicle)[1])
     out += _worst("trajectory.curvature", np.abs(kappa), None, kmax, "1/m")
     lat = speed**2 * kappa

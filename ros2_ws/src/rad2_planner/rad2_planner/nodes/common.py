@@ -24,6 +24,8 @@ and ``-p`` overrides), so the same class runs as its own process or inside one e
 
 from __future__ import annotations
 
+import gc
+
 import math
 import threading
 import time
@@ -390,6 +392,12 @@ def run_node(node_class, args: list[str] | None = None, **kwargs) -> int:
     node = None
     try:
         node = node_class(**kwargs)
+        # Everything allocated at start-up (torch, ONNX Runtime, the networks, the map) lives as long
+        # as the process: move it out of the collector's reach, so a full collection scans only what
+        # the cycles allocate. Under a CPU hog a full collection over the start-up heap held the GIL
+        # long enough to delay the heartbeat thread by 0.3-0.5 s (the soak's planner-heartbeat gaps).
+        gc.collect()
+        gc.freeze()
         executor = SingleThreadedExecutor()
         executor.add_node(node)
         executor.spin()

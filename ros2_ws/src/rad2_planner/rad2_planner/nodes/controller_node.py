@@ -35,7 +35,9 @@ of its stamp from the ego's speed (time step, implied speed, start offset over t
 acceleration, curvature, lateral acceleration and jerk, backwards segments over
 ``validators.trajectory.kinematics_horizon_s``). Any rejection, odometry older than ``odom_timeout_s``
 (receive time), or a planner heartbeat (``/heartbeat`` from ``planner_name``, once seen; after that
-a received trajectory counts as one too) overdue by ``planner_heartbeat_timeout_s`` makes the cycle a
+a received trajectory counts as one too) overdue by ``planner_heartbeat_timeout_s`` on the steady
+clock (liveness of a process is a wall-clock matter: on simulated time, /clock advancing in bursts
+under load made beats that arrived every 40 ms look 0.2 s apart) makes the cycle a
 minimal-risk stop with the reason (field and value named) in the command, in ``control/diagnostics`` and on
 ``/diagnostics``; a rejection that good input replaced before the next cycle still stops and is
 reported for that one cycle
@@ -189,6 +191,11 @@ class ControllerNode(Node):
     def _now_ns(self) -> int:
         return self.get_clock().now().nanoseconds
 
+    @staticmethod
+    def _steady_ns() -> int:
+        """Heartbeat bookkeeping clock: the process's monotonic clock, whatever the node clock is."""
+        return time.monotonic_ns()
+
     def _warn(self, key: str, text: str) -> None:
         if self.throttle(key):
             self.get_logger().warning(text)
@@ -219,7 +226,7 @@ class ControllerNode(Node):
 
     def on_trajectory(self, msg: Trajectory) -> None:
         now = self._now_ns()
-        self.heartbeats.refresh(self.planner_name, now)  # a trajectory shows the planner alive as well
+        self.heartbeats.refresh(self.planner_name, self._steady_ns())  # a trajectory shows it alive too
         try:
             traj = rc.trajectory_from_msg(msg)
             if self.reset_ns is not None and traj.stamp_ns < self.reset_ns:
@@ -265,7 +272,7 @@ class ControllerNode(Node):
         self.latch.clear("trajectory")
 
     def on_heartbeat(self, msg: Header) -> None:
-        self.heartbeats.beat(msg.frame_id, self._now_ns())
+        self.heartbeats.beat(msg.frame_id, self._steady_ns())
 
     def _drain_heartbeats(self, now: int) -> None:
         """Take the heartbeats that arrived but wait behind this timer in the executor (after a stall the
@@ -292,10 +299,13 @@ class ControllerNode(Node):
     def on_timer(self) -> None:
         t0 = time.perf_counter()
         now = self._now_ns()
-        last_tick, self._last_tick_ns = self._last_tick_ns, now
-        if last_tick is None or not 0 <= now - last_tick <= 5e9 / self.rate_hz:
-            self.heartbeats.rebase(now)  # the clock jumped (simulated time started): not a lost planner
-        self._drain_heartbeats(now)
+        steady = self._steady_ns()
+        last_tick, self._last_tick_ns = self._last_tick_ns, steady
+        if last_tick is None or steady - last_tick > 5e9 / self.rate_hz:
+            # this timer did not run for 5 periods (simulated time paused between clips, or this
+            # process was not scheduled): a planner beat missed meanwhile is not evidence of its loss
+            self.heartbeats.rebase(steady)
+        self._drain_heartbeats(steady)
         stages: dict[str, float] = {}
         reason = ""
         accel = rate = 0.0
@@ -308,7 +318,7 @@ class ControllerNode(Node):
                 steer_now = float(state[4])
             latched = self.latch.reason()
             odom_age = self.estimator.odometry.age_ns(now)
-            lost = self.heartbeats.lost(now)
+            lost = self.heartbeats.lost(steady)
             if state is None:
                 reason = latched or "no odometry received"
             elif odom_age > self.odom_timeout_ns:
@@ -373,7 +383,7 @@ class ControllerNode(Node):
             rep = self.stats.record(stages, total_ms, total_ms, fallback_reason=reason[:500])
             self.diagnostics.publish("error" if reason else "ok", reason or "tracking", {
                 "cycle_count": rep.cycle_count, "rejected_input_count": rep.rejected_input_count,
-                "emergency_stop": bool(reason), "planner_heartbeat": self.heartbeats.status(now)[0].message,
+                "emergency_stop": bool(reason), "planner_heartbeat": self.heartbeats.status(steady)[0].message,
                 "odometry_resets": self.gate.reset_count})
             self.pub_diag.publish(rc.planning_diagnostics_to_msg(
                 stages, node=NODE_NAME, backend="numpy-ilqr", stamp_ns=self._now_ns(),

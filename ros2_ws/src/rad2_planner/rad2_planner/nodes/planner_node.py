@@ -220,8 +220,20 @@ class PlannerNode(Node):
         self._seen["tokens"] = Seen(rc.time_to_ns(msg.header.stamp), self._now_ns())
         self._try_cycle()
 
+    def _clock_started(self) -> bool:
+        """On simulated time the node clock reads 0 until the first /clock arrives: no input can be
+        judged against it then (a valid stamp would look "in the future") and no plan stamped with it
+        is usable, so the node waits (and says so) instead of rejecting inputs or publishing."""
+        if not self.use_sim_time or self._now_ns() > 0:
+            return True
+        if self.throttle("no /clock"):
+            self.get_logger().warning("use_sim_time is set but no /clock received yet: waiting, not planning")
+        return False
+
     def _watchdog(self) -> None:
         """Every input period: without a cycle for starvation_timeout_s, fall back and say why."""
+        if not self._clock_started():
+            return
         now = self._now_ns()
         if self._first_tick_ns is None:
             self._first_tick_ns = now  # grace period after start-up, as after a cycle
@@ -248,7 +260,8 @@ class PlannerNode(Node):
             return
         bev, tokens = self._bev, self._tokens
         self._bev = self._tokens = None
-        self.cycle(bev, tokens)
+        if self._clock_started():
+            self.cycle(bev, tokens)
 
     def _now_ns(self) -> int:
         return self.get_clock().now().nanoseconds
