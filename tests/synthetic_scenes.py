@@ -134,3 +134,43 @@ def make_clip(
         route_polyline=right_path,
         metadata={"source": "synthetic", "scenario_kind": "slow_leader", "seed": 0},
     )
+
+
+def make_signal_clip(red_steps: int, num_steps: int = 160, stop_line_x: float = 70.0,
+                     clip_id: str = "synthetic_signal") -> Clip:
+    """The two-lane road with a traffic signal on the right lane (stop line across it at
+    ``stop_line_x``), red for the first ``red_steps`` steps and green after; no other traffic. The
+    logged ego behaves like a driver would: from 10 m/s it brakes at 2 m/s^2 to stop 1 m before the
+    line, waits for green and pulls away at 1.5 m/s^2 (BEV-Warp renders the simulated ego's view from
+    the logged one, so the log must stay near where a correct policy drives)."""
+    from dataclasses import replace
+
+    from rad2_planner.clip import SIGNAL_GREEN, SIGNAL_RED
+
+    base = make_map()
+    m = LaneMap.build(
+        lane_ids=base.lane_ids, centerlines=base.centerlines, left_boundaries=base.left_boundaries,
+        right_boundaries=base.right_boundaries, speed_limits=base.speed_limits, successors=base.successors,
+        drivable_areas=base.drivable_areas, crosswalks=[], signal_ids=[5], signal_lanes=[[1]],
+        signal_stop_lines=[[[stop_line_x, -LANE_WIDTH / 2], [stop_line_x, LANE_WIDTH / 2]]])
+    clip = make_clip(num_steps=num_steps, clip_id=clip_id, lane_map=m)
+    states = np.full((1, num_steps), SIGNAL_GREEN, np.int8)
+    states[0, :red_steps] = SIGNAL_RED
+    dt, v0, brake, pull = clip.dt, 10.0, 2.0, 1.5
+    s_stop = stop_line_x - 1.0 - clip.ego_length / 2 - 20.0  # centre's travel from x = 20 to its stop
+    s, v, track, speed = 0.0, v0, [], []
+    for k in range(num_steps):
+        track.append(s)
+        speed.append(v)
+        if k < red_steps:
+            need = v * v / (2.0 * max(s_stop - s, 1e-3))
+            v = max(0.0, v - dt * (brake if need >= brake or s_stop - s < 0.5 else 0.0))
+        else:
+            v = min(v0, v + pull * dt)
+        s = min(s + v * dt, s_stop) if k < red_steps else s + v * dt
+    path = np.concatenate([m.centerlines[0], m.centerlines[1][1:]])
+    ex, ey, eyaw = _along(path, 20.0 + np.asarray(track))
+    ego = dict(ego_x=ex, ego_y=ey, ego_yaw=eyaw, ego_speed=np.asarray(speed),
+               ego_accel=np.gradient(np.asarray(speed), dt))
+    return replace(clip.select_agents(np.zeros(clip.num_agents, bool)), signal_states=states,
+                   **ego).validate()

@@ -15,7 +15,8 @@ Over a split:
 - **EP-Mean**: mean of ``min(ρ, 1)``; **EP@1.0 / EP@0.9**: fraction of clips with
   ``ρ ≥ 1.0 − tol`` / ``ρ ≥ 0.9 − tol`` (``metrics.ep_complete_tolerance`` absorbs the tracking error
   of a replay that completes the route);
-- comfort: fraction of clips with any violation, and mean fraction of violating steps.
+- comfort: fraction of clips with any violation, and mean fraction of violating steps;
+- red_light_rate: fraction of clips where the ego's front crossed a red stop line on its route.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class EpisodeResult:
     collisions: list[dict[str, Any]] = field(default_factory=list)
     comfort_by_term: dict[str, float] = field(default_factory=dict)
     num_decisions: int = 0
+    red_light_violations: int = 0  # red stop lines on the route the ego's front crossed
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -80,6 +82,7 @@ def episode_outcome(trace: EpisodeTrace, params: dict[str, Any]) -> EpisodeResul
         collisions=[dict(c) for c in trace.collisions],
         comfort_by_term={k: float(v.mean()) for k, v in viol.items()},
         num_decisions=len(trace.decisions),
+        red_light_violations=len(trace.red_light_crossings),
     )
 
 
@@ -106,6 +109,7 @@ def aggregate(results: list[EpisodeResult], params: dict[str, Any]) -> dict[str,
         "comfort_violation_clips": float(np.mean([r.comfort_any for r in results])),
         "comfort_violation_steps": float(np.mean([r.comfort_violation_rate for r in results])),
         "offroad_rate": float(np.mean([r.offroad for r in results])),
+        "red_light_rate": float(np.mean([r.red_light_violations > 0 for r in results])),
         "mean_r_coll": float(np.mean([r.r_coll for r in results])),
         "mean_r_eff": float(np.mean([r.r_eff for r in results])),
         "mean_plan_r1": float(np.mean([r.plan_r1 for r in results])),

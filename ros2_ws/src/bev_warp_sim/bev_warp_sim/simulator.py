@@ -44,6 +44,7 @@ import numpy as np
 from rad2_planner.config import load_params
 from rad2_planner.geometry import wrap_angle
 from rad2_planner.planning_interface import PlanResult
+from rad2_planner.traffic_rules import next_signal_stop, stop_line_crossings
 
 from bev_warp_sim import rewards as rw
 from bev_warp_sim import safety
@@ -462,6 +463,10 @@ class Simulator:
             o = warp_tokens(logged[k], ref_pose[k], ego[k, :3])
             o.bev = bev[k]
             o.ego_state = es[k].copy()
+            c = clips[k]
+            if c.map.num_signals:  # the stop line's distance from the simulated ego, not the logged one
+                o.signal_stop = next_signal_stop(c.map, c.signals_at(steps[k]), c.route_lane_ids,
+                                                 c.route_polyline, ego[k, :3], c.ego_length)
             out.append(o)
         return out
 
@@ -790,7 +795,23 @@ class Simulator:
             collided=bool(state.collided[b]), at_fault=bool(state.at_fault[b]),
             offroad=bool(state.offroad[b]),
             collisions=state.collisions[b], decisions=state.decisions[b],
+            red_light_crossings=self._red_light_crossings(clip, track, start),
         )
+
+    @staticmethod
+    def _red_light_crossings(clip, track: np.ndarray, start: int) -> tuple[tuple[int, int], ...]:
+        """(log step, signal id) where the ego's front crossed a stop line whose signal was red."""
+        if not clip.map.num_signals or clip.signal_states is None or len(track) < 2:
+            return ()
+        half = 0.5 * clip.ego_length
+        front = track[:, :2] + half * np.column_stack([np.cos(track[:, 2]), np.sin(track[:, 2])])
+        out = []
+        for k in range(1, len(track)):
+            step = start + k
+            for sid in stop_line_crossings(clip.map, clip.signals_at(min(step, clip.num_steps - 1)),
+                                           clip.route_lane_ids, front[k - 1], front[k]):
+                out.append((int(step), int(sid)))
+        return tuple(out)
 
     def episode_result(self, state: SimState, b: int) -> EpisodeResult:
         """The outcome of rollout ``b`` (:func:`bev_warp_sim.metrics.episode_outcome` of its trace)."""

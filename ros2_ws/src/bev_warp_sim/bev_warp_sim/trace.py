@@ -81,6 +81,8 @@ class EpisodeTrace:
     offroad: bool
     collisions: tuple[dict[str, Any], ...] = ()
     decisions: tuple[DecisionPoint, ...] = ()
+    # (log step, signal id) of every red stop line on the route the ego's front crossed
+    red_light_crossings: tuple[tuple[int, int], ...] = ()
 
     @property
     def num_steps(self) -> int:

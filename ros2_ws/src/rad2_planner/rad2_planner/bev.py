@@ -216,6 +216,7 @@ class SceneSnapshot:
     ego_state: np.ndarray = field(default_factory=lambda: np.zeros(4))
     route_lane_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     timestamp: float = 0.0
+    signal_states: np.ndarray | None = None  # [S] state of each map signal now (None: not known)
 
     def validate(self) -> SceneSnapshot:
         if not isinstance(self.map, LaneMap):
@@ -276,6 +277,7 @@ def snapshot_from_clip(
         ego_length=clip.ego_length,
         ego_width=clip.ego_width,
         timestamp=t * clip.dt,
+        signal_states=clip.signals_at(t) if clip.map.num_signals else None,
     )
 
 

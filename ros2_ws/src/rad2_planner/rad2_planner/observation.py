@@ -12,11 +12,16 @@ Fields and shapes (``docs/conventions.md``); a batch adds one leading dimension 
 | route | [N_route, 4] | float32 |
 | route_mask | [N_route] | bool |
 | ego_state | [4] | float32 |
+| signal_stop | [2] | float32 |
+
+``signal_stop`` is not a network input: (distance along the route from the ego's centre to the nearest
+red/yellow stop line ahead, that state), (traffic_rules.NO_STOP_M, 0) when none; the planner's rule
+layer (``rad2_planner.traffic_rules``) keeps the executed plan behind it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -31,6 +36,12 @@ from .tokens import (
     map_tokens,
     route_tokens,
 )
+
+
+def no_signal_stop() -> np.ndarray:
+    from .traffic_rules import NO_STOP_M
+
+    return np.array([NO_STOP_M, 0.0], np.float32)
 
 
 class ObservationError(ValueError):
@@ -63,6 +74,7 @@ class Observation:
     route: np.ndarray
     route_mask: np.ndarray
     ego_state: np.ndarray
+    signal_stop: np.ndarray = field(default_factory=lambda: no_signal_stop())
 
     @property
     def batch_shape(self) -> tuple[int, ...]:
@@ -143,6 +155,9 @@ class Observation:
         for name in _FLOAT_FIELDS:
             if not np.all(np.isfinite(getattr(self, name))):
                 raise ObservationError(f"{name}: contains non-finite values")
+        ss = np.asarray(self.signal_stop)
+        if ss.shape != b + (2,) or not np.all(np.isfinite(ss)):
+            raise ObservationError(f"signal_stop: expected finite shape {b + (2,)}, got {ss.shape}")
         return self
 
 
@@ -175,7 +190,11 @@ def build_observation(
     es = np.asarray(snapshot.ego_state if ego_state is None else ego_state, np.float64)
     if es.shape != (4,):
         raise ObservationError(f"ego_state: shape {es.shape} is not (4,)")
+    from .traffic_rules import next_signal_stop
+
     return Observation(
+        signal_stop=next_signal_stop(snapshot.map, snapshot.signal_states, snapshot.route_lane_ids,
+                                     snapshot.route_polyline, pose, snapshot.ego_length),
         bev=bev,
         map_polylines=mp,
         map_mask=mm,

@@ -23,7 +23,7 @@ class PlanResult:
     logits: [M] discriminator logits, scores = sigmoid(logits) (NaN when not scored);
     log_prob: log-probability of ``selected`` under the distribution it was sampled from (NaN when
     selected deterministically); entropy: that distribution's entropy in nats (NaN likewise);
-    probs: [M] that distribution; discriminator_inputs: the unbatched arrays the discriminator
+    probs: [M] that distribution; executed: see the field; discriminator_inputs: the unbatched arrays the discriminator
     consumed besides the candidates (map_polylines, map_mask, agents, agents_mask, ego_state,
     bev_tokens), so that a trainer can recompute the logits.
     """
@@ -39,11 +39,14 @@ class PlanResult:
     entropy: float = float("nan")
     probs: np.ndarray | None = None
     discriminator_inputs: dict[str, np.ndarray] | None = None
+    # [T_plan, 2] what is executed when a rule layer changed the selected candidate (e.g. re-timed to
+    # stop at a red light, rad2_planner.traffic_rules); None: the selected candidate as generated
+    executed: np.ndarray | None = None
 
     @property
     def trajectory(self) -> np.ndarray:
-        """The selected [T_plan, 2] trajectory."""
-        return self.candidates[self.selected]
+        """The [T_plan, 2] trajectory to execute: the selected candidate, as the rule layer left it."""
+        return self.candidates[self.selected] if self.executed is None else self.executed
 
 
 @runtime_checkable

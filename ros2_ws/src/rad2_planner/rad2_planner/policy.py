@@ -38,13 +38,15 @@ from typing import Any
 
 import numpy as np
 
-from .config import load_params, params_dir, require
+from .clip import SIGNAL_STATE_NAMES
+from .config import default_params, load_params, params_dir, require
 from .diffusion import SAMPLERS, NoiseSchedule, SamplerSpec, initial_noise
 from .observation import BOOL_FIELDS, FIELD_RANKS, ObservationError
 from .planning_interface import PlanResult
 from .runtime.base import DISCRIMINATOR_INPUTS, SCENE_INPUTS, make_backend
 from .selection import CandidateDistribution
 from .selection import sample as sample_candidate
+from .traffic_rules import TrafficRuleParams, allowed_distance, limit_progress
 
 FALLBACK_RULES = ("medoid", "first", "safe_medoid")
 SELECTION_MODES = ("deterministic", "sample")
@@ -172,6 +174,9 @@ class Rad2Policy:
         vehicle = VehicleParams.from_params(vehicle_params)
         self.ego_size = (vehicle.length, vehicle.width)
         self.max_curvature = float(slip_and_curvature(vehicle.max_steer, vehicle)[1])
+        # params built for an older planner.yaml (no traffic_rules block) get the file's defaults
+        self.rules = TrafficRuleParams.from_params(
+            params if "traffic_rules" in params else default_params("planner"))
         self.params = params
         self.model = model
         self.cfg = model.cfg
@@ -319,6 +324,9 @@ class Rad2Policy:
             draw = None
             selected, rule = self._select_deterministic(candidates, logits, inputs)
         timings["select"] = (time.perf_counter() - t0) * 1e3
+        t0 = time.perf_counter()
+        executed, rule_notes = self._traffic_rules(observation, candidates, selected, inputs)
+        timings["traffic_rules"] = (time.perf_counter() - t0) * 1e3
         recorded = self._recorded_inputs(inputs, scene) if return_discriminator_inputs else [None] * b
         timings["total"] = (time.perf_counter() - t_start) * 1e3
         info = {"backend": self.backend_name, "sampler": self.sampler, "M": m, "K": k, "selection": rule}
@@ -329,7 +337,9 @@ class Rad2Policy:
                 selected=selected[i],
                 plan_dt=self.plan_dt,
                 timings_ms=dict(timings),
-                info={**info, "seed": int(seed if row_seeds is None else row_seeds[i])},
+                info={**info, "seed": int(seed if row_seeds is None else row_seeds[i]),
+                      **({"traffic_rule": rule_notes[i]} if rule_notes[i] else {})},
+                executed=executed[i],
                 logits=logits[i],
                 log_prob=float("nan") if draw is None else float(draw.log_prob[i]),
                 entropy=float("nan") if draw is None else float(draw.entropy[i]),
@@ -347,6 +357,26 @@ class Rad2Policy:
         z = self.backend.generate(x_init, scene, self.schedule, spec, timings)
         speed = inputs["ego_state"][:, 0][:, None]  # B 1
         return np.asarray(self.normalizer.denormalize(z, speed), dtype=np.float32)  # B M T 2
+
+    def _traffic_rules(self, observation: Any, candidates: np.ndarray, selected: list[int],
+                       inputs: dict[str, np.ndarray]) -> tuple[list, list[str]]:
+        """Per row: the selected candidate re-timed to stop before a red (or stoppable yellow) signal's
+        stop line (``traffic_rules``), or None where no signal constrains it; and a note saying why."""
+        b = candidates.shape[0]
+        stops = getattr(observation, "signal_stop", None)
+        if stops is None or not self.rules.enabled:
+            return [None] * b, [""] * b
+        stops = np.asarray(stops, np.float64).reshape(b, 2)
+        executed, notes = [None] * b, [""] * b
+        for i in range(b):
+            speed = float(inputs["ego_state"][i, 0])
+            limit = allowed_distance(stops[i], speed, self.ego_size[0], self.rules)
+            if limit is None:
+                continue
+            executed[i] = limit_progress(candidates[i, selected[i]], self.plan_dt, speed, limit,
+                                         self.rules.comfort_decel).astype(np.float32)
+            notes[i] = f"stop for {SIGNAL_STATE_NAMES[int(stops[i, 1])]} signal in {limit:.1f} m"
+        return executed, notes
 
     def _needs_scores(self, mode: str, dist: CandidateDistribution) -> bool:
         """Whether this cycle runs the discriminator; a sampled draw from meaningless logits is an error."""

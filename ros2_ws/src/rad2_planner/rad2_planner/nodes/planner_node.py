@@ -319,7 +319,7 @@ class PlannerNode(Node):
 
         t_pub = time.perf_counter()
         selected = int(result.selected)
-        traj = cands[selected]
+        traj = np.asarray(result.trajectory, dtype=np.float64)  # as the rule layer left it (signals)
         ego_speed = float(obs.ego_state[0])
         bad = check_plan_output(traj, self.plan_dt, ego_speed, self.limits, self.vehicle, stamp_ns,
                                 self._previous, self.deviation)
