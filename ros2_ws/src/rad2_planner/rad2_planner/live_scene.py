@@ -1,5 +1,6 @@
 """Live scene assembly for the perception-features node (no ROS): object lists + odometry + a map and
-route loaded from a clip/dataset file -> :class:`~rad2_planner.bev.SceneSnapshot` -> Observation.
+route loaded from a clip/dataset file or a Lanelet2 map with a mission route ->
+:class:`~rad2_planner.bev.SceneSnapshot` -> Observation.
 
 The node feeds ``add_odometry`` and ``add_objects`` with arrays (converted from messages by
 ``rad2_planner.ros_conversions``) and calls ``observation(stamp)``; everything here is testable and
@@ -35,13 +36,19 @@ class MapAndRoute:
     source: str
 
 
-def load_map_and_route(path: str | Path, clip_id: str = "first") -> MapAndRoute:
-    """The lane map and route of a clip file (.npz) or of one clip of a dataset directory.
+def load_map_and_route(path: str | Path, clip_id: str = "first", route: str = "") -> MapAndRoute:
+    """The lane map and route of a clip file (.npz), of one clip of a dataset directory, or of a
+    Lanelet2 map (.osm) with a mission ``route``.
 
     Autoware-style map loading: the map (and the route a mission planner would give) are loaded once
     at start-up from a file named by a parameter; ``clip_id`` "first" takes the dataset's first clip.
+    For a Lanelet2 map ``route`` is either lanelet ids in driving order ("1001 1012": consecutive
+    ones are joined by the routing graph's shortest path, lane changes included) or the start and
+    goal positions in map metres ("x,y x,y"); see :func:`parse_route`.
     """
     path = Path(path)
+    if path.suffix.lower() == ".osm" and path.is_file():
+        return _from_lanelet2(path, route)
     if path.is_dir():
         index = read_index(path)
         entries = index["clips"]
@@ -61,6 +68,53 @@ def load_map_and_route(path: str | Path, clip_id: str = "first") -> MapAndRoute:
     else:
         raise LiveSceneError(f"map file {path} does not exist")
     return _from_clip(clip, str(path))
+
+
+def parse_route(route: str, where: str = "route") -> tuple[list[int] | None, list[np.ndarray] | None]:
+    """A mission route string -> (lanelet ids, None) or (None, [start xy, goal xy]).
+
+    Whitespace-separated tokens: all integers ("1001 1002 1012") are lanelet ids; all "x,y" pairs
+    (exactly two: "5.0,-1.75 90.0,1.75") are start and goal positions in map metres.
+    """
+    tokens = str(route).split()
+    if not tokens:
+        raise LiveSceneError(f"{where}: empty; a Lanelet2 map needs a mission route: lanelet ids in driving "
+                             "order ('1001 1012') or start and goal positions in map metres ('x,y x,y')")
+    if all("," not in t for t in tokens):
+        try:
+            return [int(t) for t in tokens], None
+        except ValueError:
+            raise LiveSceneError(f"{where}: {route!r} is neither lanelet ids (integers) nor 'x,y x,y' "
+                                 "start and goal positions") from None
+    points = []
+    for t in tokens:
+        try:
+            xy = np.array([float(v) for v in t.split(",")], np.float64)
+        except ValueError:
+            xy = np.zeros(0)
+        if xy.shape != (2,) or not np.all(np.isfinite(xy)):
+            raise LiveSceneError(f"{where}: position {t!r} in {route!r} is not a finite 'x,y' pair")
+        points.append(xy)
+    if len(points) != 2:
+        raise LiveSceneError(f"{where}: {route!r} has {len(points)} position(s); give exactly a start and "
+                             "a goal")
+    return None, points
+
+
+def _from_lanelet2(path: Path, route: str) -> MapAndRoute:
+    ids, points = parse_route(route, f"{path}: route (perception.route)")
+    # lanelet2 is only needed for .osm maps: imported here so clip maps work without it
+    from .adapters.lanelet2_map import Lanelet2MapError, load_lanelet2, mission_route
+
+    try:
+        l2 = load_lanelet2(path)
+        if ids is not None:
+            lane_ids, polyline = mission_route(l2, lanelet_ids=ids)
+        else:
+            lane_ids, polyline = mission_route(l2, start_xy=points[0], goal_xy=points[1])
+    except Lanelet2MapError as exc:
+        raise LiveSceneError(str(exc)) from exc
+    return MapAndRoute(l2.lane_map, polyline, lane_ids, f"{path}#route {' '.join(str(route).split())}")
 
 
 def _from_clip(clip: Clip, source: str) -> MapAndRoute:

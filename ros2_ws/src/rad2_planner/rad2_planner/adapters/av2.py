@@ -11,6 +11,11 @@ What AV2 lacks is filled from ``params/bev.yaml`` (``adapters.*``), documented t
 - speed limits: per ``lane_type`` defaults (``adapters.default_speed_limits``);
 - the route: the lanes the ego's logged path traverses (Viterbi lane matching, gaps bridged via
   successors), extended ``adapters.route_extension_m`` along successors.
+Lane adjacency comes from ``left_neighbor_id`` / ``right_neighbor_id``, kept only for neighbours in the
+archive that run the same way (AV2 also lists the lane across a centre line, which is no lane to change
+into); a lane change is allowed across a ``left_lane_mark_type`` / ``right_lane_mark_type`` that is dashed
+(``DASHED_*``, ``DOUBLE_DASH_*``) and forbidden across solid, mixed (``DASH_SOLID_*`` / ``SOLID_DASH_*``:
+which side is dashed is not stated), ``NONE`` or ``UNKNOWN`` markings.
 Positions are AV2 city coordinates (metres, x east / y north); headings are radians CCW from +x.
 """
 
@@ -38,6 +43,15 @@ AV2_TYPE_MAP = {
     "cyclist": AGENT_CYCLIST,
     "motorcyclist": AGENT_CYCLIST,
 }
+
+
+# lane_mark_type values of the AV2 map format; the dashed ones may be crossed to change lanes
+LANE_MARK_TYPES = frozenset({
+    "DASH_SOLID_YELLOW", "DASH_SOLID_WHITE", "DASHED_WHITE", "DASHED_YELLOW", "DOUBLE_SOLID_YELLOW",
+    "DOUBLE_SOLID_WHITE", "DOUBLE_DASH_YELLOW", "DOUBLE_DASH_WHITE", "SOLID_YELLOW", "SOLID_WHITE",
+    "SOLID_DASH_WHITE", "SOLID_DASH_YELLOW", "SOLID_BLUE", "NONE", "UNKNOWN",
+})
+CROSSABLE_MARK_TYPES = frozenset({"DASHED_WHITE", "DASHED_YELLOW", "DOUBLE_DASH_YELLOW", "DOUBLE_DASH_WHITE"})
 
 
 class AV2FormatError(ValueError):
@@ -85,6 +99,79 @@ def _lane_geometry(where: str, segment: dict[str, Any]) -> tuple[np.ndarray, np.
     return _lane_polyline(where, segment, "centerline"), left, right
 
 
+def _lane_ref(where: str, segment: dict[str, Any], key: str) -> int | None:
+    """An optional lane id field (``left_neighbor_id`` ...) as an int or None."""
+    v = segment.get(key)
+    if v is None:
+        return None
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        raise AV2FormatError(f"{where}: lane segment {segment.get('id')!r}: field {key!r} = {v!r} "
+                             "is not a lane id") from None
+
+
+def _lane_refs(where: str, segment: dict[str, Any], key: str) -> list[int]:
+    """A list-of-lane-ids field (``successors`` ...)."""
+    v = segment.get(key) or []
+    try:
+        return [int(x) for x in v]
+    except (TypeError, ValueError):
+        raise AV2FormatError(f"{where}: lane segment {segment.get('id')!r}: field {key!r} = {v!r} "
+                             "is not a list of lane ids") from None
+
+
+def _records(where: str, archive: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    table = archive[key]
+    if not isinstance(table, dict) or not all(isinstance(r, dict) for r in table.values()):
+        raise AV2FormatError(f"{where}: {key}: expected an object of id -> record")
+    return list(table.values())
+
+
+def _area_polyline(where: str, table: str, record: dict[str, Any], key: str) -> np.ndarray:
+    try:
+        pts = _xy(record[key])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AV2FormatError(f"{where}: {table} {record.get('id')!r}: field {key!r} is missing or not "
+                             f"a list of {{x, y}} points ({type(exc).__name__}: {exc})") from None
+    if not np.isfinite(pts).all():
+        raise AV2FormatError(f"{where}: {table} {record.get('id')!r}: field {key!r} has non-finite points")
+    return pts
+
+
+def _mark_type(where: str, segment: dict[str, Any], key: str) -> str:
+    v = segment.get(key, "UNKNOWN")
+    if not isinstance(v, str) or v.upper() not in LANE_MARK_TYPES:
+        raise AV2FormatError(f"{where}: lane segment {segment.get('id')!r}: field {key!r} = {v!r} "
+                             f"is not an AV2 lane mark type ({', '.join(sorted(LANE_MARK_TYPES))})")
+    return v.upper()
+
+
+def _direction(centerline: np.ndarray) -> np.ndarray:
+    d = centerline[-1] - centerline[0]
+    n = float(np.linalg.norm(d))
+    return d / n if n > 1e-9 else d
+
+
+def _adjacency(where: str, lanes: list[dict[str, Any]], centerlines: list[np.ndarray]) -> dict[str, list]:
+    """Same-direction neighbours per side (lane id or None) and whether the marking between may be crossed."""
+    index = {int(s["id"]): k for k, s in enumerate(lanes)}
+    out: dict[str, list] = {"left_neighbors": [], "right_neighbors": [], "lane_change_left": [],
+                            "lane_change_right": []}
+    for k, seg in enumerate(lanes):
+        for side in ("left", "right"):
+            nb = _lane_ref(where, seg, f"{side}_neighbor_id")
+            mark = _mark_type(where, seg, f"{side}_lane_mark_type")
+            j = index.get(nb) if nb is not None else None
+            # a neighbour outside the archive's crop, the lane itself, or one running the other way (dot of
+            # the overall directions <= 0) is no lane to change into
+            if j is None or j == k or float(_direction(centerlines[k]) @ _direction(centerlines[j])) <= 0.0:
+                nb = None
+            out[f"{side}_neighbors"].append(nb)
+            out[f"lane_change_{side}"].append(nb is not None and mark in CROSSABLE_MARK_TYPES)
+    return out
+
+
 def _track_int_id(track_id: str) -> int:
     """AV2 track ids are strings (usually digits); non-numeric ones get a stable CRC-based id."""
     try:
@@ -127,7 +214,8 @@ def load_av2_map(
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise AV2FormatError(f"{json_path}: lane_segments: every segment needs an integer 'id' "
                              f"({type(exc).__name__}: {exc})") from None
-    geometry = [_lane_geometry(str(json_path), s) for s in lanes]
+    where = str(json_path)
+    geometry = [_lane_geometry(where, s) for s in lanes]
     ids = [int(s["id"]) for s in lanes]
     known = set(ids)
     speed, vehicle_lane = [], []
@@ -135,10 +223,12 @@ def load_av2_map(
         lane_type = str(s.get("lane_type", "")).lower()
         speed.append(float(limits.get(lane_type, limits["default"])))
         vehicle_lane.append(lane_type in ("vehicle", "bus"))
-    drivable = [_xy(a["area_boundary"]) for a in archive["drivable_areas"].values()]
+    drivable = [_area_polyline(where, "drivable_areas", a, "area_boundary")
+                for a in _records(where, archive, "drivable_areas")]
     crosswalks = []
-    for c in archive["pedestrian_crossings"].values():
-        e1, e2 = _xy(c["edge1"]), _xy(c["edge2"])
+    for c in _records(where, archive, "pedestrian_crossings"):
+        e1 = _area_polyline(where, "pedestrian_crossings", c, "edge1")
+        e2 = _area_polyline(where, "pedestrian_crossings", c, "edge2")
         crosswalks.append(np.concatenate([e1, e2[::-1]]))
     lane_map = LaneMap.build(
         lane_ids=ids,
@@ -146,9 +236,10 @@ def load_av2_map(
         left_boundaries=[g[1] for g in geometry],
         right_boundaries=[g[2] for g in geometry],
         speed_limits=speed,
-        successors=[[int(v) for v in s.get("successors", []) if int(v) in known] for s in lanes],
+        successors=[[v for v in _lane_refs(where, s, "successors") if v in known] for s in lanes],
         drivable_areas=[d for d in drivable if len(d) >= 3],
         crosswalks=[c for c in crosswalks if len(c) >= 3],
+        **_adjacency(where, lanes, [g[0] for g in geometry]),
     )
     return lane_map, np.array(vehicle_lane, dtype=bool)
 

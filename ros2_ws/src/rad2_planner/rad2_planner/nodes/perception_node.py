@@ -8,7 +8,9 @@ Publishes (reliable keep-last-1 publishers; the planner subscribes best effort)
     perception/scene_tokens  rad2_msgs/SceneTokens       map polylines, agents, route, ego state
 
 The lane map and the route are loaded once at start-up from ``perception.map_file`` (a clip .npz or
-a dataset directory, clip ``perception.clip_id``), like Autoware's map loader with a fixed mission
+a dataset directory, clip ``perception.clip_id``; or a Lanelet2 .osm map with the mission
+``perception.route``, odometry in the map's frame: its nodes' local_x/local_y metres when every node
+has them, else a local projection at its first node), like Autoware's map loader with a fixed mission
 route. Each object list is one cycle: the node keeps ``perception.history_s`` of object lists and
 odometry (for the ``agents_t-k`` occupancy channels and the ego acceleration), interpolates the ego
 pose at the objects stamp, and calls the core (``rad2_planner.live_scene`` -> ``bev.rasterize_bev``,
@@ -72,10 +74,13 @@ from rad2_planner.supervision import OdometryGate, describe_violations
 PARAM_FILES = ["bev", "vehicle", "nodes", "validators"]
 PREFIXES = ("bev", "tokens", "vehicle", "perception", "heartbeat", "validators")
 SPECS = {
-    "perception.map_file": ParamSpec("clip .npz or dataset directory with the map and route (repo-relative "
-                                     "or absolute)", read_only=True),
+    "perception.map_file": ParamSpec("clip .npz or dataset directory with the map and route, or a Lanelet2 "
+                                     ".osm map (repo-relative or absolute)", read_only=True),
     "perception.clip_id": ParamSpec("clip of the dataset whose map/route to load ('first' = the first)",
                                     read_only=True),
+    "perception.route": ParamSpec("mission route on a Lanelet2 map: lanelet ids in driving order ('1001 "
+                                  "1012') or start and goal positions in map metres ('x,y x,y')",
+                                  read_only=True),
     "perception.history_s": ParamSpec("seconds of object lists / odometry kept", 0.1, 10.0),
     "perception.step_s": ParamSpec("time of one history step of bev.history_offsets (s)", 0.01, 1.0),
     "perception.odom_max_age_s": ParamSpec("odometry further than this from the objects stamp is stale (s)",
@@ -94,7 +99,7 @@ class PerceptionNode(Node):
         self.frame_id = str(c["frame_id"])
         self.grid = rc.BevGrid.from_params(self.params["bev"])
         self.channels = list(self.params["bev"]["channels"])
-        scene = load_map_and_route(resolve_path(c["map_file"]), str(c["clip_id"]))
+        scene = load_map_and_route(resolve_path(c["map_file"]), str(c["clip_id"]), str(c["route"]))
         self.scene = LiveScene(scene, self.params, step_s=float(c["step_s"]), history_s=float(c["history_s"]),
                                odom_max_age_s=float(c["odom_max_age_s"]),
                                history_tolerance_s=float(c["history_tolerance_s"]))

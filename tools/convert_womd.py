@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Convert Waymo Open Motion Dataset scenario TFRecords into a rad2 clip dataset (no TensorFlow needed).
+
+Examples:
+  tools/convert_womd.py ~/womd/validation/validation.tfrecord-00000-of-00150 --out out/womd_val
+  tools/convert_womd.py ~/womd/validation --out out/womd_val --limit 200 --skip-bad
+  tools/convert_womd.py shard.tfrecord --out out/womd --append
+
+Each Scenario record becomes one clip (the SDC is the ego) at the simulator's step (params/sim.yaml
+sim.dt); conversion parameters are params/bev.yaml adapters.* (see adapters/womd.py). Record CRCs are
+checked unless --no-verify-crc. Output: index.json, clips/<clip_id>.npz, maps/<map_id>.npz.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+_p = str(ROOT / "ros2_ws" / "src" / "rad2_planner")
+if _p not in sys.path:
+    sys.path.insert(0, _p)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
+    return v
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument(
+        "inputs",
+        nargs="+",
+        type=Path,
+        help="TFRecord files of waymo.open_dataset.Scenario, or directories of *.tfrecord* files",
+    )
+    ap.add_argument("--out", type=Path, required=True, help="output dataset directory")
+    ap.add_argument("--limit", type=_positive_int, help="convert at most this many records")
+    ap.add_argument(
+        "--append",
+        action="store_true",
+        help="add to an existing dataset (same clip_id replaced) instead of starting a new index",
+    )
+    ap.add_argument(
+        "--skip-bad",
+        action="store_true",
+        help="skip records that do not convert (reported at the end) instead of stopping",
+    )
+    ap.add_argument(
+        "--no-verify-crc",
+        action="store_true",
+        help="do not check the TFRecord CRCs (faster; corruption then shows as decode errors)",
+    )
+    ap.add_argument("--params", type=Path, help="a bev.yaml to use instead of params/bev.yaml")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args = ap.parse_args(argv)
+
+    from rad2_planner.adapters.womd import WOMDFormatError, count_tfrecords, iter_womd_clips, womd_files
+    from rad2_planner.clip import save_dataset
+    from rad2_planner.config import ParameterError, load_params
+    from tqdm import tqdm
+
+    try:
+        params = load_params(args.params if args.params else "bev")
+        files = womd_files(args.inputs)
+        total = sum(count_tfrecords(f) for f in files)
+    except (ParameterError, WOMDFormatError, OSError) as exc:
+        print(f"convert_womd: {exc}", file=sys.stderr)
+        return 1
+    if args.limit is not None:
+        total = min(total, args.limit)
+    errors: list[str] | None = [] if args.skip_bad else None
+    clips = iter_womd_clips(files, params, verify_crc=not args.no_verify_crc, limit=args.limit, errors=errors)
+    bar = tqdm(clips, total=total, unit="scenario", desc="womd", disable=args.no_progress)
+    start = time.perf_counter()
+    try:
+        index = save_dataset(
+            bar,
+            args.out,
+            append=args.append,
+            description=f"WOMD scenarios converted by tools/convert_womd.py from "
+            f"{', '.join(str(f) for f in files[:3])}{' ...' if len(files) > 3 else ''}",
+        )
+    except WOMDFormatError as exc:
+        bar.close()
+        print(f"convert_womd: {exc}", file=sys.stderr)
+        return 1
+    bar.close()
+    wall = time.perf_counter() - start
+    converted = bar.n  # clips yielded; skipped records yield none
+    print(
+        f"convert_womd: {converted} clips written to {args.out} ({index['num_clips']} in the index) in "
+        f"{wall:.1f} s"
+    )
+    for msg in errors or []:
+        print(f"  skipped: {msg}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
