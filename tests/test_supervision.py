@@ -243,3 +243,14 @@ def test_curvature_is_not_judged_across_a_standing_segment():
     kink = np.cumsum([[2.0, 0.0], [2.0, 0.0], [2.0, 0.0], [0.0, 2.0], [0.0, 2.0], [0.0, 2.0], [0.0, 2.0],
                       [0.0, 2.0]], axis=0)
     assert [v for v in check_trajectory(kink, DT, LIMITS, VEHICLE) if "curvature" in v.field]
+
+
+def test_first_interval_judges_braking_not_a_faster_start():
+    """From the ego's speed to the plan's first interval: a plan starting 2.5 m/s faster (the generator's
+    start offset) is tracked within the vehicle's limits, an all-zero plan at 10 m/s is rejected."""
+    from rad2_planner.validators import check_trajectory
+
+    faster = straight(12.5)
+    assert not [v for v in check_trajectory(faster, DT, LIMITS, VEHICLE, ego_speed=10.0) if "accel" in v.field]
+    zeros = np.zeros((T, 2))
+    assert [v.field for v in check_trajectory(zeros, DT, LIMITS, VEHICLE, ego_speed=10.0)][:1] == ["trajectory.accel[0]"]

@@ -68,6 +68,7 @@ from rad2_planner.planner_guard import (
     AgeLimits,
     DeviationCheck,
     check_age,
+    check_plan_kinematics,
     check_plan_output,
     future_tolerance_s,
     point_speeds,
@@ -390,13 +391,19 @@ class PlannerNode(Node):
         t_pub = time.perf_counter()
         now_ns = self._now_ns()
         max_age_ns = self.cfg["fallback_max_plan_age_s"] * 1e9
+        stop = None
         if self._previous is not None and now_ns - self._previous[0] < max_age_ns:
             prev_stamp, prev = self._previous
             elapsed = (now_ns - prev_stamp) / 1e9
             stop = stopping_trajectory(prev, self.plan_dt, self.plan_points, elapsed, speed,
                                        self.cfg["fallback_decel"])
             stamp = prev_stamp
-        else:
+            # The previous plan was judged over its first kinematics_horizon_s only; shifted by the
+            # elapsed time its tail (a kink, a hook) can come into that horizon, and the controller would
+            # reject the fallback itself. Then stop straight ahead instead.
+            if check_plan_kinematics(stop, self.plan_dt, self.limits, self.vehicle, None):
+                stop = None
+        if stop is None:
             stop = stopping_trajectory(None, self.plan_dt, self.plan_points, 0.0, speed,
                                        self.cfg["fallback_decel"])
             stamp = now_ns
