@@ -116,3 +116,39 @@ def test_closed_loop_stops_at_red_and_goes_at_green(clip):
     # without the rule layer the same planner runs the red light, and the metric records it
     trace_off, result_off = _drive(clip, False)
     assert result_off.red_light_violations >= 1 and trace_off.red_light_crossings[0][1] == 5
+
+
+def test_signals_reach_the_planner_through_the_ros_messages(clip):
+    """Vehicle path: PerceptionInputs.signals -> LiveScene -> SceneTokens.signal_stop -> the planner's
+    Observation; states the map does not know are reported, a stale report becomes unknown."""
+    from rad2_planner import ros_conversions as rc
+    from rad2_planner.bev import AgentFrame
+    from rad2_planner.live_scene import LiveScene, MapAndRoute
+
+    no_agents = rc.perception_inputs_from_msg(rc.PerceptionInputs())[0]
+    msg = rc.perception_inputs_to_msg(no_agents, 1, signals={5: SIGNAL_RED, 99: SIGNAL_GREEN})
+    signals = rc.perception_signals_from_msg(msg)
+    assert signals == {5: SIGNAL_RED, 99: SIGNAL_GREEN}
+    msg.signals[0].state = 7
+    with pytest.raises(rc.MessageValidationError, match=r"signals\[0\].state"):
+        rc.perception_signals_from_msg(msg)
+
+    params = {**load_params("bev"), **load_params("vehicle")}
+    nodes = load_params("nodes")["perception"]
+    scene = LiveScene(MapAndRoute(clip.map, clip.route_polyline, clip.route_lane_ids, "test"), params, 0.1,
+                      nodes["history_s"], nodes["odom_max_age_s"], nodes["history_tolerance_s"])
+    stamp = 100.0
+    scene.add_odometry(stamp, clip.ego_x[0], clip.ego_y[0], clip.ego_yaw[0], clip.ego_speed[0], 0.0)
+    empty = np.zeros(0)
+    scene.add_objects(stamp, AgentFrame.from_arrays(empty.astype(int), empty.astype(int), *([empty] * 7)))
+    assert scene.add_signals(stamp, signals) == [99]
+    obs = scene.observation(stamp)
+    assert obs.signal_stop[1] == SIGNAL_RED and obs.signal_stop[0] == pytest.approx(LINE_X - clip.ego_x[0], abs=0.1)
+    tokens = rc.scene_tokens_from_msg(rc.scene_tokens_to_msg(rc.SceneTokenArrays.from_observation(obs, 1)),
+                                      rc.SceneTokenArrays.from_observation(obs).sizes)
+    np.testing.assert_allclose(tokens.signal_stop, obs.signal_stop, atol=1e-4)
+    assert scene.signals_at(stamp + nodes["history_s"] + 0.1) is None  # not heard from: unknown
+    bad = rc.scene_tokens_to_msg(rc.SceneTokenArrays.from_observation(obs, 1))
+    bad.signal_stop_state = 9
+    with pytest.raises(rc.MessageValidationError, match="signal_stop_state"):
+        rc.scene_tokens_from_msg(bad, tokens.sizes)

@@ -242,7 +242,7 @@ def plot_plans(cycles: list[Cycle], scene: LoggedScene, png: Path, title: str, e
             w = ego_to_world(cand, pose)
             ax.plot(w[:, 0], w[:, 1], color="0.7", lw=0.5, alpha=0.5)
         if c.selected >= 0:
-            w = ego_to_world(c.trajectory, pose)
+            w = ego_to_world(c.candidates[c.selected], pose)
             ax.plot(w[:, 0], w[:, 1], "-", color="tab:blue", lw=1.5)
         else:
             ax.plot(pose[0], pose[1], "rx")

@@ -153,8 +153,11 @@ def objects_msg(clip: Clip, t: int, stamp_ns: int, store: Any) -> Any:
               velocity_x=float(agents.vx[k]), velocity_y=float(agents.vy[k]))
         for k in range(len(agents))
     ]
+    signal = store.types["rad2_msgs/msg/TrafficSignal"]
+    states = clip.signals_at(t)
+    signals = [signal(signal_id=int(sid), state=int(st)) for sid, st in zip(clip.map.signal_ids, states)]
     return store.types["rad2_msgs/msg/PerceptionInputs"](header=bags.header(stamp_ns, WORLD_FRAME, store),
-                                                         agents=out)
+                                                         agents=out, signals=signals)
 
 
 def _color(rgba: tuple[float, float, float, float], store: Any) -> Any:

@@ -152,6 +152,8 @@ class LiveScene:
         self.offsets = sorted(offsets)
         self._objects: deque[tuple[float, AgentFrame]] = deque()
         self._odom: deque[_Odom] = deque()
+        self._signals: tuple[float, np.ndarray] | None = None  # (stamp, [S] states by map signal)
+        self._signal_rows = {int(v): k for k, v in enumerate(scene.lane_map.signal_ids)}
         prepare_map(scene.lane_map)  # cache the prepared raster geometry once, at start-up
 
     # -- inputs --------------------------------------------------------------------------------
@@ -171,6 +173,28 @@ class LiveScene:
             self._objects.clear()
         self._objects.append((stamp, frame))
         self._trim(self._objects, stamp, key=lambda o: o[0])
+
+    def add_signals(self, stamp: float, states: dict[int, int]) -> list[int]:
+        """The signal states reported with an object list (signal id -> clip.SIGNAL_*). Signals the map
+        does not have are returned (the caller reports them) and otherwise ignored; map signals not
+        listed are unknown."""
+        row = np.zeros(len(self._signal_rows), np.int8)
+        unknown_ids = []
+        for sid, state in states.items():
+            k = self._signal_rows.get(int(sid))
+            if k is None:
+                unknown_ids.append(int(sid))
+            else:
+                row[k] = int(state)
+        self._signals = (float(stamp), row)
+        return unknown_ids
+
+    def signals_at(self, stamp: float) -> np.ndarray | None:
+        """The last reported states if they are at most ``history_s`` older than ``stamp`` (a light not
+        heard from for longer is unknown, not red or green), else None."""
+        if self._signals is None or stamp - self._signals[0] > self.history_s:
+            return None
+        return self._signals[1]
 
     def _trim(self, q: deque, now: float, key) -> None:
         while q and key(q[0]) < now - self.history_s:
@@ -225,6 +249,7 @@ class LiveScene:
             map=self.scene.lane_map, ego_pose=pose, route_polyline=self.scene.route_polyline,
             agents=current, history=history, ego_state=ego_state, route_lane_ids=self.scene.route_lane_ids,
             ego_length=self.ego_length, ego_width=self.ego_width, timestamp=stamp,
+            signal_states=self.signals_at(stamp),
         ).validate()
 
     def observation(self, stamp: float) -> Observation:

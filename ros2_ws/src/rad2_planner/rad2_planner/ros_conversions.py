@@ -32,6 +32,7 @@ from rad2_msgs.msg import (
     PlanningDiagnostics,
     SceneTokens,
     StageLatency,
+    TrafficSignal,
     Trajectory,
 )
 from std_msgs.msg import Header
@@ -353,12 +354,32 @@ def _agent_states_to_list(kind: str, states: Sequence[AgentState]) -> AgentList:
 
 
 def perception_inputs_to_msg(
-    agents: AgentList, stamp_ns: int = 0, frame_id: str = WORLD_FRAME
+    agents: AgentList, stamp_ns: int = 0, frame_id: str = WORLD_FRAME,
+    signals: Mapping[int, int] | None = None,
 ) -> PerceptionInputs:
+    """``signals``: map signal id -> state (clip.SIGNAL_*, = TrafficSignal.STATE_*)."""
     msg = PerceptionInputs()
     msg.header = make_header(stamp_ns, frame_id)
     msg.agents = _agent_list_to_states("PerceptionInputs", agents)
+    msg.signals = [TrafficSignal(signal_id=int(k), state=int(v)) for k, v in (signals or {}).items()]
     return msg
+
+
+SIGNAL_STATES = (TrafficSignal.STATE_UNKNOWN, TrafficSignal.STATE_RED, TrafficSignal.STATE_YELLOW,
+                 TrafficSignal.STATE_GREEN)
+
+
+def perception_signals_from_msg(msg: PerceptionInputs) -> dict[int, int]:
+    """signal id -> state of the message's traffic signals (a bad state or a repeated id is an error
+    naming the entry)."""
+    out: dict[int, int] = {}
+    for k, sig in enumerate(msg.signals):
+        if int(sig.state) not in SIGNAL_STATES:
+            raise _fail("PerceptionInputs", f"signals[{k}].state", f"is {sig.state}, expected one of {SIGNAL_STATES}")
+        if int(sig.signal_id) in out:
+            raise _fail("PerceptionInputs", f"signals[{k}].signal_id", f"repeats signal {sig.signal_id}")
+        out[int(sig.signal_id)] = int(sig.state)
+    return out
 
 
 def perception_inputs_from_msg(msg: PerceptionInputs) -> tuple[AgentList, int, str]:
@@ -411,6 +432,8 @@ class SceneTokenArrays:
     lane_ids: np.ndarray | None = None
     agent_ids: np.ndarray | None = None
     agent_types: np.ndarray | None = None
+    # [2] Observation.signal_stop: (distance to the nearest red/yellow stop line ahead, its state)
+    signal_stop: np.ndarray | None = None
 
     @classmethod
     def from_observation(cls, obs: Any, stamp_ns: int = 0, frame_id: str = EGO_FRAME) -> SceneTokenArrays:
@@ -424,6 +447,7 @@ class SceneTokenArrays:
             obs.ego_state,
             stamp_ns,
             frame_id,
+            signal_stop=getattr(obs, "signal_stop", None),
         )
 
     @property
@@ -450,6 +474,12 @@ def scene_tokens_to_msg(tokens: SceneTokenArrays) -> SceneTokens:
 
     msg = SceneTokens()
     msg.header = make_header(tokens.stamp_ns, tokens.frame_id)
+    from .traffic_rules import NO_STOP_M
+
+    stop = (np.array([NO_STOP_M, 0.0]) if tokens.signal_stop is None
+            else _as_array(kind, "signal_stop", tokens.signal_stop, (2,)))
+    msg.signal_stop_distance = _f32(min(float(stop[0]), NO_STOP_M))
+    msg.signal_stop_state = int(round(float(stop[1])))
     lane_ids = (
         None if tokens.lane_ids is None else _as_array(kind, "lane_ids", tokens.lane_ids, (n_map,), np.int64)
     )
@@ -595,6 +625,11 @@ def scene_tokens_from_msg(msg: SceneTokens, sizes: TokenSizes) -> SceneTokenArra
     )
     for value, name in zip(ego, ("ego_speed", "ego_acceleration", "ego_yaw_rate", "ego_steering")):
         _check_scalar(kind, name, value)
+    stop_distance = _check_scalar(kind, "signal_stop_distance", msg.signal_stop_distance)
+    if int(msg.signal_stop_state) not in SIGNAL_STATES:
+        raise _fail(kind, "signal_stop_state", f"is {msg.signal_stop_state}, expected one of {SIGNAL_STATES}")
+    if stop_distance < -10.0:  # the line is behind the ego: perception would not report it
+        raise _fail(kind, "signal_stop_distance", f"is {stop_distance} m, a stop line behind the ego")
     return SceneTokenArrays(
         polylines,
         map_mask,
@@ -608,6 +643,7 @@ def scene_tokens_from_msg(msg: SceneTokens, sizes: TokenSizes) -> SceneTokenArra
         lane_ids,
         agent_ids,
         agent_types,
+        np.array([stop_distance, int(msg.signal_stop_state)], dtype=np.float32),
     )
 
 

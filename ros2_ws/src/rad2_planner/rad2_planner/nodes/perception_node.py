@@ -154,6 +154,7 @@ class PerceptionNode(Node):
         t0 = time.perf_counter()
         try:
             agents, stamp_ns, _frame = rc.perception_inputs_from_msg(msg)
+            signals = rc.perception_signals_from_msg(msg)
             a = agents
             ego = self.gate.last  # without accepted odometry the scene rejects the objects itself
             bad = [] if ego is None else validators.check_objects(a.length, a.width, a.vx, a.vy, a.x, a.y,
@@ -165,6 +166,9 @@ class PerceptionNode(Node):
                 return
             frame = AgentFrame.from_arrays(a.ids, a.types, a.x, a.y, a.yaw, a.vx, a.vy, a.length, a.width)
             self.scene.add_objects(stamp_ns / 1e9, frame)
+            foreign = self.scene.add_signals(stamp_ns / 1e9, signals)
+            if foreign and self.throttle("signals"):
+                self.get_logger().warning(f"objects: signals {foreign[:8]} are not in the map; ignored")
             obs = self.scene.observation(stamp_ns / 1e9)
         except (rc.MessageValidationError, LiveSceneError, BevError, ObservationError, ValueError) as exc:
             self._reject("objects", exc)

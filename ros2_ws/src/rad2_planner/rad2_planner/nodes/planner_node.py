@@ -281,7 +281,8 @@ class PlannerNode(Node):
             tok = rc.scene_tokens_from_msg(tokens_msg, self.sizes)
             obs = Observation(bev=bev.features, map_polylines=tok.map_polylines, map_mask=tok.map_mask,
                               agents=tok.agents, agents_mask=tok.agents_mask, route=tok.route,
-                              route_mask=tok.route_mask, ego_state=tok.ego_state.astype(np.float32))
+                              route_mask=tok.route_mask, ego_state=tok.ego_state.astype(np.float32),
+                              signal_stop=tok.signal_stop.astype(np.float32))
             bad = validators.check_bev(bev.features, self.channels, self.limits)
             bad += validators.check_tokens(tok, self.limits)
             if bad:
