@@ -235,9 +235,9 @@ def test_adjacency_and_signals_round_trip_and_validate(tmp_path):
 
 def test_maps_without_the_new_parts_keep_their_ids():
     """Adjacency and signals are hashed only when present: the ids of every bundled map stay valid."""
-    from rad2_planner.clip import iter_dataset
-
     from pathlib import Path
+
+    from rad2_planner.clip import iter_dataset
 
     clip = next(iter_dataset(Path(__file__).resolve().parents[1] / "data" / "eval_safety"))
     assert not clip.map.has_adjacency and clip.map.num_signals == 0 and clip.signal_states is None

@@ -192,3 +192,28 @@ def test_bundled_sets(name, kinds, minimum):
         assert c.metadata["source"] == "sumo"
         if c.scenario_kind in events.SAFETY_KINDS:
             assert c.metadata["actor_min_ttc"] < THRESHOLD
+
+
+def test_signalised_grid_exports_light_states_the_logged_driver_obeys(cache):
+    """--signals: one map signal per signalised link (stop line across the junction lane's start), the
+    logged states per step; SUMO's own ego never crosses a red line on its route, and the same seed
+    without --signals gives the map the bundled sets were generated with."""
+    from rad2_planner.clip import SIGNAL_GREEN, SIGNAL_RED
+    from rad2_planner.traffic_rules import stop_line_crossings, stop_lines_on_route
+
+    res = gen.generate_clip("free_road", 20260101, log_safety=safety.min_ttc_of_log, cache_dir=cache,
+                            network_kind="grid", signals=True)
+    clip = res.clip
+    assert clip is not None and clip.map.num_signals > 0
+    assert clip.signal_states.shape == (clip.map.num_signals, clip.num_steps)
+    assert set(np.unique(clip.signal_states)) & {SIGNAL_RED, SIGNAL_GREEN}
+    assert stop_lines_on_route(clip.map, clip.route_lane_ids, clip.route_polyline)
+    front = np.stack([clip.ego_x + 0.5 * clip.ego_length * np.cos(clip.ego_yaw),
+                      clip.ego_y + 0.5 * clip.ego_length * np.sin(clip.ego_yaw)], -1)
+    for t in range(1, clip.num_steps):
+        states = clip.signals_at(t)
+        assert not stop_line_crossings(clip.map, states, clip.route_lane_ids, front[t - 1], front[t])
+    plain = gen.generate_clip("free_road", 20260101, log_safety=safety.min_ttc_of_log, cache_dir=cache,
+                              network_kind="grid").clip
+    assert plain.map.num_signals == 0 and plain.signal_states is None
+    np.testing.assert_array_equal(plain.ego_x, clip.ego_x)

@@ -72,7 +72,8 @@ def test_limit_progress_keeps_the_path_and_never_overtakes_the_plan():
     path = np.vstack([[0.0, 0.0], out])
     s = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(path, axis=0), axis=1))])
     assert s[-1] <= 20.0 + 1e-6 and np.all(np.diff(s) >= -1e-9)
-    own = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(np.vstack([[0, 0], plan]), axis=0), axis=1))])
+    own_steps = np.linalg.norm(np.diff(np.vstack([[0, 0], plan]), axis=0), axis=1)
+    own = np.concatenate([[0.0], np.cumsum(own_steps)])
     assert np.all(s <= own + 1e-6)  # never ahead of the generated plan
     from rad2_planner.tokens import project_onto_polyline
 
@@ -143,7 +144,8 @@ def test_signals_reach_the_planner_through_the_ros_messages(clip):
     scene.add_objects(stamp, AgentFrame.from_arrays(empty.astype(int), empty.astype(int), *([empty] * 7)))
     assert scene.add_signals(stamp, signals) == [99]
     obs = scene.observation(stamp)
-    assert obs.signal_stop[1] == SIGNAL_RED and obs.signal_stop[0] == pytest.approx(LINE_X - clip.ego_x[0], abs=0.1)
+    assert obs.signal_stop[1] == SIGNAL_RED
+    assert obs.signal_stop[0] == pytest.approx(LINE_X - clip.ego_x[0], abs=0.1)
     tokens = rc.scene_tokens_from_msg(rc.scene_tokens_to_msg(rc.SceneTokenArrays.from_observation(obs, 1)),
                                       rc.SceneTokenArrays.from_observation(obs).sizes)
     np.testing.assert_allclose(tokens.signal_stop, obs.signal_stop, atol=1e-4)

@@ -41,6 +41,9 @@ def main(argv=None) -> int:
     ap.add_argument("--gifs", type=int, default=None,
                     help="worst clips to render per split (evaluation.worst_clips_gif)")
     ap.add_argument("--checkpoint", default=None, help="checkpoint directory for the rad2 policy")
+    ap.add_argument("--no-traffic-rules", action="store_true",
+                    help="rad2 without its traffic-signal rule layer (traffic_rules.enabled false; "
+                    "--workers 0)")
     ap.add_argument("--workers", type=int, default=0,
                     help="collect the rollouts in N Ray workers (rollout.* in params/training.yaml; 0: this "
                          "process)")
@@ -69,6 +72,11 @@ def main(argv=None) -> int:
         if not (Path(split) / "index.json").is_file():
             ap.error(f"--split: {split} is not a dataset directory (no index.json)")
     kwargs = {"checkpoint_dir": args.checkpoint} if args.checkpoint else {}
+    if args.no_traffic_rules:
+        if args.workers:
+            ap.error("--no-traffic-rules: only with --workers 0 (the workers load params/planner.yaml "
+                     "as it is)")
+        kwargs["traffic_rules"] = False
     console = Console(width=max(Console().width, 160))
     evals = []
     if args.workers < 0:

@@ -75,6 +75,12 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--append", action="store_true", help="add to an existing dataset instead of replacing it"
     )
+    ap.add_argument("--network", choices=["grid", "highway", "spider", "random"],
+                    help="use only this network kind (default: each kind's networks in "
+                    "params/scenarios.yaml)")
+    ap.add_argument("--signals", action="store_true",
+                    help="export traffic-light states (map signals + per-step states; off for the "
+                    "bundled sets)")
     args = ap.parse_args(argv)
     if args.workers < 1:
         ap.error(f"--workers must be >= 1, got {args.workers}")
@@ -109,6 +115,8 @@ def main(argv=None) -> int:
             ap.error(f"--preset {args.preset!r}: choose one of {[p for p in presets if p != 'bundled']}")
         spec = presets[args.preset]
     kinds = args.kinds or spec.get("kinds") or list(events.ALL_KINDS)
+    network = args.network or spec.get("network")
+    signals = bool(args.signals or spec.get("signals", False))
     count = args.count if args.count is not None else spec.get("count")
     seed = args.seed if args.seed is not None else spec.get("seed", 0)
     if args.out is None:
@@ -128,7 +136,10 @@ def main(argv=None) -> int:
         workers=args.workers,
         cache_dir=args.cache_dir,
         append=args.append,
-        description=f"SUMO clips: kinds {list(kinds)}, count {count}, seed {seed}",
+        description=f"SUMO clips: kinds {list(kinds)}, count {count}, seed {seed}"
+        + (f", network {network}" if network else "") + (", with signals" if signals else ""),
+        network_kind=network,
+        signals=signals,
     )
     _print_report(args.out.name, rep)
     print(json.dumps({"out": str(args.out), "clips": rep["clips"]}))

@@ -55,7 +55,8 @@ SIGNAL_UNKNOWN = 0
 SIGNAL_RED = 1
 SIGNAL_YELLOW = 2
 SIGNAL_GREEN = 3
-SIGNAL_STATE_NAMES = {SIGNAL_UNKNOWN: "unknown", SIGNAL_RED: "red", SIGNAL_YELLOW: "yellow", SIGNAL_GREEN: "green"}
+SIGNAL_STATE_NAMES = {SIGNAL_UNKNOWN: "unknown", SIGNAL_RED: "red", SIGNAL_YELLOW: "yellow",
+                      SIGNAL_GREEN: "green"}
 # "no neighbour" in LaneMap.left_neighbors / right_neighbors (never a valid lane id)
 NO_LANE = -1
 
@@ -302,15 +303,18 @@ class LaneMap:
                                               "no neighbour on that side")
         s_count = len(self.signal_ids)
         if not isinstance(self.signal_ids, np.ndarray) or self.signal_ids.ndim != 1:
-            raise ClipValidationError(f"map.signal_ids: expected a [S] array, got {type(self.signal_ids).__name__}")
+            raise ClipValidationError(
+                f"map.signal_ids: expected a [S] array, got {type(self.signal_ids).__name__}")
         if len(np.unique(self.signal_ids)) != s_count:
             raise ClipValidationError("map.signal_ids: contains duplicate ids")
         if len(self.signal_lanes) != s_count:
             raise ClipValidationError(
-                f"map.signal_lanes: has {len(self.signal_lanes)} entries, expected {s_count} (one per signal)")
+                f"map.signal_lanes: has {len(self.signal_lanes)} entries, expected {s_count} "
+                "(one per signal)")
         for k, lanes in enumerate(self.signal_lanes):
             if not lanes:
-                raise ClipValidationError(f"map.signal_lanes[{k}]: signal {int(self.signal_ids[k])} controls no lane")
+                raise ClipValidationError(
+                    f"map.signal_lanes[{k}]: signal {int(self.signal_ids[k])} controls no lane")
             for lid in lanes:
                 if int(lid) not in known:
                     raise ClipValidationError(f"map.signal_lanes[{k}]: lane id {lid} is not in map.lane_ids")
@@ -633,7 +637,8 @@ class Clip:
             raise ClipValidationError("metadata: missing required key 'source'")
         if self.signal_states is not None:
             s_count = self.map.num_signals
-            _check_array("signal_states", self.signal_states, (s_count, t), f"S={s_count}, T={t}", finite=False)
+            _check_array("signal_states", self.signal_states, (s_count, t), f"S={s_count}, T={t}",
+                         finite=False)
             if self.signal_states.dtype.kind not in "iu":
                 raise ClipValidationError(f"signal_states: dtype {self.signal_states.dtype} is not integer")
             if self.signal_states.size and (self.signal_states.min() < SIGNAL_UNKNOWN
@@ -740,8 +745,10 @@ def _map_from_arrays(z, prefix: str = "", where: str = "") -> LaneMap:
 def _optional_map_parts(get, has, origin: np.ndarray) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if has("left_nb"):
-        out.update(left_neighbors=get("left_nb").astype(np.int64), right_neighbors=get("right_nb").astype(np.int64),
-                   lane_change_left=get("lc_left").astype(bool), lane_change_right=get("lc_right").astype(bool))
+        out.update(left_neighbors=get("left_nb").astype(np.int64),
+                   right_neighbors=get("right_nb").astype(np.int64),
+                   lane_change_left=get("lc_left").astype(bool),
+                   lane_change_right=get("lc_right").astype(bool))
     if has("sig_ids"):
         off, lanes = get("sig_lanes_off"), get("sig_lanes")
         out.update(signal_ids=get("sig_ids").astype(np.int64),

@@ -23,7 +23,8 @@ class PlanResult:
     logits: [M] discriminator logits, scores = sigmoid(logits) (NaN when not scored);
     log_prob: log-probability of ``selected`` under the distribution it was sampled from (NaN when
     selected deterministically); entropy: that distribution's entropy in nats (NaN likewise);
-    probs: [M] that distribution; executed: see the field; discriminator_inputs: the unbatched arrays the discriminator
+    probs: [M] that distribution; executed: see the field; discriminator_inputs: the unbatched arrays
+    the discriminator
     consumed besides the candidates (map_polylines, map_mask, agents, agents_mask, ego_state,
     bev_tokens), so that a trainer can recompute the logits.
     """

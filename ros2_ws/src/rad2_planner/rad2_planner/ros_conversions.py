@@ -375,7 +375,8 @@ def perception_signals_from_msg(msg: PerceptionInputs) -> dict[int, int]:
     out: dict[int, int] = {}
     for k, sig in enumerate(msg.signals):
         if int(sig.state) not in SIGNAL_STATES:
-            raise _fail("PerceptionInputs", f"signals[{k}].state", f"is {sig.state}, expected one of {SIGNAL_STATES}")
+            raise _fail("PerceptionInputs", f"signals[{k}].state",
+                        f"is {sig.state}, expected one of {SIGNAL_STATES}")
         if int(sig.signal_id) in out:
             raise _fail("PerceptionInputs", f"signals[{k}].signal_id", f"repeats signal {sig.signal_id}")
         out[int(sig.signal_id)] = int(sig.state)

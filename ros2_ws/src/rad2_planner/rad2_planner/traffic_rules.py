@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from .clip import SIGNAL_GREEN, SIGNAL_RED, SIGNAL_UNKNOWN, SIGNAL_YELLOW, LaneMap
+from .clip import SIGNAL_RED, SIGNAL_UNKNOWN, SIGNAL_YELLOW, LaneMap
 from .tokens import arc_lengths, project_onto_polyline
 
 # Observation.stop_distance when no stop line applies (metres; beyond any planning horizon)
@@ -48,7 +48,8 @@ class TrafficRuleParams:
         from .config import require
 
         c = require(params, "traffic_rules")
-        return cls(bool(c["enabled"]), float(c["stop_margin_m"]), float(c["comfort_decel"]), float(c["max_decel"]))
+        return cls(bool(c["enabled"]), float(c["stop_margin_m"]), float(c["comfort_decel"]),
+                   float(c["max_decel"]))
 
 
 def _segment_crossings(poly: np.ndarray, cum: np.ndarray, line: np.ndarray) -> list[float]:
@@ -102,7 +103,8 @@ def next_signal_stop(lane_map: LaneMap, states: np.ndarray, route_lane_ids: np.n
     lines = stop_lines_on_route(lane_map, route_lane_ids, route_polyline) if lines is None else lines
     if not lines:
         return out
-    s_ego, _ = project_onto_polyline(np.asarray(route_polyline, np.float64), np.asarray(ego_pose[:2], np.float64))
+    s_ego, _ = project_onto_polyline(np.asarray(route_polyline, np.float64),
+                                     np.asarray(ego_pose[:2], np.float64))
     front = 0.5 * float(ego_length)
     for k, s_line in lines:
         state = int(states[k]) if k < len(states) else SIGNAL_UNKNOWN

@@ -25,7 +25,6 @@ and ``-p`` overrides), so the same class runs as its own process or inside one e
 from __future__ import annotations
 
 import gc
-
 import math
 import threading
 import time

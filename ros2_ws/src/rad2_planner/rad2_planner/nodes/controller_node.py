@@ -383,7 +383,8 @@ class ControllerNode(Node):
             rep = self.stats.record(stages, total_ms, total_ms, fallback_reason=reason[:500])
             self.diagnostics.publish("error" if reason else "ok", reason or "tracking", {
                 "cycle_count": rep.cycle_count, "rejected_input_count": rep.rejected_input_count,
-                "emergency_stop": bool(reason), "planner_heartbeat": self.heartbeats.status(steady)[0].message,
+                "emergency_stop": bool(reason),
+                "planner_heartbeat": self.heartbeats.status(steady)[0].message,
                 "odometry_resets": self.gate.reset_count})
             self.pub_diag.publish(rc.planning_diagnostics_to_msg(
                 stages, node=NODE_NAME, backend="numpy-ilqr", stamp_ns=self._now_ns(),

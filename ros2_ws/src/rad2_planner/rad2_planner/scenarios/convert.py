@@ -125,9 +125,35 @@ def _successor_toward(geom: LaneGeometry, lane: int, edge: str, depth: int = 5) 
     return None
 
 
+def with_signals(lane_map: LaneMap, geom: LaneGeometry, via_lanes: list[str]) -> LaneMap:
+    """``lane_map`` plus one signal per signalised link: it controls the link's junction lane, and its
+    stop line runs across that lane's start (where SUMO stops vehicles: the end of the approach lane)."""
+    index = geom.index()
+    ids, lanes, lines = [], [], []
+    for via in via_lanes:
+        k = index.get(via)
+        if k is None:  # a link of a mode the map leaves out (no passenger cars)
+            continue
+        ids.append(len(ids) + 1)
+        lanes.append([int(geom.lane_ids[k])])
+        lines.append(np.stack([geom.left_boundaries[k][0], geom.right_boundaries[k][0]]))
+    if not ids:
+        return lane_map
+    return LaneMap.build(
+        lane_ids=lane_map.lane_ids, centerlines=lane_map.centerlines,
+        left_boundaries=lane_map.left_boundaries, right_boundaries=lane_map.right_boundaries,
+        speed_limits=lane_map.speed_limits, successors=lane_map.successors,
+        drivable_areas=lane_map.drivable_areas, crosswalks=lane_map.crosswalks,
+        signal_ids=ids, signal_lanes=lanes, signal_stop_lines=lines)
+
+
 def record_to_clip(
-    raw, geom: LaneGeometry, lane_map: LaneMap, clip_id: str, metadata: dict, route_extension_m: float
+    raw, geom: LaneGeometry, lane_map: LaneMap, clip_id: str, metadata: dict, route_extension_m: float,
+    signals: bool = False,
 ) -> Clip:
+    """A clip of a SUMO run. ``signals``: export the traffic lights (the map gains one signal per
+    signalised link, the clip their logged states), which changes the map's id; off, the clip is what
+    the bundled sets were generated with."""
     n = len(raw.agents)
     t = raw.steps
     arr = {k: np.zeros((n, t)) for k in ("x", "y", "yaw", "vx", "vy")}
@@ -141,6 +167,12 @@ def record_to_clip(
             arr[k][j] = np.where(a.valid, getattr(a, k), 0.0)
         valid[j] = a.valid
     route_ids, route_poly = route_from_lanes(geom, raw.ego_lanes, raw.remaining_edges, route_extension_m)
+    signal_states = None
+    if signals and raw.signals:
+        vias = [v for v in raw.signals if v in geom.index()]
+        lane_map = with_signals(lane_map, geom, vias)
+        if lane_map.num_signals:
+            signal_states = np.stack([raw.signals[v] for v in vias]).astype(np.int8)
     meta = dict(metadata)
     meta["event"] = dict(raw.event)
     meta["event"]["actor_ids"] = [agent_int_id(a, 0) for a in raw.event.get("actors", [])]
@@ -168,4 +200,5 @@ def record_to_clip(
         route_lane_ids=route_ids,
         route_polyline=route_poly,
         metadata=meta,
+        signal_states=signal_states,
     )

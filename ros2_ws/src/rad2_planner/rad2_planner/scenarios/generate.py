@@ -101,6 +101,7 @@ def generate_clip(
     cache_dir: str | os.PathLike | None = None,
     network_kind: str | None = None,
     max_attempts: int | None = None,
+    signals: bool = False,
 ) -> GenerationResult:
     """One clip of ``kind`` for ``seed`` (retrying with derived seeds); ``clip`` is None if all failed.
     ``log_safety``: see :data:`LogSafety`."""
@@ -148,7 +149,8 @@ def generate_clip(
                 "demand": str(kind_cfg["demand"]),
             }
             clip = convert.record_to_clip(
-                raw, geom, lane_map, f"sumo_{kind}_{int(seed)}", meta, float(cfg["sim"]["route_extension_m"])
+                raw, geom, lane_map, f"sumo_{kind}_{int(seed)}", meta, float(cfg["sim"]["route_extension_m"]),
+                signals=signals,
             )
             clip.validate()
             clip.metadata.update(check_clip(clip, kind, cfg, sim_params, log_safety))
@@ -165,8 +167,9 @@ def generate_clip(
 
 
 def _job(args) -> GenerationResult:
-    kind, seed, cache_dir, log_safety = args
-    return generate_clip(kind, seed, log_safety=log_safety, cache_dir=cache_dir)
+    kind, seed, cache_dir, log_safety, network_kind, signals = args
+    return generate_clip(kind, seed, log_safety=log_safety, cache_dir=cache_dir, network_kind=network_kind,
+                         signals=signals)
 
 
 def plan_jobs(kinds: list[str], count: int, seed: int) -> list[tuple[str, int]]:
@@ -195,6 +198,8 @@ def generate_dataset(
     progress: bool = True,
     log=print,
     append: bool = False,
+    network_kind: str | None = None,
+    signals: bool = False,
 ) -> dict[str, Any]:
     """Generate ``count`` clips into a dataset directory; returns a report (also written as
     ``generation_report.json`` next to ``index.json``). ``log_safety``: see :data:`LogSafety`."""
@@ -203,7 +208,7 @@ def generate_dataset(
     jobs = plan_jobs(kinds, count, seed)
     # build every network once up front so workers never race on netgenerate
     for k in sorted(set(kinds)):
-        for nk in cfg["kinds"][k]["networks"]:
+        for nk in ([network_kind] if network_kind else cfg["kinds"][k]["networks"]):
             for spec in networks.network_specs(cfg["networks"], nk):
                 networks.build_network(spec, cache)
     out = Path(out_dir)
@@ -220,7 +225,7 @@ def generate_dataset(
             first_save = False
             pending = []
 
-    args = [(k, s, str(cache), log_safety) for k, s in jobs]
+    args = [(k, s, str(cache), log_safety, network_kind, bool(signals)) for k, s in jobs]
     if workers > 1:
         import multiprocessing as mp
 

@@ -77,6 +77,23 @@ class RawRecord:
     agents: list[AgentTrack]
     event: dict[str, Any] = field(default_factory=dict)
     sumo_collisions: int = 0
+    # junction-internal (via) lane of every signalised link -> [steps] int8 state (clip.SIGNAL_*)
+    signals: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+# SUMO's link state letters -> clip.SIGNAL_*: r red, u red+amber (about to turn green: still a stop),
+# y amber, G/g green (priority / yield), s green right turn after a stop, o/O off (no signal)
+SUMO_SIGNAL_STATES = {"r": 1, "u": 1, "y": 2, "Y": 2, "g": 3, "G": 3, "s": 3, "o": 0, "O": 0}
+
+
+def _signal_links(sim) -> list[tuple[str, int, str]]:
+    """(traffic light id, link index, via lane) of every signalised link that has a junction lane."""
+    out = []
+    for tls in sim.trafficlight.getIDList():
+        for i, links in enumerate(sim.trafficlight.getControlledLinks(tls)):
+            if links and links[0][2]:
+                out.append((tls, i, links[0][2]))
+    return out
 
 
 class SimContext:
@@ -299,8 +316,13 @@ def _record(sim, ctx: SimContext, event, dt: float, steps: int, radius: float, v
     tracks: dict[str, dict] = {}
     collisions = 0
     last_lane = ""
+    links = _signal_links(sim)
+    signals = {via: np.zeros(steps, np.int8) for _, _, via in links}
     for k in range(steps):
         ctx.record_step = k
+        states = {tls: sim.trafficlight.getRedYellowGreenState(tls) for tls in {t for t, _, _ in links}}
+        for tls, i, via in links:
+            signals[via][k] = SUMO_SIGNAL_STATES.get(states[tls][i], 0) if i < len(states[tls]) else 0
         if not ctx.present(EGO_ID):
             raise ScenarioRejected("ego_left", f"at logged step {k}")
         fx, fy = sim.vehicle.getPosition(EGO_ID)
@@ -360,4 +382,5 @@ def _record(sim, ctx: SimContext, event, dt: float, steps: int, radius: float, v
         agents=agents,
         event=event.info(),
         sumo_collisions=collisions,
+        signals=signals,
     )
