@@ -355,3 +355,16 @@ def test_observation_at_a_decision_is_what_the_policy_saw(sim):
         np.testing.assert_array_equal(again.bev, seen[k].bev)
         np.testing.assert_array_equal(again.ego_state, seen[k].ego_state)
         np.testing.assert_array_equal(again.agents, seen[k].agents)
+
+
+def test_route_that_doubles_back_is_refused_naming_clip_and_place():
+    """EP measures progress along the route; a route that reverses (an old lane-change stitch went
+    forward, back and forward again) would count a stretch twice, so the simulator refuses the clip."""
+    from synthetic_scenes import make_clip
+
+    clip = make_clip(num_steps=30, clip_id="zigzag")
+    route = np.array([[0.0, 0.0], [40.0, 0.0], [35.0, 3.5], [120.0, 3.5]])
+    bad = replace(clip, route_polyline=route)
+    with pytest.raises(SimulationError, match=r"'zigzag'.*doubles back at point 1 \(40.0, 0.0\)"):
+        Simulator().init(bad)
+    assert rw.RoutePath(clip.route_polyline).reversal(120.0) is None  # a real route passes

@@ -58,6 +58,20 @@ class RoutePath:
         self.length = float(self.s0[-1])
         self.heading = np.arctan2(self.seg[:, 1], self.seg[:, 0])
 
+    def reversal(self, max_turn_deg: float) -> str | None:
+        """Where the route doubles back (its heading turns by more than ``max_turn_deg`` between two
+        segments), or None. Progress measured along such a route counts the same stretch twice (or
+        jumps), so EP refuses it; real routes turn at most about 90 degrees at a junction corner."""
+        turn = np.abs(np.angle(np.exp(1j * np.diff(self.heading))))
+        bad = np.flatnonzero(turn > np.deg2rad(max_turn_deg))
+        if not len(bad):
+            return None
+        k = int(bad[0]) + 1
+        x, y = self.points[k]
+        return (f"route_polyline: doubles back at point {k} ({x:.1f}, {y:.1f}), arc length "
+                f"{self.s0[k]:.1f} m: the heading turns {np.rad2deg(turn[k - 1]):.0f} deg > "
+                f"metrics.route_max_turn_deg {max_turn_deg:g}")
+
     def project(self, xy) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``xy [..., 2]`` -> (arc length s, signed lateral offset (left +), segment heading), each ``[...]``.
 

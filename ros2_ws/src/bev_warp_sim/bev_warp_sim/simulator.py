@@ -181,7 +181,7 @@ class _MapGeometry:
 class _ClipData:
     """Immutable arrays of one clip the simulator reads every step."""
 
-    def __init__(self, clip, look: int):
+    def __init__(self, clip, look: int, route_max_turn_deg: float = 180.0):
         clip.validate() if hasattr(clip, "validate") else None
         self.clip = clip
         t_total = int(clip.num_steps)
@@ -201,6 +201,10 @@ class _ClipData:
             self.vel[:, :t_total, 0] = clip.agent_vx
             self.vel[:, :t_total, 1] = clip.agent_vy
         self.route = rw.RoutePath(clip.route_polyline)
+        doubled = self.route.reversal(route_max_turn_deg)
+        if doubled:
+            raise SimulationError(f"clip {clip.clip_id!r}: {doubled} (EP would count progress along it "
+                                  "wrongly; rebuild the route)")
         self.expert_s = self.route.project(np.stack([clip.ego_x, clip.ego_y], -1))[0]
         # reactive agents: cumulative arc length of each logged path (non-decreasing over valid steps)
         self.agent_s = np.zeros((n, t_total))
@@ -335,7 +339,8 @@ class Simulator:
         """Derived arrays of the registered clip ``key`` (cached; rebuilt from the registry when evicted)."""
         data = self._clips.get(key)
         if data is None:
-            data = _ClipData(registered_clip(key), self.look)
+            data = _ClipData(registered_clip(key), self.look,
+                             float(self.params["metrics"]["route_max_turn_deg"]))
             self._clips[key] = data
             while len(self._clips) > 256:
                 self._clips.popitem(last=False)
