@@ -179,3 +179,15 @@ def test_sideswipe_attributed_to_the_vehicle_moving_across_the_road():
     agent_drifts = safety.classify_collision(box(0, 0), (10, 0), box(-0.5, 2.0, -0.2),
                                              (drift[0], -drift[1]), PARAMS, road_heading=0.0)
     assert not agent_drifts.at_fault
+
+
+def test_running_a_red_light_takes_the_right_of_way_away():
+    """A crossing car's front entering the ego's side is the car's fault on a green; if the ego entered
+    the junction against red, the ego is at fault. Stopped or rear-ended egos stay not at fault."""
+    ego, crossing = box(0, 0), box(0.0, 2.6, -np.pi / 2)  # heading south: its front touches the ego's side
+    green = safety.classify_collision(ego, (8, 0), crossing, (0, -8), PARAMS)
+    red = safety.classify_collision(ego, (8, 0), crossing, (0, -8), PARAMS, ego_ran_red=True)
+    assert (green.ego_zone, green.at_fault) == ("side", False)
+    assert red.at_fault and red.as_dict()["ego_ran_red"]
+    stopped = safety.classify_collision(ego, (0, 0), crossing, (0, -8), PARAMS, ego_ran_red=True)
+    assert not stopped.at_fault

@@ -22,6 +22,8 @@ At-fault attribution (:func:`classify_collision`)
 
     1. ego stationary (speed < ``stopped_speed``): not at fault;
     2. contact in the ego's rear zone (rear-ended): not at fault;
+    2b. the ego crossed a red stop line on its route within ``at_fault.red_light_window_s`` before the
+       contact (it entered the junction against the signal, so it had no right of way): at fault;
     3. ego front zone against the agent's rear zone (ran into a vehicle ahead, cut-ins included, as in
        nuPlan): at fault;
     4. ego side zone against the agent's front zone (the agent's front entered the ego's side):
@@ -193,6 +195,7 @@ class CollisionInfo:
     ego_stopped: bool
     at_fault: bool
     contact_xy: tuple[float, float]
+    ego_ran_red: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -202,6 +205,7 @@ class CollisionInfo:
             "ego_stopped": self.ego_stopped,
             "at_fault": self.at_fault,
             "contact_xy": list(self.contact_xy),
+            "ego_ran_red": self.ego_ran_red,
         }
 
 
@@ -237,6 +241,7 @@ def classify_collision(
     params: dict[str, Any],
     agent_index: int = -1,
     road_heading: float | None = None,
+    ego_ran_red: bool = False,
 ) -> CollisionInfo:
     """Attribute one ego-agent contact (see the module docstring for the rule).
 
@@ -256,6 +261,8 @@ def classify_collision(
     dyaw = abs(float(wrap_angle(agent_box[2] - ego_box[2])))
     if stopped or ego_zone == "rear":
         at_fault = False
+    elif ego_ran_red:
+        at_fault = True  # entered against a red signal: no right of way, whatever the geometry
     elif ego_zone == "front" and agent_zone == "rear":
         at_fault = True  # ran into a vehicle ahead
     elif ego_zone == "side" and agent_zone == "front":
@@ -276,6 +283,7 @@ def classify_collision(
         ego_stopped=stopped,
         at_fault=bool(at_fault),
         contact_xy=(float(point[0]), float(point[1])),
+        ego_ran_red=bool(ego_ran_red),
     )
 
 

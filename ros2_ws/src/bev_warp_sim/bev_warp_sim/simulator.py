@@ -758,6 +758,7 @@ class Simulator:
             collided[b] = True
             known = {c["agent_index"] for c in collisions[b]}
             ev = state.ego[b, 3] * np.array([np.cos(state.ego[b, 2]), np.sin(state.ego[b, 2])])
+            ran_red = self._ran_red_recently(state, b, clip)
             new = []
             for j in np.flatnonzero(hit):
                 if int(j) in known:
@@ -766,7 +767,7 @@ class Simulator:
                 pt = safety.contact_point(ego_box, agent_boxes[j])
                 info = safety.classify_collision(
                     ego_box, ev, agent_boxes[j], state.agent_vel[b, j], self.params, agent_index=int(j),
-                    road_heading=geom.road_heading(pt))
+                    road_heading=geom.road_heading(pt), ego_ran_red=ran_red)
                 new.append({"step": int(state.t[b]), "agent_id": int(clip.agent_ids[j]),
                             "agent_type": int(clip.agent_types[j]), **info.as_dict()})
                 if info.at_fault:
@@ -774,6 +775,16 @@ class Simulator:
             if new:
                 collisions = _with_row(collisions, b, collisions[b] + tuple(new))
         return hits, collided, at_fault, collisions
+
+    def _ran_red_recently(self, state: SimState, b: int, clip) -> bool:
+        """Whether the ego's front crossed a red stop line of its route within the last
+        ``at_fault.red_light_window_s`` (right of way at signals for the at-fault rule)."""
+        if not clip.map.num_signals or clip.signal_states is None:
+            return False
+        window = int(round(float(self.params["at_fault"]["red_light_window_s"]) / self.dt)) + 1
+        track = state.ego_track(b)[-window:]
+        first_step = int(state.t[b]) - len(track) + 1
+        return bool(self._red_light_crossings(clip, track, first_step))
 
     def _on_road(self, state: SimState, rows) -> np.ndarray:
         out = np.ones(len(rows), bool)
