@@ -368,3 +368,24 @@ def test_route_that_doubles_back_is_refused_naming_clip_and_place():
     with pytest.raises(SimulationError, match=r"'zigzag'.*doubles back at point 1 \(40.0, 0.0\)"):
         Simulator().init(bad)
     assert rw.RoutePath(clip.route_polyline).reversal(120.0) is None  # a real route passes
+
+
+def test_plan_consistency_is_the_planned_speed_change_between_cycles():
+    """Two plans 0.5 s apart at 10 and 12 m/s: 2 m/s change wherever both are defined; a third plan
+    equal to the second (shifted): no change. Plans without a time step are skipped."""
+    from types import SimpleNamespace
+
+    from bev_warp_sim.trace import DecisionPoint
+
+    def plan(v, n=8, dt=0.5):
+        return np.stack([v * dt * (np.arange(n) + 1), np.zeros(n)], -1)
+
+    ego = np.zeros(5)
+    decisions = (DecisionPoint(0, ego, 0.0, "start", trajectory=plan(10.0), info={"plan_dt": 0.5}),
+                 DecisionPoint(5, ego, 0.0, "latch_done", trajectory=plan(12.0), info={"plan_dt": 0.5}))
+    trace = SimpleNamespace(dt=0.1, decisions=decisions)
+    assert rw.episode_plan_consistency(trace) == pytest.approx(2.0)
+    third = DecisionPoint(10, ego, 0.0, "latch_done", trajectory=plan(12.0), info={"plan_dt": 0.5})
+    same = decisions + (third,)
+    assert rw.episode_plan_consistency(SimpleNamespace(dt=0.1, decisions=same)) == pytest.approx(1.0)
+    assert np.isnan(rw.episode_plan_consistency(SimpleNamespace(dt=0.1, decisions=decisions[:1])))

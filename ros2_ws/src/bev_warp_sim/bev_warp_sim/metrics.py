@@ -16,7 +16,9 @@ Over a split:
   ``ρ ≥ 1.0 − tol`` / ``ρ ≥ 0.9 − tol`` (``metrics.ep_complete_tolerance`` absorbs the tracking error
   of a replay that completes the route);
 - comfort: fraction of clips with any violation, and mean fraction of violating steps;
-- red_light_rate: fraction of clips where the ego's front crossed a red stop line on its route.
+- red_light_rate: fraction of clips where the ego's front crossed a red stop line on its route;
+- plan_speed_change_m_s: plan-to-plan consistency, the mean change of the planned speed profile
+  between consecutive planning cycles at the times both cover.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class EpisodeResult:
     comfort_by_term: dict[str, float] = field(default_factory=dict)
     num_decisions: int = 0
     red_light_violations: int = 0  # red stop lines on the route the ego's front crossed
+    plan_speed_change: float = float("nan")  # m/s, mean change of the planned speed between cycles
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -83,7 +86,13 @@ def episode_outcome(trace: EpisodeTrace, params: dict[str, Any]) -> EpisodeResul
         comfort_by_term={k: float(v.mean()) for k, v in viol.items()},
         num_decisions=len(trace.decisions),
         red_light_violations=len(trace.red_light_crossings),
+        plan_speed_change=rw.episode_plan_consistency(trace),
     )
+
+
+def _nanmean(values: list[float]) -> float:
+    arr = np.asarray(values, dtype=float)
+    return float(np.nanmean(arr)) if np.isfinite(arr).any() else float("nan")
 
 
 def aggregate(results: list[EpisodeResult], params: dict[str, Any]) -> dict[str, float]:
@@ -110,6 +119,8 @@ def aggregate(results: list[EpisodeResult], params: dict[str, Any]) -> dict[str,
         "comfort_violation_steps": float(np.mean([r.comfort_violation_rate for r in results])),
         "offroad_rate": float(np.mean([r.offroad for r in results])),
         "red_light_rate": float(np.mean([r.red_light_violations > 0 for r in results])),
+        # NaN for policies without plans (log replay): nanmean over those that have them
+        "plan_speed_change_m_s": _nanmean([r.plan_speed_change for r in results]),
         "mean_r_coll": float(np.mean([r.r_coll for r in results])),
         "mean_r_eff": float(np.mean([r.r_eff for r in results])),
         "mean_plan_r1": float(np.mean([r.plan_r1 for r in results])),

@@ -239,6 +239,35 @@ def episode_progress(trace: EpisodeTrace, params: dict[str, Any]) -> tuple[float
     return ego, expert, rho
 
 
+def plan_speed_profile(trajectory: np.ndarray, plan_dt: float) -> np.ndarray:
+    """Mean speed over each interval of an ego-frame plan ``[T, 2]`` (point k at (k+1)·dt, from the
+    origin): ``[T]`` m/s, interval k centred at (k + 0.5)·dt after the decision."""
+    path = np.vstack([np.zeros((1, 2)), np.asarray(trajectory, dtype=np.float64)])
+    return np.linalg.norm(np.diff(path, axis=0), axis=1) / float(plan_dt)
+
+
+def episode_plan_consistency(trace: EpisodeTrace) -> float:
+    """Plan-to-plan consistency: mean |change| (m/s) of the planned speed profile between consecutive
+    decisions, compared at the absolute times both plans cover (NaN with fewer than two plans). A
+    planner that changes its mind every cycle makes the tracker accelerate and brake in turn."""
+    changes = []
+    prev = None
+    for d in trace.decisions:
+        plan_dt = d.info.get("plan_dt") if d.info else None
+        if d.trajectory is None or plan_dt is None:
+            prev = None
+            continue
+        v = plan_speed_profile(d.trajectory, plan_dt)
+        t = d.step * trace.dt + (np.arange(len(v)) + 0.5) * plan_dt
+        if prev is not None:
+            pt, pv = prev
+            both = (t >= pt[0]) & (t <= pt[-1])
+            if both.any():
+                changes.append(np.abs(v[both] - np.interp(t[both], pt, pv)))
+        prev = (t, v)
+    return float(np.concatenate(changes).mean()) if changes else float("nan")
+
+
 def episode_comfort(trace: EpisodeTrace, params: dict[str, Any]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Per-step "any comfort term violated" ``[n]`` and the violations per term."""
     sig = comfort_signals(trace.ego[:, :3], trace.ego[:, 3], trace.dt)

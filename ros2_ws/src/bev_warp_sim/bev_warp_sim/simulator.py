@@ -849,6 +849,7 @@ def _plan_record(act, default_plan_dt: float) -> tuple[np.ndarray, float, dict[s
         return None if v is None else frozen_array(np.array(v))
 
     info = dict(act.info)
+    info["plan_dt"] = float(act.plan_dt)  # for plan-to-plan consistency (metrics)
     record = {
         "selected": int(act.selected), "trajectory": frozen_array(traj.copy()),
         "candidates": arr(act.candidates),
