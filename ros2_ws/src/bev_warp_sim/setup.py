@@ -11,6 +11,9 @@ setup(
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),
+        # No params/ here: the simulator reads params/sim.yaml (and bev.yaml, vehicle.yaml) through
+        # rad2_planner.config.params_dir(), which looks in share/rad2_planner/params, where
+        # rad2_planner's setup.py installs every params/*.yaml; a second copy here would be read by nothing.
     ],
     install_requires=["setuptools"],
     zip_safe=True,

@@ -5,10 +5,16 @@ with ``--ros-args --params-file``; the core reads the same ``ros__parameters`` b
 
 Beside each ``params/<name>.yaml`` lies ``params/<name>.schema.yaml``: for every dotted parameter name
 its type, unit, description, range and (for enumerations) choices. ``load_params`` checks a file
-against its schema whenever one exists (a wrong type, an out-of-range value, an unknown or a missing
-key fails at load, naming file, key and value), and ``validate_overrides`` checks ``--set`` / ROS
-overrides the same way. ``scenarios.yaml`` (the offline SUMO generator's) has no schema yet, and the
-ROS nodes still take their parameter descriptors from their own ``ParamSpec`` tables.
+against its schema (a wrong type, an out-of-range value, an unknown or a missing key fails at load,
+naming file, key and value): every file of params/ must have one, a file elsewhere is checked when a
+schema of its name exists. ``validate_overrides`` checks ``--set`` / ROS overrides the same way, and
+the ROS nodes take their parameter descriptors (description, unit, range, choices, read-only) from
+the same schemas (``nodes.common.declare_parameters``).
+
+``params_dir`` finds the directory: ``$RAD2_PARAMS_DIR``, else the ``params/`` of the source tree this
+module lives in (a checkout, or a ``--symlink-install`` build, whose modules are the checkout's), else
+``share/rad2_planner/params`` of the installed package through the ament index (a build without
+``--symlink-install`` run away from the checkout; ``setup.py`` installs params/*.yaml there).
 """
 
 from __future__ import annotations
@@ -26,19 +32,50 @@ class ParameterError(ValueError):
     """A parameter file is missing, malformed, or lacks a required value."""
 
 
+PACKAGE = "rad2_planner"
+
+
+def _source_params_dir(start: Path) -> Path | None:
+    """The ``params/`` above ``start`` (this module's real path: in a checkout or a symlink install),
+    or None when ``start`` lies in no source tree."""
+    for parent in start.parents:
+        candidate = parent / "params"
+        if (candidate / "bev.yaml").is_file():
+            return candidate
+    return None
+
+
+def _installed_params_dir() -> Path | None:
+    """``share/rad2_planner/params`` of the installed package (ament index, i.e. $AMENT_PREFIX_PATH),
+    or None without ament_index_python, without the package in the index, or without the files."""
+    try:
+        from ament_index_python.packages import PackageNotFoundError, get_package_share_directory
+    except ImportError:  # the core runs without ROS too (training, offline tools)
+        return None
+    try:
+        share = Path(get_package_share_directory(PACKAGE))
+    except (PackageNotFoundError, ValueError):
+        return None
+    candidate = share / "params"
+    return candidate if (candidate / "bev.yaml").is_file() else None
+
+
 def params_dir() -> Path:
-    """The params/ directory: $RAD2_PARAMS_DIR if set, else the repository's params/."""
+    """The params/ directory: $RAD2_PARAMS_DIR if set, else the source tree's params/ (looked up from
+    this file, so edits to params/ apply without a rebuild), else the installed
+    ``share/rad2_planner/params`` found through the ament index."""
     env = os.environ.get("RAD2_PARAMS_DIR")
     if env:
         return Path(env)
     here = Path(__file__).resolve()
-    for parent in here.parents:
-        candidate = parent / "params"
-        if (candidate / "bev.yaml").is_file():
-            return candidate
-    raise ParameterError(
-        "cannot find the params/ directory above %s; set RAD2_PARAMS_DIR" % here
-    )
+    found = _source_params_dir(here) or _installed_params_dir()
+    if found is None:
+        raise ParameterError(
+            f"cannot find the params/ directory: none above {here}, and no share/{PACKAGE}/params/bev.yaml "
+            f"in the ament index (AMENT_PREFIX_PATH={os.environ.get('AMENT_PREFIX_PATH', '')!r}); "
+            "set RAD2_PARAMS_DIR or source the colcon install"
+        )
+    return found
 
 
 def _nest_dotted(flat: dict[str, Any]) -> dict[str, Any]:
@@ -90,9 +127,18 @@ def load_params(name: str | os.PathLike, node: str | None = None) -> dict[str, A
         raise ParameterError(f"{path}: block {key!r} has no ros__parameters")
     params = _nest_dotted(block["ros__parameters"] or {})
     complete = key == "/**" or len(doc) == 1
-    if schema_path(path).is_file():
+    # A file of params/ without its schema is an error (load_schema says so); another file (a test's
+    # or a user's copy) is held to the schema beside it or to the shipped file's of the same name.
+    if _in_params_dir(path) or schema_path(path).is_file():
         validate_params(params, load_schema(path), _display(path), complete=complete)
     return params
+
+
+def _in_params_dir(path: Path) -> bool:
+    try:
+        return path.resolve().parent == params_dir().resolve()
+    except ParameterError:
+        return False
 
 
 def require(params: dict[str, Any], dotted: str) -> Any:

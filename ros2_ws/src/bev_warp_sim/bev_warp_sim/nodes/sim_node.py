@@ -51,6 +51,7 @@ from bev_warp_sim.metrics import aggregate
 from bev_warp_sim.simulator import Controls, Simulator
 
 NODE_NAME = "bev_warp_sim"
+PARAM_FILES = ["sim"]
 
 
 class _Held:
@@ -74,7 +75,7 @@ class _Held:
 class SimNode(Node):
     def __init__(self, **kwargs):
         super().__init__(NODE_NAME, **kwargs)
-        values = declare_parameters(self, ["sim"])
+        values = declare_parameters(self, PARAM_FILES)
         self.params = values
         cfg = values["node"]
         self.cfg = cfg

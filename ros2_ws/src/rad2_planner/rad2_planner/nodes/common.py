@@ -4,9 +4,10 @@
   ``command_qos`` (reliable keep-last-1: trajectories, control commands; optional deadline and
   liveliness lease), ``report_qos`` (reliable keep-last-10: diagnostics, markers, results).
 - ``declare_parameters``: declares every value of the ``ros__parameters`` blocks of the node's
-  params/*.yaml files as a ROS parameter, with a description and (where given) a range, and returns
-  the effective values (after ``--params-file`` / ``-p`` overrides) as the nested dict the core takes.
-  The YAML files stay the only source of values: the declared defaults are read from them.
+  params/*.yaml files as a ROS parameter, with the description, unit, range, choices and read-only
+  flag of its schema entry (``params/<name>.schema.yaml``), and returns the effective values (after
+  ``--params-file`` / ``-p`` overrides, checked against the schema) as the nested dict the core takes.
+  The YAML files stay the only source of values and the schemas the only source of descriptors.
 - ``CycleStats``: per-cycle diagnostics accumulation (stage timings, end-to-end latency, deadline
   misses, rejected inputs, fallback state) with running percentiles.
 - ``Throttle``: rate-limited logging for faults that may repeat every cycle.
@@ -46,7 +47,7 @@ from rclpy.qos import (
 )
 from std_msgs.msg import Header
 
-from rad2_planner.config import load_params
+from rad2_planner.config import ParameterError, ParamSchema, load_params, load_schema, value_problem
 
 # --------------------------------------------------------------------------------------------------
 # QoS
@@ -97,13 +98,23 @@ def report_qos(depth: int = 10) -> QoSProfile:
 
 
 @dataclass(frozen=True)
-class ParamSpec:
-    """Description and optional inclusive range of one parameter (dotted name)."""
+class NodeParameter:
+    """One parameter a node takes from a params/*.yaml file: its YAML value (as a ROS value), the file
+    it comes from and its schema entry (``params/<file>.schema.yaml``)."""
 
-    description: str
-    min: float | None = None
-    max: float | None = None
-    read_only: bool = False
+    name: str
+    value: Any
+    source: str
+    spec: ParamSchema
+
+    @property
+    def declarable(self) -> bool:
+        """Whether ROS can hold it (not a null, an empty list or a list of lists / mappings): the others
+        reach the node from the YAML only."""
+        value = self.value
+        return value is not None and not (
+            isinstance(value, list) and (not value or any(isinstance(v, (list, dict)) for v in value))
+        )
 
 
 def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -128,15 +139,20 @@ def _nest(flat: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _descriptor(name: str, value: Any, spec: ParamSpec | None, source: str) -> ParameterDescriptor:
-    desc = ParameterDescriptor(
-        name=name,
-        description=spec.description if spec else f"from {source}",
-        read_only=bool(spec and spec.read_only),
-    )
-    if spec and (spec.min is not None or spec.max is not None):
+def _descriptor(param: NodeParameter) -> ParameterDescriptor:
+    """The ROS descriptor of a parameter, all from its schema entry: description (with the unit),
+    read-only flag, range (as a ROS range for a numeric scalar, in words for list elements), choices."""
+    spec, value = param.spec, param.value
+    text = spec.description
+    if spec.unit not in ("-", "1"):  # no unit (strings, flags) / a plain count
+        text += ("" if text.endswith(".") else ".") + f" Unit: {spec.unit}."
+    desc = ParameterDescriptor(name=param.name, description=text, read_only=spec.read_only)
+    constraints = []
+    if spec.min is not None or spec.max is not None:
         lo = spec.min if spec.min is not None else -math.inf
         hi = spec.max if spec.max is not None else math.inf
+        # The ROS range follows the declared value's type: a float parameter written as an int in the
+        # YAML is an integer parameter to ROS (the type of the default decides).
         if isinstance(value, bool):
             pass
         elif isinstance(value, int):
@@ -148,7 +164,12 @@ def _descriptor(name: str, value: Any, spec: ParamSpec | None, source: str) -> P
             desc.floating_point_range = [
                 FloatingPointRange(from_value=float(lo), to_value=float(hi), step=0.0)
             ]
-        desc.additional_constraints = f"range [{lo}, {hi}]"
+        constraints.append(("each element in " if spec.type == "list" else "range ") + f"[{lo}, {hi}]")
+    if spec.choices is not None:
+        constraints.append(f"one of {list(spec.choices)}")
+    if spec.length is not None:
+        constraints.append(f"{spec.length} elements")
+    desc.additional_constraints = "; ".join(constraints)
     return desc
 
 
@@ -163,10 +184,41 @@ def _ros_value(value: Any) -> Any:
     return value
 
 
+def _plain(value: Any) -> Any:
+    """A ROS parameter value as the YAML would hold it (rclpy may hand arrays out as array.array)."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+        return value
+    return list(value)
+
+
+def node_parameters(
+    files: list[str], node_block: str | None = None, prefixes: tuple[str, ...] | None = None
+) -> dict[str, NodeParameter]:
+    """Every parameter ``declare_parameters`` gives a node for the same arguments, by dotted name, with
+    its schema entry; no ROS involved (tests walk the nodes' parameters through this)."""
+    table: dict[str, NodeParameter] = {}
+    for f in files:
+        blocks = [load_params(f)] if node_block is None else []
+        if node_block is not None:
+            for key in (None, node_block):
+                try:
+                    blocks.append(load_params(f, node=key))
+                except ParameterError:
+                    pass
+        source = f if str(f).endswith(".yaml") else f"params/{f}.yaml"
+        schema = load_schema(f)
+        for block in blocks:
+            for name, value in _flatten(block).items():
+                if prefixes is not None and name.split(".")[0] not in prefixes:
+                    continue
+                # load_params has checked every key of the block against this schema: all are in it
+                table[name] = NodeParameter(name, _ros_value(value), source, schema[name])
+    return table
+
+
 def declare_parameters(
     node: Node,
     files: list[str],
-    specs: dict[str, ParamSpec] | None = None,
     node_block: str | None = None,
     prefixes: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
@@ -175,47 +227,28 @@ def declare_parameters(
 
     ``node_block``: also read the file's block for this node name (e.g. ``planner:`` in a shared
     file) when present. ``prefixes``: declare only names under these top-level keys (a shared file
-    holds other nodes' values too). A spec whose name is in no file is an error (the YAML must hold
-    every value).
+    holds other nodes' values too). Descriptors (description, unit, range, choices, read-only) come
+    from the files' schemas (``params/<name>.schema.yaml``), the one place they are written; values
+    given with ``--params-file`` / ``-p`` are checked against the same schema (ROS enforces the
+    numeric range of scalars itself; this adds choices, list elements and lengths) and a bad one
+    raises ``ParameterError`` naming file, key and value.
     Parameters that cannot be ROS parameters (nested lists, empty lists, nulls) are kept in the
     returned dict from the YAML but not declared.
     """
-    specs = specs or {}
-    flat: dict[str, Any] = {}
-    sources: dict[str, str] = {}
-    for f in files:
-        blocks = [load_params(f)] if node_block is None else []
-        if node_block is not None:
-            from rad2_planner.config import ParameterError
-
-            for key in (None, node_block):
-                try:
-                    blocks.append(load_params(f, node=key))
-                except ParameterError:
-                    pass
-        for block in blocks:
-            for name, value in _flatten(block).items():
-                if prefixes is not None and name.split(".")[0] not in prefixes:
-                    continue
-                flat[name] = value
-                sources[name] = f if str(f).endswith(".yaml") else f"params/{f}.yaml"
-    missing = sorted(set(specs) - set(flat))
-    if missing:
-        raise ValueError(f"parameters {missing} have a spec but no value in {files}")
     values: dict[str, Any] = {}
-    for name, value in flat.items():
-        value = _ros_value(value)
-        declarable = value is not None and not (
-            isinstance(value, list) and (not value or any(isinstance(v, (list, dict)) for v in value))
-        )
-        if not declarable:
-            values[name] = value
+    for name, param in node_parameters(files, node_block, prefixes).items():
+        if not param.declarable:
+            values[name] = param.value
             continue
         if node.has_parameter(name):
             values[name] = node.get_parameter(name).value
             continue
-        param = node.declare_parameter(name, value, _descriptor(name, value, specs.get(name), sources[name]))
-        values[name] = param.value
+        value = node.declare_parameter(name, param.value, _descriptor(param)).value
+        if _plain(value) != param.value:
+            problem = value_problem(param.spec, _plain(value))
+            if problem:
+                raise ParameterError(f"{param.source} (override): {name} = {_plain(value)!r} {problem}")
+        values[name] = value
     return _nest(values)
 
 

@@ -72,7 +72,6 @@ from rad2_planner.nodes.common import (
     CycleStats,
     DiagnosticsReporter,
     Heartbeat,
-    ParamSpec,
     Throttle,
     command_qos,
     declare_parameters,
@@ -86,47 +85,8 @@ from rad2_planner.supervision import FaultLatch, HeartbeatMonitor, OdometryGate,
 
 NODE_NAME = "controller"
 
-SPECS = {
-    "controller.dt": ParamSpec("controller step (s)", 0.01, 1.0, read_only=True),
-    "controller.horizon": ParamSpec("iLQR horizon (steps)", 2, 400, read_only=True),
-    "controller.weights.x": ParamSpec("weight of world-x position error (1/m^2)", 0.0, 1e6),
-    "controller.weights.y": ParamSpec("weight of world-y position error (1/m^2)", 0.0, 1e6),
-    "controller.weights.yaw": ParamSpec("weight of heading error (1/rad^2)", 0.0, 1e6),
-    "controller.weights.speed": ParamSpec("weight of speed error (s^2/m^2)", 0.0, 1e6),
-    "controller.weights.steer": ParamSpec("weight of steering deviation (1/rad^2)", 0.0, 1e6),
-    "controller.weights.accel": ParamSpec("weight of acceleration (s^4/m^2)", 1e-9, 1e6),
-    "controller.weights.steer_rate": ParamSpec("weight of steering rate (s^2/rad^2)", 1e-9, 1e6),
-    "controller.weights.terminal_scale": ParamSpec("multiplier of Q at the last step", 0.0, 1e6),
-    "controller.ilqr.max_iterations": ParamSpec("iLQR iteration cap, cold start", 1, 1000),
-    "controller.ilqr.max_iterations_warm": ParamSpec("iLQR iteration cap, warm start", 1, 1000),
-    "controller.ilqr.rel_tolerance": ParamSpec("relative cost-decrease tolerance", 1e-12, 1.0),
-    "controller.ilqr.step_tolerance": ParamSpec("feed-forward step tolerance (input units)", 1e-12, 10.0),
-    "controller.ilqr.reg_init": ParamSpec("initial Levenberg-Marquardt term", 0.0, 1e6),
-    "controller.ilqr.reg_min": ParamSpec("smallest non-zero LM term", 1e-15, 1.0),
-    "controller.ilqr.reg_max": ParamSpec("LM term at which a solve gives up", 1.0, 1e12),
-    "controller.ilqr.reg_increase": ParamSpec("LM factor after a rejected step", 1.0001, 1e3),
-    "controller.ilqr.reg_decrease": ParamSpec("LM factor after an accepted step", 1e-6, 0.9999),
-    "controller.reference.min_heading_speed": ParamSpec("slower reference samples keep the heading (m/s)",
-                                                        0.0, 10.0),
-    "controller.node.rate_hz": ParamSpec("command publication rate (Hz)", 20.0, 50.0, read_only=True),
-    "controller.node.stale_timeout_s": ParamSpec("trajectory age (receive time) that triggers a stop (s)",
-                                                 0.05, 10.0),
-    "controller.node.stop_decel": ParamSpec("deceleration of the minimal-risk stop (m/s^2)", 0.1, 10.0),
-    "controller.node.world_frame": ParamSpec("frame of world-frame trajectories"),
-    "controller.node.ego_frame": ParamSpec("frame of ego-frame trajectories (relative to the ego at stamp)"),
-    "controller.node.min_points": ParamSpec("shorter trajectories are rejected", 1, 1000),
-    "controller.node.odom_history_s": ParamSpec("odometry kept to place ego-frame trajectories (s)",
-                                                0.1, 60.0),
-    "vehicle.length": ParamSpec("ego box length (m)", 0.5, 30.0, read_only=True),
-    "vehicle.width": ParamSpec("ego box width (m)", 0.3, 5.0, read_only=True),
-    "vehicle.wheelbase": ParamSpec("wheelbase (m)", 0.3, 20.0, read_only=True),
-    "vehicle.rear_axle_to_center": ParamSpec("rear axle to box centre (m)", 0.0, 20.0, read_only=True),
-    "vehicle.max_accel": ParamSpec("largest acceleration (m/s^2)", 0.1, 20.0, read_only=True),
-    "vehicle.min_accel": ParamSpec("hardest braking (m/s^2, negative)", -30.0, -0.1, read_only=True),
-    "vehicle.max_steer": ParamSpec("front-wheel angle limit (rad)", 0.01, 1.5, read_only=True),
-    "vehicle.max_steer_rate": ParamSpec("front-wheel angle rate limit (rad/s)", 0.01, 10.0, read_only=True),
-    "vehicle.max_speed": ParamSpec("speed cap (m/s)", 0.1, 100.0, read_only=True),
-}
+PARAM_FILES = ["controller", "vehicle", "validators", "nodes"]
+PREFIXES = ("controller", "vehicle", "validators", "heartbeat")
 
 
 class _Plan:
@@ -142,8 +102,7 @@ class _Plan:
 class ControllerNode(Node):
     def __init__(self, **kwargs):
         super().__init__(NODE_NAME, **kwargs)
-        values = declare_parameters(self, ["controller", "vehicle", "validators", "nodes"], SPECS,
-                                    prefixes=("controller", "vehicle", "validators", "heartbeat"))
+        values = declare_parameters(self, PARAM_FILES, prefixes=PREFIXES)
         self.tracker = TrackingController(values, values)
         cfg = values["controller"]["node"]
         self.rate_hz = float(cfg["rate_hz"])

@@ -60,7 +60,6 @@ from rad2_planner.live_scene import LiveScene, LiveSceneError, load_map_and_rout
 from rad2_planner.nodes.common import (
     DiagnosticsReporter,
     Heartbeat,
-    ParamSpec,
     Throttle,
     command_qos,
     declare_parameters,
@@ -73,28 +72,12 @@ from rad2_planner.supervision import OdometryGate, describe_violations
 
 PARAM_FILES = ["bev", "vehicle", "nodes", "validators"]
 PREFIXES = ("bev", "tokens", "vehicle", "perception", "heartbeat", "validators")
-SPECS = {
-    "perception.map_file": ParamSpec("clip .npz or dataset directory with the map and route, or a Lanelet2 "
-                                     ".osm map (repo-relative or absolute)", read_only=True),
-    "perception.clip_id": ParamSpec("clip of the dataset whose map/route to load ('first' = the first)",
-                                    read_only=True),
-    "perception.route": ParamSpec("mission route on a Lanelet2 map: lanelet ids in driving order ('1001 "
-                                  "1012') or start and goal positions in map metres ('x,y x,y')",
-                                  read_only=True),
-    "perception.history_s": ParamSpec("seconds of object lists / odometry kept", 0.1, 10.0),
-    "perception.step_s": ParamSpec("time of one history step of bev.history_offsets (s)", 0.01, 1.0),
-    "perception.odom_max_age_s": ParamSpec("odometry further than this from the objects stamp is stale (s)",
-                                           0.0, 5.0),
-    "perception.history_tolerance_s": ParamSpec("an object list counts as k steps ago within this (s)",
-                                                0.0, 1.0),
-    "perception.frame_id": ParamSpec("ego frame name of the outputs"),
-}
 
 
 class PerceptionNode(Node):
     def __init__(self, **kwargs):
         super().__init__("bev_features", **kwargs)
-        self.params = declare_parameters(self, PARAM_FILES, SPECS, prefixes=PREFIXES)
+        self.params = declare_parameters(self, PARAM_FILES, prefixes=PREFIXES)
         c = self.params["perception"]
         self.frame_id = str(c["frame_id"])
         self.grid = rc.BevGrid.from_params(self.params["bev"])

@@ -55,7 +55,6 @@ from rad2_planner.nodes.common import (
     CycleStats,
     DiagnosticsReporter,
     Heartbeat,
-    ParamSpec,
     Throttle,
     command_qos,
     declare_parameters,
@@ -79,31 +78,6 @@ from rad2_planner.supervision import Seen, describe_violations, explain_starvati
 PARAM_FILES = ["bev", "vehicle", "planner", "nodes", "validators"]
 PREFIXES = ("bev", "tokens", "vehicle", "planner", "model", "diffusion", "runtime", "planner_node",
             "heartbeat", "validators")
-SPECS = {
-    "planner.backend": ParamSpec("inference backend: pytorch | onnxruntime | tensorrt", read_only=True),
-    "planner.device": ParamSpec("torch device of the pytorch backend (cpu | cuda)", read_only=True),
-    "planner.num_candidates": ParamSpec("M, candidate trajectories per cycle", 1, 1024),
-    "planner.num_denoise_steps": ParamSpec("K, denoising steps per cycle", 1, 100),
-    "planner.deadline_ms": ParamSpec("budget from input stamp to published trajectory (ms)", 1.0, 10000.0),
-    "planner.plan_dt": ParamSpec("s between trajectory points", 0.01, 5.0, read_only=True),
-    "planner.checkpoint_dir": ParamSpec("generator (+ discriminator) checkpoint directory", read_only=True),
-    "planner_node.sync_tolerance_s": ParamSpec("BEV/tokens stamps pair up within this (s)", 0.0, 1.0),
-    "planner_node.max_input_age_s": ParamSpec("inputs older than this are rejected as stale (s)", 0.0, 60.0),
-    "planner_node.max_stamp_skew_s": ParamSpec("inputs stamped further in the future are rejected (s)",
-                                               0.0, 10.0),
-    "planner_node.input_period_s": ParamSpec("expected spacing of input stamps (s)", 0.001, 10.0),
-    "planner_node.fallback_decel": ParamSpec("deceleration of the fallback stop (m/s^2)", 0.1, 10.0),
-    "planner_node.fallback_max_plan_age_s": ParamSpec(
-        "the fallback follows the previous plan only while it is younger than this (s)", 0.0, 10.0),
-    "planner_node.frame_id": ParamSpec("frame of the published trajectories"),
-    "planner_node.markers": ParamSpec("publish planning/markers"),
-    "planner_node.markers_rate_hz": ParamSpec("most planning/markers arrays per second", 0.01, 100.0),
-    "planner_node.torch_threads": ParamSpec("torch intra-op threads of this process", 1, 256,
-                                            read_only=True),
-    "planner_node.report_every": ParamSpec("log a latency summary every N cycles (0: never)", 0, 1000000),
-    "planner_node.random_init_if_missing": ParamSpec(
-        "without a checkpoint, run randomly initialised networks (wiring tests only)", read_only=True),
-}
 
 
 def _score_color(score: float) -> ColorRGBA:
@@ -138,7 +112,7 @@ def candidate_markers(candidates: np.ndarray, scores: np.ndarray, selected: int,
 class PlannerNode(Node):
     def __init__(self, **kwargs):
         super().__init__("planner", **kwargs)
-        self.params = declare_parameters(self, PARAM_FILES, SPECS, prefixes=PREFIXES)
+        self.params = declare_parameters(self, PARAM_FILES, prefixes=PREFIXES)
         p, n = self.params["planner"], self.params["planner_node"]
         self.cfg = n
         self.plan_dt = float(p["plan_dt"])

@@ -29,11 +29,14 @@ from rad2_planner.nodes.common import (
 )
 from rad2_planner.supervision import HeartbeatMonitor
 
+PARAM_FILES = ["nodes"]
+PREFIXES = ("supervisor",)
+
 
 class SupervisorNode(Node):
     def __init__(self, **kwargs):
         super().__init__("supervisor", **kwargs)
-        values = declare_parameters(self, ["nodes"], prefixes=("supervisor",))["supervisor"]
+        values = declare_parameters(self, PARAM_FILES, prefixes=PREFIXES)["supervisor"]
         self.expected = [str(n) for n in values["expected_nodes"]]
         timeout = float(values["timeout_s"])
         self.monitor = HeartbeatMonitor({name: timeout for name in self.expected})

@@ -43,7 +43,8 @@ class GenerationResult:
 
 
 def load_config() -> tuple[dict, dict, dict]:
-    """(scenarios, vehicle, sim) parameter dicts."""
+    """(scenarios, vehicle, sim) parameter dicts, each checked against its params/<name>.schema.yaml
+    by ``load_params`` (a bad value fails here, naming file, key and value, before any SUMO run)."""
     return (load_params("scenarios")["scenarios"], load_params("vehicle")["vehicle"], load_params("sim"))
 
 
