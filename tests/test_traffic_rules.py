@@ -45,6 +45,7 @@ def test_stop_line_is_found_on_the_route_with_its_state(clip):
                             clip.ego_length)[0] == NO_STOP_M
     # a signal that controls no route lane is a crossing street's: not the ego's
     other = replace(clip.map, signal_lanes=[[3]])
+    other.map_id = other.content_hash()  # another map: ids are content hashes
     assert next_signal_stop(other, clip.signals_at(0), clip.route_lane_ids, clip.route_polyline, pose,
                             clip.ego_length)[0] == NO_STOP_M
 

@@ -24,6 +24,7 @@ Parameters: ``traffic_rules.*`` in params/planner.yaml.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,12 +72,31 @@ def _segment_crossings(poly: np.ndarray, cum: np.ndarray, line: np.ndarray) -> l
     return [x for i, x in enumerate(out) if i == 0 or x - out[i - 1] > 1e-3]
 
 
+_LINES_CACHE: OrderedDict[tuple, list[tuple[int, float]]] = OrderedDict()
+_LINES_CACHE_SIZE = 64
+
+
 def stop_lines_on_route(lane_map: LaneMap, route_lane_ids: np.ndarray, route_polyline: np.ndarray
                         ) -> list[tuple[int, float]]:
     """(signal index, arc length along the route) of every signal stop line the route crosses and
-    whose controlled lanes include a route lane (a crossing street's line is not the ego's)."""
+    whose controlled lanes include a route lane (a crossing street's line is not the ego's). A route
+    is fixed for a clip or a mission while this runs every cycle, so results are cached by content."""
     if lane_map.num_signals == 0 or len(route_polyline) < 2:
         return []
+    key = (lane_map.map_id, np.asarray(route_lane_ids, np.int64).tobytes(),
+           np.asarray(route_polyline, np.float64).tobytes())
+    hit = _LINES_CACHE.get(key)
+    if hit is None:
+        hit = _LINES_CACHE[key] = _stop_lines_on_route(lane_map, route_lane_ids, route_polyline)
+        while len(_LINES_CACHE) > _LINES_CACHE_SIZE:
+            _LINES_CACHE.popitem(last=False)
+    else:
+        _LINES_CACHE.move_to_end(key)
+    return list(hit)
+
+
+def _stop_lines_on_route(lane_map: LaneMap, route_lane_ids: np.ndarray, route_polyline: np.ndarray
+                         ) -> list[tuple[int, float]]:
     route = np.asarray(route_polyline, np.float64)
     cum = arc_lengths(route)
     on_route = {int(v) for v in np.asarray(route_lane_ids).reshape(-1)}
