@@ -131,7 +131,8 @@ class ControllerNode(Node):
         self._last_tick_ns: int | None = None
         self.diagnostics = DiagnosticsReporter(self)
         self.create_subscription(Trajectory, "planning/trajectory", self.on_trajectory, command_qos())
-        self.create_subscription(Odometry, "localization/odometry", self.on_odometry, sensor_qos())
+        self.sub_odometry = self.create_subscription(Odometry, "localization/odometry", self.on_odometry,
+                                                     sensor_qos())
         self.pub_cmd = self.create_publisher(ControlCommand, "control/command", command_qos())
         self.pub_diag = self.create_publisher(PlanningDiagnostics, "control/diagnostics", report_qos())
         self.sub_heartbeat = self.create_subscription(Header, HEARTBEAT_TOPIC, self.on_heartbeat,
@@ -236,14 +237,20 @@ class ControllerNode(Node):
     def _drain_heartbeats(self, now: int) -> None:
         """Take the heartbeats that arrived but wait behind this timer in the executor (after a stall the
         executor runs ready timers before ready subscriptions): they were received, not lost."""
-        sub = self.sub_heartbeat
+        self._drain(self.sub_heartbeat, lambda msg: self.heartbeats.beat(msg.frame_id, now))
+
+    @staticmethod
+    def _drain(sub, handle_message, limit: int = 50) -> None:
+        """Hand every message waiting on ``sub`` to ``handle_message`` now. The single-threaded executor
+        runs a ready timer before ready subscriptions, so when a cycle takes longer than the timer period
+        (a loaded CPU) the timer is always ready and subscriptions would wait indefinitely."""
         try:
-            for _ in range(50):
+            for _ in range(limit):
                 with sub.handle:
                     taken = sub.handle.take_message(sub.msg_type, sub.raw)
                 if taken is None:
                     return
-                self.heartbeats.beat(taken[0].frame_id, now)
+                handle_message(taken[0])
         except Exception:  # noqa: BLE001 -- a destroyed subscription at shutdown: nothing to take
             return
 
@@ -265,6 +272,7 @@ class ControllerNode(Node):
             # process was not scheduled): a planner beat missed meanwhile is not evidence of its loss
             self.heartbeats.rebase(steady)
         self._drain_heartbeats(steady)
+        self._drain(self.sub_odometry, self.on_odometry)  # the freshest state, even if starved
         stages: dict[str, float] = {}
         reason = ""
         accel = rate = 0.0
