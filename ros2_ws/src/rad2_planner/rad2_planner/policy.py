@@ -21,11 +21,31 @@ One planning cycle (identical for every runtime backend, see :mod:`rad2_planner.
      :mod:`rad2_planner.selection` (``planner.selection_distribution``, temperature, top-K); the
      result carries the draw's log-probability and the distribution's entropy.
 
+5. ``safety`` (``safety_layer.mode``, off by default; deterministic selection only): a learned
+   collision critic (:mod:`rad2_planner.networks.critic`) predicts for candidates the probability of a
+   collision within its horizon; ``threshold`` splits accepted (p < threshold) from rejected ones.
+
+   - ``candidate_selection``: the critic scores all M candidates; the selection rule above picks among
+     the accepted ones (discriminator argmax, or the fallback rule on that subset); when none is
+     accepted, the least risky candidate is executed.
+   - ``rejection_sampling``: the critic judges the selected candidate only; while it is rejected, a
+     new set of M is drawn from the unchanged generator (fresh noise, the same scene encoding) and
+     selected from as before, at most ``max_rounds`` times; the least risky selected candidate seen is
+     executed when none was accepted.
+
+   ``info["corrections"]``: resampling rounds (rejection sampling) or 1 when the critic changed the
+   selection (candidate selection); ``info["critic_p"]``: the executed candidate's predicted risk;
+   ``timings_ms["critic"]`` the critic's time, ``timings_ms["corrections"]`` that of the extra rounds.
+   A sampled selection (RL rollouts) skips the layer: its log-probability must describe the draw that
+   was executed.
+6. ``traffic_rules``: the executed candidate re-timed to stop for a red signal (after the safety stage).
+
 Determinism: cycle ``i`` after ``reset(seed=s)`` draws its noise from ``default_rng(s + i)`` (one
 draw for the whole batch); an explicit ``plan(obs, seed=...)`` overrides it. ``plan_batch(...,
 seeds=[...])`` gives every row its own seed instead: row ``r`` draws its noise from
 ``default_rng(seeds[r])`` alone, so its result does not depend on which rows share the batch. A
-sampled selection uses an independent stream of the same seed, ``default_rng([seed, 1])``.
+sampled selection uses an independent stream of the same seed, ``default_rng([seed, 1])``, and round
+``r`` of rejection sampling another, ``default_rng([seed, 2, r])``.
 Timings (ms) are reported per stage.
 """
 
@@ -33,6 +53,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +71,7 @@ from .traffic_rules import TrafficRuleParams, allowed_distance, limit_progress
 
 FALLBACK_RULES = ("medoid", "first", "safe_medoid")
 SELECTION_MODES = ("deterministic", "sample")
+SAFETY_MODES = ("off", "rejection_sampling", "candidate_selection")
 # Discriminator inputs recorded per row for the RL update (the trajectories are the candidates).
 RECORDED_DISCRIMINATOR_INPUTS = DISCRIMINATOR_INPUTS[1:]
 
@@ -144,6 +166,29 @@ def safe_medoid_index(
     return int(keep[medoid_index(candidates[keep])])
 
 
+@dataclass(frozen=True)
+class SafetyLayerParams:
+    """``safety_layer.*`` of params/planner.yaml (see the module doc, stage 5)."""
+
+    mode: str = "off"
+    threshold: float = 0.5  # probability: p >= threshold rejects a candidate
+    max_rounds: int = 3  # resampling rounds of rejection sampling
+    critic_checkpoint: str = "checkpoints/collision_critic"
+
+    def __post_init__(self):
+        if self.mode not in SAFETY_MODES:
+            raise ValueError(f"safety_layer.mode: unknown value {self.mode!r} (choose from {SAFETY_MODES})")
+        if not 0.0 <= float(self.threshold) <= 1.0:
+            raise ValueError(f"safety_layer.threshold: {self.threshold} is not a probability in [0, 1]")
+        if int(self.max_rounds) < 1:
+            raise ValueError(f"safety_layer.max_rounds: {self.max_rounds} must be >= 1")
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> SafetyLayerParams:
+        c = require(params, "safety_layer")
+        return cls(str(c["mode"]), float(c["threshold"]), int(c["max_rounds"]), str(c["critic_checkpoint"]))
+
+
 class Rad2Policy:
     """RAD-2 planner. Build with :meth:`from_params` (reads ``params/planner.yaml``) or directly."""
 
@@ -165,7 +210,12 @@ class Rad2Policy:
         selection: str | None = None,
         candidate_distribution: CandidateDistribution | None = None,
         vehicle_params: dict[str, Any] | None = None,
+        safety_layer: SafetyLayerParams | None = None,
+        critic=None,
     ):
+        """``safety_layer`` overrides ``safety_layer.*`` of ``params``; ``critic`` gives the layer an
+        in-memory :class:`~rad2_planner.networks.critic.CollisionCritic` instead of loading
+        ``critic_checkpoint``."""
         from .control.bicycle import VehicleParams, slip_and_curvature
 
         params = params if params is not None else load_params("planner")
@@ -213,12 +263,41 @@ class Rad2Policy:
         # explicit > beside the loaded checkpoint > runtime.onnx_dir (models built in memory)
         runtime["onnx_dir"] = str(resolve_path(onnx_dir or getattr(model, "export_dir", None)
                                                or runtime["onnx_dir"]))
+        self._onnx_dir = runtime["onnx_dir"]
         runtime["tensorrt"] = dict(runtime["tensorrt"])
         runtime["tensorrt"]["engine_cache_dir"] = str(resolve_path(runtime["tensorrt"]["engine_cache_dir"]))
         self.backend = make_backend(
             self.backend_name, model, runtime, device=device or p["device"], sampler_spec=self.sampler_spec
         )
         self._cycle = 0
+        self._critic_model = critic
+        self._critic = None
+        self._critic_source = ""
+        self.set_safety_layer(safety_layer or SafetyLayerParams.from_params(
+            params if "safety_layer" in params else default_params("planner")))
+
+    def set_safety_layer(self, safety: SafetyLayerParams) -> None:
+        """Switch the safety layer (loads the critic on first use: a missing checkpoint fails here, not
+        in a planning cycle)."""
+        self.safety = safety
+        source = "given" if self._critic_model is not None else str(resolve_path(safety.critic_checkpoint))
+        if safety.mode == "off" or (self._critic is not None and self._critic_source == source):
+            return
+        from .networks.critic import CollisionCritic, CriticRunner
+
+        model = self._critic_model
+        if model is None:
+            model = CollisionCritic.load(resolve_path(safety.critic_checkpoint))
+        if model.cfg.plan_points != self.cfg.plan_points or abs(model.cfg.plan_dt - self.plan_dt) > 1e-9:
+            raise ValueError(
+                f"safety_layer.critic_checkpoint: the critic was built for {model.cfg.plan_points} points at "
+                f"{model.cfg.plan_dt} s, the planner plans {self.cfg.plan_points} at {self.plan_dt} s")
+        onnx_dir = None
+        if getattr(model, "checkpoint_dir", None) is None:  # in memory: export beside the planner's graphs
+            onnx_dir = Path(self._onnx_dir) / "critic"
+        self._critic = CriticRunner(model, self.backend_name, require(self.params, "runtime"),
+                                    onnx_dir=onnx_dir)
+        self._critic_source = source
 
     @classmethod
     def from_params(
@@ -324,6 +403,10 @@ class Rad2Policy:
             draw = None
             selected, rule = self._select_deterministic(candidates, logits, inputs)
         timings["select"] = (time.perf_counter() - t0) * 1e3
+        safety_info: list[dict[str, Any]] = [{} for _ in range(b)]
+        if self.safety.mode != "off" and mode == "deterministic":
+            candidates, scores, logits, selected, safety_info = self._safety_stage(
+                candidates, scores, logits, selected, inputs, scene, k, scored, seed, row_seeds, timings)
         t0 = time.perf_counter()
         executed, rule_notes = self._traffic_rules(observation, candidates, selected, inputs)
         timings["traffic_rules"] = (time.perf_counter() - t0) * 1e3
@@ -337,7 +420,7 @@ class Rad2Policy:
                 selected=selected[i],
                 plan_dt=self.plan_dt,
                 timings_ms=dict(timings),
-                info={**info, "seed": int(seed if row_seeds is None else row_seeds[i]),
+                info={**info, "seed": int(seed if row_seeds is None else row_seeds[i]), **safety_info[i],
                       **({"traffic_rule": rule_notes[i]} if rule_notes[i] else {})},
                 executed=executed[i],
                 logits=logits[i],
@@ -357,6 +440,90 @@ class Rad2Policy:
         z = self.backend.generate(x_init, scene, self.schedule, spec, timings)
         speed = inputs["ego_state"][:, 0][:, None]  # B 1
         return np.asarray(self.normalizer.denormalize(z, speed), dtype=np.float32)  # B M T 2
+
+    def _critic_probs(self, trajectories: np.ndarray, inputs: dict[str, np.ndarray], rows,
+                      timings: dict) -> np.ndarray:
+        """Critic probabilities [len(rows), M'] of ``trajectories [len(rows), M', T, 2]`` of batch rows."""
+        t0 = time.perf_counter()
+        _, probs = self._critic(trajectories, inputs["agents"][rows], inputs["agents_mask"][rows],
+                                inputs["ego_state"][rows])
+        timings["critic"] = timings.get("critic", 0.0) + (time.perf_counter() - t0) * 1e3
+        return np.asarray(probs, dtype=np.float64)
+
+    def _safety_stage(self, candidates, scores, logits, selected, inputs, scene, k, scored, seed, row_seeds,
+                      timings):
+        """Stage 5 of the module doc: ``(candidates, scores, logits, selected, per-row info)`` after the
+        critic; rows whose candidate set was redrawn get that set's arrays."""
+        b = candidates.shape[0]
+        thr = float(self.safety.threshold)
+        timings["critic"] = 0.0
+        timings["corrections"] = 0.0
+        selected = list(selected)
+        rows = list(range(b))
+        if self.safety.mode == "candidate_selection":
+            p = self._critic_probs(candidates, inputs, rows, timings)  # B M
+            t0 = time.perf_counter()
+            out = []
+            for i in rows:
+                ok = np.flatnonzero(p[i] < thr)
+                pick = int(np.argmin(p[i])) if len(ok) == 0 else self._select_among(
+                    i, ok, candidates, logits, inputs)
+                out.append({"safety_layer": self.safety.mode, "corrections": int(pick != selected[i]),
+                            "critic_p": float(p[i, pick]), "critic_accepted": bool(p[i, pick] < thr)})
+                selected[i] = pick
+            timings["select"] += (time.perf_counter() - t0) * 1e3
+            return candidates, scores, logits, selected, out
+        # rejection sampling: the critic judges the selected proposal; a rejected row draws a new set
+        candidates, scores, logits = candidates.copy(), scores.copy(), logits.copy()
+        p_sel = self._critic_probs(candidates[rows, selected][:, None], inputs, rows, timings)[:, 0]
+        rounds = np.zeros(b, np.int64)
+        m = candidates.shape[1]
+        for r in range(1, int(self.safety.max_rounds) + 1):
+            todo = [i for i in rows if p_sel[i] >= thr]
+            if not todo:
+                break
+            t0 = time.perf_counter()
+            if row_seeds is None:
+                x_init = np.random.default_rng([seed, 2, r]).standard_normal(
+                    (len(todo), m, self.cfg.plan_points, 2)).astype(np.float32)
+            else:
+                x_init = np.concatenate([np.random.default_rng([row_seeds[i], 2, r]).standard_normal(
+                    (1, m, self.cfg.plan_points, 2)).astype(np.float32) for i in todo])
+            sub_inputs = {key: v[todo] for key, v in inputs.items()}
+            sub_scene = {key: v[todo] for key, v in scene.items()}
+            new = self._denoise(x_init, sub_scene, sub_inputs, k, {})
+            if scored:
+                new_logits, new_scores = (np.asarray(a, dtype=np.float32)
+                                          for a in self.backend.score_logits(new, sub_inputs, sub_scene))
+            else:
+                new_logits, new_scores = np.full((2, len(todo), m), np.nan, dtype=np.float32)
+            new_sel, _ = self._select_deterministic(new, new_logits, sub_inputs)
+            timings["corrections"] += (time.perf_counter() - t0) * 1e3
+            proposals = new[np.arange(len(todo)), new_sel][:, None]  # B' 1 T 2
+            p_new = self._critic_probs(proposals, inputs, todo, timings)[:, 0]
+            for j, i in enumerate(todo):
+                rounds[i] = r
+                # every earlier proposal of this row was rejected, so a lower risk is the least risky
+                # seen, and an accepted proposal is always one
+                if p_new[j] < p_sel[i]:
+                    candidates[i], scores[i], logits[i] = new[j], new_scores[j], new_logits[j]
+                    selected[i], p_sel[i] = int(new_sel[j]), float(p_new[j])
+        out = [{"safety_layer": self.safety.mode, "corrections": int(rounds[i]), "critic_p": float(p_sel[i]),
+                "critic_accepted": bool(p_sel[i] < thr)} for i in rows]
+        return candidates, scores, logits, selected, out
+
+    def _select_among(self, i: int, allowed: np.ndarray, candidates: np.ndarray, logits: np.ndarray,
+                      inputs: dict[str, np.ndarray]) -> int:
+        """The deterministic selection rule of row ``i`` restricted to the candidates ``allowed``."""
+        if self.has_discriminator:
+            return int(allowed[np.argmax(logits[i, allowed])])
+        sub = candidates[i, allowed]
+        if self.fallback == "medoid":
+            return int(allowed[medoid_index(sub)])
+        if self.fallback == "safe_medoid":
+            return int(allowed[safe_medoid_index(sub, inputs["agents"][i], inputs["agents_mask"][i],
+                                                 self.plan_dt, self.ego_size, self.max_curvature)])
+        return int(allowed[0])
 
     def _traffic_rules(self, observation: Any, candidates: np.ndarray, selected: list[int],
                        inputs: dict[str, np.ndarray]) -> tuple[list, list[str]]:
