@@ -39,19 +39,14 @@ for _p in ("rad2_planner", "bev_warp_sim", "rad2_rl"):
 
 def hardware() -> dict:
     """What the figures were measured on (CPU model, cores, load)."""
-    model = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from rad2_planner.benchmarking import machine_info
+
+    info = machine_info()
     return {
-        "cpu": model,
-        "logical_cpus": os.cpu_count(),
+        "cpu": info.cpu_model,
+        "logical_cpus": info.logical_cpus,
         "load_average": list(os.getloadavg()),
-        "python": platform.python_version(),
+        "python": info.python,
         "platform": platform.platform(),
     }
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,7 +52,8 @@ CRITIC_INPUTS = ("trajectories", "agents", "agents_mask", "ego_state")
 CRITIC_OUTPUTS = ("logits", "probs")
 # Bump when the exported graph changes for the same weights (a cached onnx/critic.onnx is refreshed).
 CRITIC_EXPORT_FORMAT = 1
-ONNX_OPSET = 18
+from ..runtime.onnx_export import OPSET as ONNX_OPSET  # noqa: E402
+
 PAIR_FEATURES = 16  # per (trajectory point, agent) pair, see CollisionCritic._pair_features
 
 
@@ -339,22 +339,9 @@ def export_critic_onnx(critic: CollisionCritic, path: str | Path) -> Path:
         "agents_mask": {0: b, 1: n},
         "ego_state": {0: b},
     }
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        prog = torch.onnx.export(
-            critic,
-            args,
-            dynamo=True,
-            input_names=list(CRITIC_INPUTS),
-            output_names=list(CRITIC_OUTPUTS),
-            dynamic_shapes=dyn,
-            opset_version=ONNX_OPSET,
-            optimize=True,
-            verbose=False,
-        )
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    prog.save(str(tmp))
-    os.replace(tmp, path)  # a concurrent reader never sees a half-written graph
+    from ..runtime.onnx_export import _export  # the one exporter: dynamo, atomic write
+
+    _export(critic, args, CRITIC_INPUTS, CRITIC_OUTPUTS, dyn, path)
     return path
 
 
