@@ -247,6 +247,39 @@ def test_row_seeds_make_each_row_independent_of_the_batch(setup):
         pol.plan_batch(obs, seed=3, seeds=[1, 2, 3])
 
 
+def test_per_episode_noise_keeps_consecutive_plans_consistent(setup):
+    """planner.initial_noise: per_episode reuses one noise draw, so the same scene gives the same plan
+    cycle after cycle (per_cycle draws anew); per row the episode's noise seed decides, not the cycle's."""
+    import copy
+
+    model, onnx_dir, _ = setup
+    obs = _row(_batch(model.cfg, 1, seed=3), 0)
+    params = load_params("planner")
+    per_cycle = _policy(model, "onnxruntime", onnx_dir, params=params)
+    a, b = per_cycle.plan(obs), per_cycle.plan(obs)
+    assert not np.allclose(a.candidates, b.candidates)
+    episode_params = copy.deepcopy(params)
+    episode_params["planner"]["initial_noise"] = "per_episode"
+    per_episode = _policy(model, "onnxruntime", onnx_dir, params=episode_params)
+    first, second = per_episode.plan(obs), per_episode.plan(obs)
+    assert np.array_equal(first.candidates, second.candidates) and first.selected == second.selected
+    per_episode.reset(seed=7)
+    assert not np.allclose(per_episode.plan(obs).candidates, first.candidates)
+    batch = _batch(model.cfg, 2, seed=3)
+    r1 = per_episode.plan_batch(batch, seeds=[1, 2], noise_seeds=[40, 41])
+    r2 = per_episode.plan_batch(batch, seeds=[8, 9], noise_seeds=[40, 41])
+    assert all(np.array_equal(x.candidates, y.candidates) for x, y in zip(r1, r2))
+    r3 = per_cycle.plan_batch(batch, seeds=[1, 2], noise_seeds=[40, 41])  # ignored per cycle
+    r4 = per_cycle.plan_batch(batch, seeds=[8, 9], noise_seeds=[40, 41])
+    assert not np.allclose(r3[0].candidates, r4[0].candidates)
+    with pytest.raises(ValueError, match="noise_seeds: 1 given for a batch of 2"):
+        per_episode.plan_batch(batch, seeds=[1, 2], noise_seeds=[40])
+    bad = copy.deepcopy(params)
+    bad["planner"]["initial_noise"] = "sometimes"
+    with pytest.raises(ValueError, match="planner.initial_noise: unknown value 'sometimes'"):
+        _policy(model, "onnxruntime", onnx_dir, params=bad)
+
+
 def test_sampled_selection_draws_from_the_configured_distribution(setup):
     model, onnx_dir, _ = setup
     obs = _batch(model.cfg, 2, seed=4)

@@ -138,13 +138,16 @@ class BatchedPolicy:
         self.plan_kwargs = plan_kwargs
 
     def start_chunk(self, sim, state, rows, seeds) -> None:
-        pass
+        # each row's first decision seed names its episode: the noise seed of planner.initial_noise:
+        # per_episode (the policy ignores it per cycle)
+        self.episode_seeds = list(seeds)
 
     def decide(self, sim, state, indices, observations, seeds) -> list[PlanResult]:
         from rad2_planner.observation import stack_observations
 
         batch = stack_observations(observations)
         return self.policy.plan_batch(batch, seeds=list(seeds), selection=self.selection,
+                                      noise_seeds=[self.episode_seeds[int(b)] for b in indices],
                                       return_discriminator_inputs=self.record_inputs, **self.plan_kwargs)
 
 

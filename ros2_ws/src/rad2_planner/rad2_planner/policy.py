@@ -46,6 +46,13 @@ seeds=[...])`` gives every row its own seed instead: row ``r`` draws its noise f
 ``default_rng(seeds[r])`` alone, so its result does not depend on which rows share the batch. A
 sampled selection uses an independent stream of the same seed, ``default_rng([seed, 1])``, and round
 ``r`` of rejection sampling another, ``default_rng([seed, 2, r])``.
+
+Plan-to-plan consistency (``planner.initial_noise``): ``per_cycle`` draws new initial noise every cycle
+as above; ``per_episode`` starts every cycle of an episode from the same noise (``default_rng(s)``
+after ``reset(seed=s)``; per row, ``plan_batch(noise_seeds=[...])``), so consecutive plans differ only
+as much as the scene does. The denoiser is a smooth function of the scene, so the candidate set and the
+selected candidate drift instead of jumping between modes every cycle; selection sampling keeps its
+per-cycle stream.
 Timings (ms) are reported per stage.
 """
 
@@ -71,6 +78,7 @@ from .traffic_rules import TrafficRuleParams, allowed_distance, limit_progress
 
 FALLBACK_RULES = ("medoid", "first", "safe_medoid")
 SELECTION_MODES = ("deterministic", "sample")
+INITIAL_NOISE_MODES = ("per_cycle", "per_episode")
 SAFETY_MODES = ("off", "rejection_sampling", "candidate_selection")
 # Discriminator inputs recorded per row for the RL update (the trajectories are the candidates).
 RECORDED_DISCRIMINATOR_INPUTS = DISCRIMINATOR_INPUTS[1:]
@@ -243,6 +251,12 @@ class Rad2Policy:
                 f"(K={self.num_steps}) must be >= 1"
             )
         self.base_seed = int(p["seed"] if seed is None else seed)
+        # params built for an older planner.yaml get the file's default
+        self.initial_noise = str(p["initial_noise"] if "initial_noise" in p
+                                 else default_params("planner")["planner"]["initial_noise"])
+        if self.initial_noise not in INITIAL_NOISE_MODES:
+            raise ValueError(f"planner.initial_noise: unknown value {self.initial_noise!r} "
+                             f"(choose from {INITIAL_NOISE_MODES})")
         self.fallback = fallback_selection or p["fallback_selection"]
         if self.fallback not in FALLBACK_RULES:
             raise ValueError(f"planner.fallback_selection: unknown value {self.fallback!r} {FALLBACK_RULES}")
@@ -349,13 +363,16 @@ class Rad2Policy:
         num_steps: int | None = None,
         *,
         seeds: Sequence[int] | None = None,
+        noise_seeds: Sequence[int] | None = None,
         selection: str | None = None,
         candidate_distribution: CandidateDistribution | None = None,
         return_discriminator_inputs: bool = False,
     ) -> list[PlanResult]:
         """Plan for a batch of observations in one pass (B scenes × M candidates).
 
-        ``seeds``: one per row (instead of ``seed``), see the module doc. ``selection`` and
+        ``seeds``: one per row (instead of ``seed``), see the module doc. ``noise_seeds``: one per row,
+        each row's episode seed; with ``planner.initial_noise: per_episode`` the initial noise comes
+        from it instead of from ``seeds`` (ignored per cycle). ``selection`` and
         ``candidate_distribution`` override the policy's (``planner.selection_*``) for this call.
         ``return_discriminator_inputs``: attach to each result what the discriminator consumed.
         """
@@ -369,19 +386,27 @@ class Rad2Policy:
         inputs = observation_inputs(observation, self.cfg)
         b = inputs["bev"].shape[0]
         row_seeds = None if seeds is None else _row_seeds(seeds, b, seed)
+        explicit_seed = seed is not None
         if seed is None and row_seeds is None:
             seed = self.base_seed + self._cycle
         self._cycle += 1
+        noise_rows = row_seeds
+        noise_seed = seed
+        if self.initial_noise == "per_episode":
+            if noise_seeds is not None:
+                noise_rows = _row_seeds(noise_seeds, b, None, "noise_seeds")
+            elif row_seeds is None and not explicit_seed:
+                noise_seed = self.base_seed
 
         t0 = time.perf_counter()
         scene = self.backend.encode({key: inputs[key] for key in SCENE_INPUTS})
         timings["encode"] = (time.perf_counter() - t0) * 1e3
 
         t0 = time.perf_counter()
-        if row_seeds is None:
-            x_init = initial_noise(b, m, self.cfg.plan_points, seed)
+        if noise_rows is None:
+            x_init = initial_noise(b, m, self.cfg.plan_points, noise_seed)
         else:
-            x_init = np.concatenate([initial_noise(1, m, self.cfg.plan_points, s) for s in row_seeds])
+            x_init = np.concatenate([initial_noise(1, m, self.cfg.plan_points, s) for s in noise_rows])
         candidates = self._denoise(x_init, scene, inputs, k, timings)
         timings["denoise_total"] = (time.perf_counter() - t0) * 1e3
 
@@ -615,14 +640,14 @@ def _check_mode(mode: str) -> str:
     return mode
 
 
-def _row_seeds(seeds: Sequence[int], batch: int, seed: int | None) -> list[int]:
-    """Validate ``plan_batch(seeds=...)``: one non-negative integer per observation."""
+def _row_seeds(seeds: Sequence[int], batch: int, seed: int | None, name: str = "seeds") -> list[int]:
+    """Validate ``plan_batch(seeds=...)`` (or ``noise_seeds``): one non-negative integer per observation."""
     if seed is not None:
-        raise ValueError(f"plan_batch: give seed ({seed}) or seeds, not both")
+        raise ValueError(f"plan_batch: give seed ({seed}) or {name}, not both")
     seeds = list(seeds)
     if len(seeds) != batch:
-        raise ValueError(f"seeds: {len(seeds)} given for a batch of {batch} observations")
+        raise ValueError(f"{name}: {len(seeds)} given for a batch of {batch} observations")
     for s in seeds:
         if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0:
-            raise ValueError(f"seeds: {s!r} is not a non-negative integer")
+            raise ValueError(f"{name}: {s!r} is not a non-negative integer")
     return [int(s) for s in seeds]
