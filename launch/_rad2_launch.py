@@ -1,23 +1,21 @@
 """Turn a graph of launch/graphs.yaml into a ROS 2 LaunchDescription (full ROS 2 installs only).
 
-The three launch files call ``generate(<graph>)``; tools/bringup.py reads the same graphs.yaml,
-so `ros2 launch` and the bring-up tool start the same executables with the same parameter files.
+The three launch files call ``generate(<graph>)``; tools/bringup.py reads the same graphs.yaml (both
+through ``rad2_planner.graphs``), so `ros2 launch` and the bring-up tool start the same executables
+with the same parameter files.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 from launch.actions import DeclareLaunchArgument
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
+from rad2_planner import graphs as rad2_graph
 
 from launch import LaunchDescription
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import rad2_graph  # noqa: E402
 
 
 def _parameter_value(value):

@@ -18,11 +18,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
+from rad2_planner.bringup import Bringup
+from rad2_planner.nodes.monitor import Monitor
 
-from bringup import Bringup  # noqa: E402
-from rad2_planner.nodes.monitor import Monitor  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def main() -> int:

@@ -4,10 +4,10 @@
   a missing build is a failure, because `make test` always bootstraps first.
 - ``unique_domain_id()``: a ROS_DOMAIN_ID derived from the pid, so parallel test runs (other
   checkouts, other helpers) never discover each other's nodes.
-- ``ros_env(domain_id)``: os.environ plus the rad2 ROS environment (tools/rosenv.py).
+- ``ros_env(domain_id)``: os.environ plus the rad2 ROS environment (rad2_planner/rosenv.py).
 - ``RosProcess``: a Python child with its log captured, ``wait``/``stop`` with timeouts everywhere
   and a SIGINT -> SIGTERM -> SIGKILL teardown; use it as a context manager.
-  (``unique_domain_id``, ``ros_env`` and ``RosProcess`` are defined in tools/rosenv.py.)
+  (``unique_domain_id``, ``ros_env`` and ``RosProcess`` are defined in rad2_planner/rosenv.py.)
 - ``import_ros_messages()``: put the built interface packages on sys.path of this process, for
   tests that build messages in-process (the shared libraries are found through their RUNPATH).
 """
@@ -18,12 +18,8 @@ import os
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT / "tools") not in sys.path:
-    sys.path.insert(0, str(ROOT / "tools"))
-
-# The process helpers live in tools/rosenv.py (tools use them too); re-exported here for the tests.
-from rosenv import (  # noqa: E402, F401
+# The process helpers live in rad2_planner/rosenv.py (tools use them too); re-exported for the tests.
+from rad2_planner.rosenv import (  # noqa: F401
     RosProcess,
     RosProcessError,
     install_dir,
@@ -32,6 +28,8 @@ from rosenv import (  # noqa: E402, F401
     ros_environment,
     unique_domain_id,
 )
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def build_available() -> bool:

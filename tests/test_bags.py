@@ -254,8 +254,7 @@ _PUBLISHER = textwrap.dedent("""
 
 
 def _ros_env(domain_id: int) -> dict[str, str]:
-    sys.path.insert(0, str(TOOLS))
-    from rosenv import ros_environment
+    from rad2_planner.rosenv import ros_environment
 
     return ros_environment(domain_id, require_build=True)
 

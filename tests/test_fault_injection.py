@@ -46,10 +46,7 @@ def _straight_clip(num_steps: int = 900, speed: float = 10.0):
 @pytest.fixture(scope="module")
 def fault_run(tmp_path_factory):
     require_ros_build()
-    import sys
-
-    sys.path.insert(0, str(ROOT / "tools"))
-    from bringup import Bringup
+    from rad2_planner.bringup import Bringup
     from rad2_planner.clip import save_dataset
 
     tmp = tmp_path_factory.mktemp("fault_injection")

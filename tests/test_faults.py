@@ -20,7 +20,6 @@ import numpy as np
 import pytest
 from ros_process import ROOT, RosProcess, require_ros_build, ros_env, unique_domain_id
 
-sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from rad2_planner import planner_guard  # noqa: E402
@@ -191,7 +190,7 @@ PLANNER_DRIVER = textwrap.dedent(r"""
 @pytest.fixture(scope="module")
 def planner_fault_run(tmp_path_factory):
     require_ros_build()
-    from bringup import Bringup
+    from rad2_planner.bringup import Bringup
 
     tmp = tmp_path_factory.mktemp("planner_faults")
     domain = unique_domain_id()
@@ -358,7 +357,7 @@ PERCEPTION_DRIVER = textwrap.dedent(r"""
 
 def test_perception_node_rejects_malformed_inputs_and_keeps_running(tmp_path):
     require_ros_build()
-    from bringup import Bringup
+    from rad2_planner.bringup import Bringup
     from rad2_planner.clip import save_dataset
     from synthetic_scenes import make_clip
 

@@ -18,13 +18,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from rad2_planner import graphs as rad2_graph
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCH = ROOT / "launch"
-sys.path.insert(0, str(LAUNCH))
-sys.path.insert(0, str(ROOT / "tools"))
-
-import rad2_graph  # noqa: E402
 
 LAUNCH_FILES = {
     "vehicle": "vehicle.launch.py",
@@ -152,7 +149,7 @@ def _run_launch_file(graph: str, monkeypatch) -> _Recorder:
 
 @pytest.mark.parametrize("graph", sorted(LAUNCH_FILES))
 def test_launch_file_and_bringup_start_the_same_nodes(graph, monkeypatch):
-    bringup = pytest.importorskip("bringup")
+    bringup = pytest.importorskip("rad2_planner.bringup")
     rec = _run_launch_file(graph, monkeypatch)
     spec = rad2_graph.load_graph(graph)
     assert set(rec.arguments) >= set(spec.arguments)
@@ -211,7 +208,7 @@ def test_bringup_starts_the_graph_and_stops_cleanly(composed, tmp_path):
     from ros_process import require_ros_build, unique_domain_id
 
     require_ros_build()
-    import bringup
+    from rad2_planner import bringup
 
     overrides = {"planner": {"planner_node.random_init_if_missing": True, "planner.backend": "pytorch"}}
     b = bringup.Bringup("vehicle", domain_id=unique_domain_id(), log_dir=tmp_path, overrides=overrides,

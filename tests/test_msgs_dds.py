@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from rad2_planner import msg_roundtrip
+from rad2_planner.rosenv import rad2_variables
 from ros_process import ROOT, RosProcess, require_ros_build, ros_env, unique_domain_id
-from rosenv import rad2_variables
 
 SMOKE = str(ROOT / "tools" / "smoke_graph.py")
 BEV_CHANNELS = 10

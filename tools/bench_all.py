@@ -57,7 +57,6 @@ def main(argv=None) -> int:
     if args.cycles < 1:
         ap.error(f"--cycles: must be >= 1, got {args.cycles}")
 
-    sys.path.insert(0, str(ROOT / "ros2_ws" / "src" / "rad2_planner"))
     from rad2_planner.benchmarking import machine_info
     from tqdm import tqdm
 

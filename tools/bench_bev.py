@@ -18,9 +18,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-_p = str(ROOT / "ros2_ws" / "src" / "rad2_planner")
-if _p not in sys.path:
-    sys.path.insert(0, _p)
 
 
 def _fixture_clips():

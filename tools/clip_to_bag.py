@@ -13,15 +13,12 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-for _pkg in ("rad2_planner",):
-    _p = str(ROOT / "ros2_ws" / "src" / _pkg)
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+from rad2_planner import bags
+from rad2_planner.clip import ClipFormatError
+from rad2_planner.input_bags import DEFAULT_START_TIME_S, clip_to_bag, load_clip_source, slice_steps
 
-from rad2_planner import bags  # noqa: E402
-from rad2_planner.clip import ClipFormatError  # noqa: E402
-from rad2_planner.input_bags import DEFAULT_START_TIME_S, clip_to_bag, load_clip_source, slice_steps  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+
 
 
 def main(argv: list[str] | None = None) -> int:

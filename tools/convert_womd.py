@@ -19,9 +19,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-_p = str(ROOT / "ros2_ws" / "src" / "rad2_planner")
-if _p not in sys.path:
-    sys.path.insert(0, _p)
 
 
 def _positive_int(text: str) -> int:

@@ -30,13 +30,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-SRC = ROOT / "ros2_ws" / "src"
-for _p in (SRC / "rad2_planner", SRC / "bev_warp_sim", ROOT / "tools"):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
+from rad2_planner.nodes.monitor import Monitor
 
-from rad2_planner.nodes.monitor import Monitor  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+
 
 DEFAULT_SPLITS = ["data/eval_efficiency", "data/eval_safety"]
 
@@ -120,7 +117,7 @@ def print_report(report: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from bringup import Bringup
+    from rad2_planner.bringup import Bringup
     from rad2_planner.config import load_params, parse_node_overrides
     from rad2_planner.latency import print_tables, stats, summarise
 
@@ -261,14 +258,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-gif", action="store_true", help="do not render the GIF")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
-    from rosenv import RosEnvironmentError, ensure_ros_environment
+    from rad2_planner.rosenv import RosEnvironmentError, ensure_ros_environment
 
     try:
         ensure_ros_environment(__file__, argv, args.domain_id)
     except RosEnvironmentError as exc:
         print(f"demo: {exc}", file=sys.stderr)
         return 2
-    from bringup import BringupError
+    from rad2_planner.bringup import BringupError
     from rad2_planner.config import ParameterError
 
     try:

@@ -32,10 +32,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-for _p in ("rad2_planner", "bev_warp_sim", "rad2_rl"):
-    _src = str(ROOT / "ros2_ws" / "src" / _p)
-    if _src not in sys.path:
-        sys.path.insert(0, _src)
 
 MODES = ("off", "rejection_sampling", "candidate_selection")
 LABELS = {

@@ -18,9 +18,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-for _p in (ROOT / "ros2_ws" / "src" / "rad2_planner", ROOT / "ros2_ws" / "src" / "bev_warp_sim"):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
 
 
 def main(argv=None) -> int:

@@ -18,15 +18,12 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-for _pkg in ("rad2_planner", "bev_warp_sim"):
-    _p = str(ROOT / "ros2_ws" / "src" / _pkg)
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+from bev_warp_sim.safety import min_ttc_of_log
+from rad2_planner.scenarios import events
+from rad2_planner.scenarios.generate import generate_dataset, load_config
 
-from bev_warp_sim.safety import min_ttc_of_log  # noqa: E402
-from rad2_planner.scenarios import events  # noqa: E402
-from rad2_planner.scenarios.generate import generate_dataset, load_config  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+
 
 
 def _print_report(name: str, report: dict) -> None:

@@ -22,14 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-ROOT = Path(__file__).resolve().parents[1]
-_p = str(ROOT / "ros2_ws" / "src" / "rad2_planner")
-if _p not in sys.path:
-    sys.path.insert(0, _p)
-
-from rad2_planner import bags  # noqa: E402
-from rad2_planner.latency import (  # noqa: E402
+from rad2_planner import bags
+from rad2_planner.latency import (
     default_deadline,
     diagnostics_record,
     plot_histograms,
@@ -37,6 +31,9 @@ from rad2_planner.latency import (  # noqa: E402
     records_from_bag,
     summarise,
 )
+
+ROOT = Path(__file__).resolve().parents[1]
+
 
 DEFAULT_TOPIC = "/planning/diagnostics"
 

@@ -27,14 +27,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-for _p in (ROOT / "ros2_ws" / "src" / "rad2_planner", ROOT / "tools"):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
+from rad2_planner import bags
+from rad2_planner.nodes.recording import Recorder, RecordError, open_writer
+from rad2_planner.rosenv import RosEnvironmentError, ensure_ros_environment
 
-from rad2_planner import bags  # noqa: E402
-from rad2_planner.nodes.recording import Recorder, RecordError, open_writer  # noqa: E402
-from rosenv import RosEnvironmentError, ensure_ros_environment  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+
 
 
 def record(args: argparse.Namespace) -> int:

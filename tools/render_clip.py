@@ -14,9 +14,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-_p = str(ROOT / "ros2_ws" / "src" / "rad2_planner")
-if _p not in sys.path:
-    sys.path.insert(0, _p)
 
 
 def load_any(source: Path, clip_id: str | None, index: int):

@@ -18,12 +18,10 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-_PKG = ROOT / "ros2_ws" / "src" / "rad2_planner"
-if str(_PKG) not in sys.path:
-    sys.path.insert(0, str(_PKG))
+from rad2_planner import bags
 
-from rad2_planner import bags  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,17 +30,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-ROOT = Path(__file__).resolve().parents[1]
-for _p in (ROOT / "ros2_ws" / "src" / "rad2_planner", ROOT / "tools"):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
-
-from rad2_planner import bags, latency  # noqa: E402
-from rad2_planner.config import parse_node_overrides  # noqa: E402
-from rad2_planner.input_bags import TOPIC_CLOCK, TOPIC_OBJECTS  # noqa: E402
-from rad2_planner.nodes.recording import Recorder, RecordError, message_class, open_writer  # noqa: E402
-from rad2_planner.replay import (  # noqa: E402
+from rad2_planner import bags, latency
+from rad2_planner.config import parse_node_overrides
+from rad2_planner.input_bags import TOPIC_CLOCK, TOPIC_OBJECTS
+from rad2_planner.nodes.recording import Recorder, RecordError, message_class, open_writer
+from rad2_planner.replay import (
     Cycle,
     LoggedScene,
     ReplayError,
@@ -48,7 +42,10 @@ from rad2_planner.replay import (  # noqa: E402
     open_loop_summary,
     read_replay_bag,
 )
-from rosenv import ensure_ros_environment  # noqa: E402
+from rad2_planner.rosenv import ensure_ros_environment
+
+ROOT = Path(__file__).resolve().parents[1]
+
 
 TOPIC_CANDIDATES = "/planning/candidates"
 TOPIC_DIAGNOSTICS = "/planning/diagnostics"
@@ -67,7 +64,7 @@ PERCEPTION_NODE, PLANNER_NODE = "bev_features", "planner"
 def make_graph(map_file: str, clip_id: str, domain_id: int, log_dir: Path,
                overrides: dict[str, dict[str, Any]], composed: bool) -> Any:
     """The replay graph via tools/bringup.py."""
-    from bringup import Bringup
+    from rad2_planner.bringup import Bringup
 
     return Bringup(GRAPH, args={"map_file": map_file, "clip_id": clip_id}, domain_id=domain_id,
                    log_dir=log_dir, overrides=overrides, composed=composed)

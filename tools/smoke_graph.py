@@ -24,14 +24,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-ROOT = Path(__file__).resolve().parents[1]
-for _path in (ROOT / "tools", ROOT / "ros2_ws" / "src" / "rad2_planner"):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
-
-from rad2_planner.config import load_params  # noqa: E402
-from rad2_planner.msg_roundtrip import (  # noqa: E402
+from rad2_planner.config import load_params
+from rad2_planner.msg_roundtrip import (
     APPROX_KEYS,
     MESSAGE_TYPES,
     READY_LINE,
@@ -45,7 +39,10 @@ from rad2_planner.msg_roundtrip import (  # noqa: E402
     parse_probe_output,
     sample_arrays,
 )
-from rosenv import RosProcess, RosProcessError, ros_env  # noqa: E402
+from rad2_planner.rosenv import RosProcess, RosProcessError, ros_env
+
+ROOT = Path(__file__).resolve().parents[1]
+
 
 
 def _reliable_qos():

@@ -35,10 +35,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-SRC = ROOT / "ros2_ws" / "src"
-for _p in (SRC / "rad2_planner", SRC / "bev_warp_sim", ROOT / "tools"):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
 
 HOG = "while True:\n    pass\n"
 # what a clip start looks like to the controller: the ego placed elsewhere (the odometry jump waits for
@@ -110,7 +106,7 @@ def stop_hogs(hogs: list[subprocess.Popen]) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from bringup import Bringup
+    from rad2_planner.bringup import Bringup
     from rad2_planner.nodes.monitor import Monitor
     from tqdm import tqdm
 
@@ -246,7 +242,7 @@ def heartbeat_gaps(arrivals: dict[str, list[int]], t0: int, t1: int) -> dict[str
 
 def kill_loop(args, monitor, stack, restarted: list, common: dict) -> dict[str, Any]:
     """Kill the planner ``args.kills`` times; latency from the last trajectory to the first stop."""
-    from bringup import Bringup
+    from rad2_planner.bringup import Bringup
 
     latencies, after_kill = [], []
     planner = stack.process("planner")
@@ -299,14 +295,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ready-timeout", type=float, default=120.0)
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
-    from rosenv import RosEnvironmentError, ensure_ros_environment
+    from rad2_planner.rosenv import RosEnvironmentError, ensure_ros_environment
 
     try:
         ensure_ros_environment(__file__, sys.argv[1:] if argv is None else argv, args.domain_id)
     except RosEnvironmentError as exc:
         print(f"soak_faults: {exc}", file=sys.stderr)
         return 2
-    from bringup import BringupError
+    from rad2_planner.bringup import BringupError
 
     try:
         res = run(args)

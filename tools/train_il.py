@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "ros2_ws" / "src" / "rad2_planner"))
 
 
 def main(argv=None) -> int:

@@ -14,14 +14,12 @@ Example (on the vehicle computer):
 from __future__ import annotations
 
 import argparse
-import sys
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "ros2_ws" / "src" / "rad2_planner"))
 
 
 def main(argv=None) -> int:

@@ -1,8 +1,8 @@
 """Read launch/graphs.yaml: the one description of rad2's ROS graphs.
 
-Used by the launch files next to this module (``ros2 launch`` on a full ROS 2 install) and by
-``tools/bringup.py`` (separate processes or one composed process where ``launch`` is unavailable).
-Plain Python + PyYAML only, so both can import it.
+Used by the launch files in launch/ (``ros2 launch`` on a full ROS 2 install) and by
+``rad2_planner.bringup`` / ``tools/bringup.py`` (separate processes or one composed process where
+``launch`` is unavailable). Plain Python + PyYAML only (no ROS), so both can import it.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from typing import Any
 
 import yaml
 
-GRAPHS_FILE = Path(__file__).resolve().with_name("graphs.yaml")
-REPO_ROOT = GRAPHS_FILE.parents[1]
+from rad2_planner.rosenv import REPO_ROOT
+
+GRAPHS_FILE = REPO_ROOT / "launch" / "graphs.yaml"
 _ARG_RE = re.compile(r"\$\(arg ([A-Za-z_][A-Za-z0-9_]*)\)")
 
 
@@ -129,3 +130,16 @@ def load_graph(
             )
         )
     return GraphSpec(name, str(g.get("description", "")).strip(), arguments, nodes)
+
+
+def describe_graphs(path: Path = GRAPHS_FILE) -> str:
+    """Every graph with its nodes (package/executable, parameter files) and arguments, as text."""
+    lines = []
+    for name in graph_names(path):
+        g = load_graph(name, path=path)
+        lines.append(f"{name}: {g.description}")
+        for n in g.nodes:
+            lines.append(f"    {n.name:14s} {n.package}/{n.executable}  params: {', '.join(n.param_files)}")
+        for a in g.arguments.values():
+            lines.append(f"    arg {a.name} (default {a.default!r}): {a.description}")
+    return "\n".join(lines)
