@@ -11,14 +11,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from rad2_planner import bags
 from rad2_planner.clip import ClipFormatError
 from rad2_planner.input_bags import DEFAULT_START_TIME_S, clip_to_bag, load_clip_source, slice_steps
-
-ROOT = Path(__file__).resolve().parents[1]
-
 
 
 def main(argv: list[str] | None = None) -> int:

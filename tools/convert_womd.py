@@ -18,8 +18,6 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def _positive_int(text: str) -> int:
     try:

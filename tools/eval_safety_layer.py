@@ -31,8 +31,6 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
 MODES = ("off", "rejection_sampling", "candidate_selection")
 LABELS = {
     "off": "RAD-2 (no safety layer)",

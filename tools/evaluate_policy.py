@@ -17,8 +17,6 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def main(argv=None) -> int:
     from bev_warp_sim.reference_policies import POLICIES

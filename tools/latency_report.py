@@ -17,72 +17,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 from rad2_planner import bags
 from rad2_planner.latency import (
     default_deadline,
-    diagnostics_record,
+    jsonable,
     plot_histograms,
     print_tables,
     records_from_bag,
     summarise,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-DEFAULT_TOPIC = "/planning/diagnostics"
-
-
-def records_live(topic: str, duration_s: float, domain_id: int | None = None) -> list[dict[str, Any]]:
-    """Subscribe to ``topic`` for ``duration_s`` seconds (rclpy; needs the built rad2_msgs)."""
-    import os
-
-    if domain_id is not None:
-        os.environ["ROS_DOMAIN_ID"] = str(domain_id)
-    import rclpy
-    from rclpy.qos import QoSProfile, ReliabilityPolicy
-
-    try:
-        from rad2_msgs.msg import PlanningDiagnostics
-    except ImportError as exc:
-        raise RuntimeError("rad2_msgs is not importable: build the workspace (tools/bootstrap.sh) and "
-                           "source tools/env.sh") from exc
-    from rich.progress import Progress
-
-    records: list[dict[str, Any]] = []
-    rclpy.init()
-    node = rclpy.create_node("latency_report")
-    try:
-        qos = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
-        node.create_subscription(
-            PlanningDiagnostics, topic,
-            lambda msg: records.append(diagnostics_record(msg, time.time_ns())), qos)
-        end = time.monotonic() + duration_s
-        with Progress() as progress:
-            task = progress.add_task(f"listening on {topic}", total=duration_s)
-            while time.monotonic() < end:
-                rclpy.spin_once(node, timeout_sec=0.1)
-                progress.update(task, completed=duration_s - max(end - time.monotonic(), 0.0),
-                                description=f"listening on {topic}: {len(records)} msgs")
-    finally:
-        node.destroy_node()
-        rclpy.try_shutdown()
-    return records
-
-
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, float) and not np.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_jsonable(v) for v in obj]
-    return obj
+DEFAULT_TOPIC = "/planning/diagnostics"  # live mode
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             if args.duration <= 0:
                 raise ValueError("--duration must be positive")
+            from rad2_planner.nodes.latency_live import records_live
+
             records = records_live(args.topic or DEFAULT_TOPIC, args.duration, args.domain_id)
             title = f"latency, live {args.duration:.0f} s on {args.topic or DEFAULT_TOPIC}"
     except (bags.BagError, RuntimeError, ValueError) as exc:
@@ -119,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     print_tables(summary, deadline, title)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        doc = _jsonable({"deadline_ms": deadline, "nodes": summary})
+        doc = jsonable({"deadline_ms": deadline, "nodes": summary})
         Path(args.json).write_text(json.dumps(doc, indent=1))
     if args.png:
         plot_histograms(records, args.png, deadline, title)

@@ -31,9 +31,6 @@ from rad2_planner import bags
 from rad2_planner.nodes.recording import Recorder, RecordError, open_writer
 from rad2_planner.rosenv import RosEnvironmentError, ensure_ros_environment
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
 
 def record(args: argparse.Namespace) -> int:
     import rclpy

@@ -13,8 +13,6 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def load_any(source: Path, clip_id: str | None, index: int):
     from rad2_planner.clip import iter_dataset, load_clip, read_index

@@ -16,12 +16,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from rad2_planner import bags
-
-ROOT = Path(__file__).resolve().parents[1]
-
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -41,9 +41,6 @@ from rad2_planner.msg_roundtrip import (
 )
 from rad2_planner.rosenv import RosProcess, RosProcessError, ros_env
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
 
 def _reliable_qos():
     from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy

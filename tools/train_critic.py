@@ -30,8 +30,6 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def hardware() -> dict:
     """What the figures were measured on (CPU model, cores, load)."""

@@ -28,8 +28,6 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def _overrides(items: list[str]) -> dict:
     import yaml

@@ -197,6 +197,20 @@ def plot_histograms(records: list[dict[str, Any]], png: str | Path, deadline_ms:
     plt.close(fig)
 
 
+def jsonable(obj: Any) -> Any:
+    """A JSON-ready copy of a summary or report: numpy scalars as Python numbers, tuples as lists,
+    non-finite floats as None (JSON has no NaN)."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not np.isfinite(obj):
+        return None
+    return obj
+
+
 def default_deadline() -> float | None:
     """planner.deadline_ms of params/planner.yaml, or None when it cannot be read (plots omit the line)."""
     try:

@@ -5,7 +5,8 @@ publishes and the logged scene (ego odometry and agent boxes per step). The plan
 (one :class:`Cycle` per step) are scored by :func:`open_loop_summary` with
 rad2_planner.open_loop_metrics against the logged future: the source clip named by the bag metadata
 when it loads and matches the odometry (with the BEV drivable area for the offroad check), otherwise a
-clip-like log built from the bag itself. No rclpy; used by tools/replay_eval.py.
+clip-like log built from the bag itself; the report's table and plots. No rclpy; the ROS player is
+rad2_planner.nodes.replay_player, the CLI tools/replay_eval.py.
 """
 
 from __future__ import annotations
@@ -261,3 +262,114 @@ def _call_open_loop_metrics(olm: Any, cycles: list[Cycle], scene: LoggedScene, l
             per_step.append({"step": c.step, **row})
     return {**acc.summary(), "samples_full_horizon": full, "future_source": source,
             "future_note": note, "per_step": per_step}
+
+
+# --------------------------------------------------------------------------------------------------
+# Report: table and plots (matplotlib / rich imported when called)
+# --------------------------------------------------------------------------------------------------
+
+#: Summary keys of OpenLoopAccumulator shown in the table, with units.
+METRIC_LABELS = {
+    "ADE": ("ADE selected", "m"), "FDE": ("FDE selected", "m"),
+    "minADE": ("minADE (best of M)", "m"), "minFDE": ("minFDE (best of M)", "m"),
+    "CR": ("CR collision rate", "%"), "DCR": ("DCR dynamic", "%"), "SCR": ("SCR static", "%"),
+    "coll_any": ("candidates colliding", "%"), "offroad": ("offroad (selected)", "%"),
+}
+
+
+def plot_plans(cycles: list[Cycle], scene: LoggedScene, png: Path, title: str, every: int = 5) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from rad2_planner.geometry import ego_to_world
+
+    fig, ax = plt.subplots(figsize=(9, 7))
+    ax.plot(scene.ego[:, 0], scene.ego[:, 1], "k-", lw=2, label="logged ego")
+    for c in cycles:
+        if c.step % every or c.candidates.ndim != 3 or not len(c.candidates):
+            continue
+        pose = scene.ego[c.step]
+        for cand in c.candidates:
+            w = ego_to_world(cand, pose)
+            ax.plot(w[:, 0], w[:, 1], color="0.7", lw=0.5, alpha=0.5)
+        if c.selected >= 0:
+            w = ego_to_world(c.candidates[c.selected], pose)
+            ax.plot(w[:, 0], w[:, 1], "-", color="tab:blue", lw=1.5)
+        else:
+            ax.plot(pose[0], pose[1], "rx")
+    ax.plot([], [], color="tab:blue", label=f"selected plan (every {every} steps)")
+    ax.plot([], [], color="0.7", label="candidates")
+    ax.set_aspect("equal")
+    ax.set_xlabel("x (m)")
+    ax.set_ylabel("y (m)")
+    ax.set_title(title)
+    ax.legend(loc="best")
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def plot_timeline(cycles: list[Cycle], per_step: list[dict[str, float]], png: Path, title: str) -> None:
+    """Wall latency per step, and ADE/FDE (selected and best of M) per step with collision marks."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 1, figsize=(10, 6.5), sharex=True)
+    steps = [c.step for c in cycles]
+    lat = [c.wall_latency_ms if c.wall_latency_ms is not None else np.nan for c in cycles]
+    axes[0].plot(steps, lat, ".-", label="input published -> candidates received (wall)")
+    axes[0].set_ylabel("ms")
+    axes[0].legend(loc="upper right")
+    ax = axes[1]
+    if per_step:
+        x = np.array([r["step"] for r in per_step])
+        for key, style in (("ADE", "-"), ("FDE", "-"), ("minADE", "--"), ("minFDE", "--")):
+            y = np.array([r.get(key, np.nan) for r in per_step])
+            color = "tab:blue" if "ADE" in key else "tab:orange"
+            label = f"{key} ({'selected' if key[0] != 'm' else 'best of M'})"
+            ax.plot(x, y, style, marker=".", ms=3, color=color, lw=1.2, label=label)
+        hit = np.array([r.get("CR", 0.0) > 0 for r in per_step])
+        if hit.any():
+            y = np.array([r["FDE"] for r in per_step])
+            ax.plot(x[hit], y[hit], "rx", ms=7, label="selected plan collides (CR)")
+        ax.legend(loc="upper right", fontsize=8, ncol=2)
+    else:
+        ax.text(0.5, 0.5, "no open-loop metrics", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("log step")
+    ax.set_ylabel("displacement error vs logged ego (m)")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def print_replay_report(report: dict[str, Any], title: str) -> None:
+    """The open-loop metric table of a replay report (what ``run_replay`` returns)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    metrics = report["open_loop"]
+    wall = report["wall_latency_ms"]
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, (label, unit) in METRIC_LABELS.items():
+        if key in metrics:
+            value = metrics[key]
+            table.add_row(f"{label} ({unit})", f"{value:.2f}" if unit == "%" else f"{value:.3f}")
+    if "samples" in metrics:
+        table.add_row("scored plans (with full horizon)",
+                      f"{int(metrics['samples'])} ({metrics['samples_full_horizon']})")
+        table.add_row("logged future from", str(metrics["future_source"]))
+    if "error" in metrics:
+        table.add_row("error", str(metrics["error"]))
+    table.add_row("fallback cycles", str(metrics.get("fallback_cycles", 0)))
+    table.add_row("steps / plans received", f"{report['steps']} / {report['plans_received']}")
+    table.add_row("wall latency p50 / p90 / p99 (ms)",
+                  " / ".join(f"{wall[q]:.1f}" for q in ("p50", "p90", "p99")))
+    table.add_row("replay speed (steps/s)", f"{report['steps_per_s']:.1f}")
+    Console().print(table)
