@@ -21,92 +21,22 @@ unfinished bag readable again. Run it in the rad2 environment (``source tools/en
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
 from rad2_planner import bags
-from rad2_planner.nodes.recording import Recorder, RecordError, open_writer
+from rad2_planner.nodes.recording import RecordError, record_topics
 from rad2_planner.rosenv import RosEnvironmentError, ensure_ros_environment
 
 
 def record(args: argparse.Namespace) -> int:
-    import rclpy
-    from rclpy.parameter import Parameter
-    from rclpy.signals import SignalHandlerOptions
-    from rich.console import Console
-    from rich.live import Live
-    from rich.table import Table
-
-    console = Console(stderr=True)
-    stop = {"flag": False}
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        stop["flag"] = True
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
-    node = rclpy.create_node("rad2_bag_recorder", parameter_overrides=[
-        Parameter("use_sim_time", Parameter.Type.BOOL, bool(args.use_sim_time))])
-    try:
-        with open_writer(args.out, overwrite=args.force, chunk_duration=args.chunk_duration) as writer:
-            writer.set_metadata("recorded_by", "tools/record_bag.py")
-            recorder = Recorder(node, writer, args.topics, args.include_system, bool(args.use_sim_time))
-            # 1. discovery: wait until every requested topic has a publisher
-            deadline = time.monotonic() + args.wait_topics
-            recorder.discover()
-            while args.topics and recorder.missing() and time.monotonic() < deadline and not stop["flag"]:
-                rclpy.spin_once(node, timeout_sec=0.1)
-                recorder.discover()
-            if args.topics and recorder.missing():
-                visible = sorted(t for t, _ in node.get_topic_names_and_types())
-                reasons = {t: recorder.skipped[t] for t in recorder.missing() if t in recorder.skipped}
-                raise RecordError(
-                    f"topic(s) {recorder.missing()} not recordable after {args.wait_topics:.0f} s "
-                    f"({reasons or 'no publisher in the graph'}); visible topics: {visible}")
-            # 2. record
-            t0 = time.monotonic()
-            last_discovery = t0
-
-            def table() -> Table:
-                tab = Table(title=f"recording {args.out}  {time.monotonic() - t0:.1f} s")
-                tab.add_column("topic")
-                tab.add_column("type")
-                tab.add_column("messages", justify="right")
-                for topic, mtype in sorted(recorder.types.items()):
-                    tab.add_row(topic, mtype, str(writer.counts.get(topic, 0)))
-                for topic, why in sorted(recorder.skipped.items()):
-                    tab.add_row(topic, f"[red]skipped: {why[:60]}", "")
-                return tab
-
-            live_opts = {"console": console, "refresh_per_second": 4, "transient": not console.is_terminal}
-            with Live(table(), **live_opts) as live:
-                while not stop["flag"]:
-                    if args.duration is not None and time.monotonic() - t0 >= args.duration:
-                        break
-                    if args.max_messages is not None and recorder.total >= args.max_messages:
-                        break
-                    rclpy.spin_once(node, timeout_sec=0.05)
-                    recorder.flush_due()
-                    now = time.monotonic()
-                    if now - last_discovery > 0.5:
-                        recorder.discover()
-                        last_discovery = now
-                        live.update(table())
-                live.update(table())
-            counts = dict(writer.counts)
-    finally:
-        node.destroy_node()
-        rclpy.try_shutdown()
-    console.print(table())
-    total = sum(counts.values())
-    print(f"wrote {total} messages on {len(counts)} topics to {args.out}")
-    if recorder.skipped:
-        for topic, why in recorder.skipped.items():
-            print(f"record_bag: warning: skipped {topic}: {why}", file=sys.stderr)
+    counts, skipped = record_topics(
+        args.out, args.topics, duration=args.duration, max_messages=args.max_messages,
+        wait_topics=args.wait_topics, include_system=args.include_system, use_sim_time=args.use_sim_time,
+        chunk_duration=args.chunk_duration, overwrite=args.force)
+    print(f"wrote {sum(counts.values())} messages on {len(counts)} topics to {args.out}")
+    for topic, why in skipped.items():
+        print(f"record_bag: warning: skipped {topic}: {why}", file=sys.stderr)
     return 0
 
 

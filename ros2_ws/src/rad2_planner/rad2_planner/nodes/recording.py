@@ -15,7 +15,9 @@ so a recorder killed outright loses at most one chunk; ``tools/repair_bag.py`` r
 from __future__ import annotations
 
 import importlib
+import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,3 +146,97 @@ class Recorder:
 
     def missing(self) -> list[str]:
         return [t for t in (self.topics or []) if t not in self.subscriptions]
+
+    def wait_for_publishers(self, timeout: float, stop: Callable[[], bool] = lambda: False) -> list[str]:
+        """Spin the node and discover until every requested topic is subscribed, ``timeout`` seconds
+        pass or ``stop()``; returns the requested topics still missing."""
+        import rclpy
+
+        end = time.monotonic() + timeout
+        self.discover()
+        while self.missing() and time.monotonic() < end and not stop():
+            rclpy.spin_once(self.node, timeout_sec=0.1)
+            self.discover()
+        return self.missing()
+
+    def table(self, title: str) -> Any:
+        """A rich Table of the topics: type and messages written so far, and the skipped ones."""
+        from rich.table import Table
+
+        tab = Table(title=title)
+        tab.add_column("topic")
+        tab.add_column("type")
+        tab.add_column("messages", justify="right")
+        for topic, mtype in sorted(self.types.items()):
+            tab.add_row(topic, mtype, str(self.writer.counts.get(topic, 0)))
+        for topic, why in sorted(self.skipped.items()):
+            tab.add_row(topic, f"[red]skipped: {why[:60]}", "")
+        return tab
+
+
+def record_topics(
+    out: Any,
+    topics: list[str] | None = None,
+    *,
+    duration: float | None = None,
+    max_messages: int | None = None,
+    wait_topics: float = 10.0,
+    include_system: bool = False,
+    use_sim_time: bool = False,
+    chunk_duration: float | None = None,
+    overwrite: bool = False,
+    recorded_by: str = "tools/record_bag.py",
+    console: Any = None,
+) -> tuple[dict[str, int], dict[str, str]]:
+    """Record the graph's topics into the bag ``out`` until SIGINT/SIGTERM, ``duration`` seconds or
+    ``max_messages``, with a live rich table on ``console``; returns (messages per topic, skipped topic
+    -> why). RecordError when a requested topic has no recordable publisher after ``wait_topics`` s."""
+    import rclpy
+    from rclpy.parameter import Parameter
+    from rclpy.signals import SignalHandlerOptions
+    from rich.console import Console
+    from rich.live import Live
+
+    console = console or Console(stderr=True)
+    stop = {"flag": False}
+    signal.signal(signal.SIGINT, lambda *_: stop.update(flag=True))
+    signal.signal(signal.SIGTERM, lambda *_: stop.update(flag=True))
+    rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
+    node = rclpy.create_node("rad2_bag_recorder", parameter_overrides=[
+        Parameter("use_sim_time", Parameter.Type.BOOL, bool(use_sim_time))])
+    try:
+        with open_writer(out, overwrite=overwrite, chunk_duration=chunk_duration) as writer:
+            writer.set_metadata("recorded_by", recorded_by)
+            recorder = Recorder(node, writer, topics, include_system, bool(use_sim_time))
+            missing = recorder.wait_for_publishers(wait_topics, lambda: stop["flag"])
+            if missing:
+                visible = sorted(t for t, _ in node.get_topic_names_and_types())
+                reasons = {t: recorder.skipped[t] for t in missing if t in recorder.skipped}
+                raise RecordError(
+                    f"topic(s) {missing} not recordable after {wait_topics:.0f} s "
+                    f"({reasons or 'no publisher in the graph'}); visible topics: {visible}")
+            t0 = last_discovery = time.monotonic()
+
+            def table() -> Any:
+                return recorder.table(f"recording {out}  {time.monotonic() - t0:.1f} s")
+
+            live_opts = {"console": console, "refresh_per_second": 4, "transient": not console.is_terminal}
+            with Live(table(), **live_opts) as live:
+                while not stop["flag"]:
+                    if duration is not None and time.monotonic() - t0 >= duration:
+                        break
+                    if max_messages is not None and recorder.total >= max_messages:
+                        break
+                    rclpy.spin_once(node, timeout_sec=0.05)
+                    recorder.flush_due()
+                    if time.monotonic() - last_discovery > 0.5:
+                        recorder.discover()
+                        last_discovery = time.monotonic()
+                        live.update(table())
+                live.update(table())
+            counts = dict(writer.counts)
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
+    console.print(table())
+    return counts, dict(recorder.skipped)

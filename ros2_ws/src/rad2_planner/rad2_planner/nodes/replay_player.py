@@ -105,12 +105,7 @@ class Player:
 
     # -- running ---------------------------------------------------------------------------------
     def wait_for_outputs(self, timeout: float) -> None:
-        end = time.monotonic() + timeout
-        self.recorder.discover()
-        while self.recorder.missing() and time.monotonic() < end:
-            self.rclpy.spin_once(self.node, timeout_sec=0.1)
-            self.recorder.discover()
-        if TOPIC_CANDIDATES in self.recorder.missing():
+        if TOPIC_CANDIDATES in self.recorder.wait_for_publishers(timeout):
             visible = sorted(t for t, _ in self.node.get_topic_names_and_types())
             raise ReplayError(f"the planner does not publish {TOPIC_CANDIDATES} after {timeout:.0f} s "
                               f"(visible topics: {visible})")
