@@ -47,6 +47,19 @@ def machine_info() -> MachineInfo:
     return MachineInfo(model, os.cpu_count() or 1, platform.python_version(), str(blas))
 
 
+def hardware_record() -> dict[str, Any]:
+    """What figures were measured on, as a JSON-able dict (CPU model, logical CPUs, the three load
+    averages now, Python, platform): the record training and evaluation reports keep."""
+    info = machine_info()
+    return {
+        "cpu": info.cpu_model,
+        "logical_cpus": info.logical_cpus,
+        "load_average": list(os.getloadavg()),
+        "python": info.python,
+        "platform": platform.platform(),
+    }
+
+
 def load_average() -> float:
     """1-minute load average (NaN where the OS has none)."""
     try:
