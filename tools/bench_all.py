@@ -22,15 +22,12 @@ compare only figures taken at similar loads.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LOAD_LIMIT = 1.2
 
 
 def _run(args: list[str], log) -> None:
@@ -40,11 +37,6 @@ def _run(args: list[str], log) -> None:
     res = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     if res.returncode != 0:
         raise SystemExit(f"benchmark failed ({res.returncode}): {' '.join(args)} (see {log.name})")
-
-
-def _load_flag(before: float, after: float) -> str:
-    worst = max(before, after)
-    return f"{before:.2f} / {after:.2f}" + (" ⚠" if worst > LOAD_LIMIT else "")
 
 
 def main(argv=None) -> int:
@@ -57,7 +49,7 @@ def main(argv=None) -> int:
     if args.cycles < 1:
         ap.error(f"--cycles: must be >= 1, got {args.cycles}")
 
-    from rad2_planner.benchmarking import machine_info
+    from rad2_planner.benchmarking import bench_summary
     from tqdm import tqdm
 
     out = args.out
@@ -79,49 +71,9 @@ def main(argv=None) -> int:
                 _run(["tools/bench_rollouts.py", "--clips", "16", "--workers", "0", "2", "--out",
                       str(out / "rollouts.md")], log)
 
-    planner = json.loads((out / "planner.json").read_text())
-    ilqr = json.loads((out / "ilqr.json").read_text())
-    warp = json.loads((out / "warp.json").read_text())
-    run = planner["meta"]["run"]
-    machine = machine_info()
-    lines = [
-        f"# Benchmarks ({time.strftime('%Y-%m-%d %H:%M')}, {time.time() - t0:.0f} s)",
-        "",
-        f"Machine: {machine.describe()}. Matrix-product probe: {run['probe_gflops']:.0f} GFLOP/s on "
-        f"{run['threads']} threads. Load: 1-minute load average before / after each benchmark "
-        f"(⚠ above {LOAD_LIMIT}: busy machine, figures not comparable).",
-        "",
-        "| benchmark | figure | median | p99 | bar | load |",
-        "|---|---|---|---|---|---|",
-    ]
-    load = _load_flag(run["load_before"], run["load_after"])
-    for m, res in planner["results"].items():
-        bar = "p99 ≤ 20 ms" if m == "32" else ""
-        lines.append(f"| planning cycle, ORT {run['threads']} threads, M = {m} | ms | "
-                     f"{res['total']['median']:.1f} | {res['total']['p99']:.1f} | {bar} | {load} |")
-        for stage in ("encode", "denoise_total", "score", "select"):
-            lines.append(f"| … {stage} | ms | {res[stage]['median']:.2f} | {res[stage]['p99']:.2f} | | |")
-        lines.append(f"| … cycle / FLOP floor ({res['gflop']['total']:.2f} GFLOP, "
-                     f"floor {res['floor_ms']:.1f} ms) | ratio | {res['efficiency']['median']:.2f} | "
-                     f"{res['efficiency']['p99']:.2f} | {'≤ 1.6' if m == '32' else ''} | |")
-    for m, res in planner["selection"].items():
-        bar = "≤ 1 ms" if m == "32" else "≤ 3 ms"
-        agents = planner["meta"]["selection_agents"]
-        lines.append(f"| selection alone (safe_medoid, {agents} agents), M = {m} | ms | "
-                     f"{res['median']:.2f} | {res['p99']:.2f} | {bar} | {load} |")
-    iload = _load_flag(ilqr["load_before"], ilqr["load_after"])
-    for row in ilqr["rows"]:
-        lines.append(f"| {row['name']} ({ilqr['kernel']} kernel) | ms | {row['median_ms']:.2f} | "
-                     f"{row['p99_ms']:.2f} | | {iload} |")
-    wload = _load_flag(warp["load_before"], warp["load_after"])
-    for row in warp["warp"]:
-        lines.append(f"| BEV warp, {row['backend']}, batch {row['batch']} | ms/frame | "
-                     f"{row['ms_per_frame']:.3f} | | | {wload} |")
-    if args.rollouts:
-        lines += ["", (out / "rollouts.md").read_text()]
-    lines += ["", f"GPU: none on this machine ({os.cpu_count()} CPUs); CUDA figures need a lent device.", ""]
-    (out / "bench_all.md").write_text("\n".join(lines))
-    print("\n".join(lines))
+    text = bench_summary(out, include_rollouts=args.rollouts, elapsed_s=time.time() - t0)
+    (out / "bench_all.md").write_text(text)
+    print(text)
     print(f"wrote {out / 'bench_all.md'} (raw: planner.json, ilqr.json, warp.json; log: bench_all.log)")
     return 0
 

@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
-
-import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,11 +36,8 @@ def main(argv=None) -> int:
     parser.add_argument("--max-clips", type=int, default=20, help="clips to use from a dataset (default 20)")
     parser.add_argument("--stride", type=int, default=1, help="use every N-th step (default 1)")
     args = parser.parse_args(argv)
-    from rad2_planner.bev import get_config, rasterize_bev, snapshot_from_clip
+    from rad2_planner.bev_benchmark import print_bev_timings, time_bev_pipeline
     from rad2_planner.clip import iter_dataset
-    from rad2_planner.observation import build_observation
-    from rad2_planner.tokens import agent_tokens, map_tokens, route_tokens
-    from tqdm import tqdm
 
     if args.dataset is not None:
         clips = []
@@ -53,48 +47,8 @@ def main(argv=None) -> int:
                 break
     else:
         clips = _fixture_clips()
-    cfg = get_config(None)
-    t_snap, t_bev, t_tok, t_obs = [], [], [], []
-    frames = [(c, t) for c in clips for t in range(0, c.num_steps, args.stride)]
-    # warm-up: per-map preparation happens once, reported separately
-    t0 = time.perf_counter()
-    for c in clips:
-        rasterize_bev(snapshot_from_clip(c, 0))
-    prep_ms = (time.perf_counter() - t0) * 1e3 / max(len(clips), 1)
-    for c, t in tqdm(frames, desc="frames", unit="frame"):
-        a = time.perf_counter()
-        snap = snapshot_from_clip(c, t)
-        b = time.perf_counter()
-        rasterize_bev(snap)
-        d = time.perf_counter()
-        map_tokens(snap.map, snap.ego_pose, snap.route_lane_ids, snap.route_polyline)
-        agent_tokens(snap.agents, snap.ego_pose)
-        route_tokens(snap.route_polyline, snap.ego_pose)
-        e = time.perf_counter()
-        build_observation(snap)
-        f = time.perf_counter()
-        t_snap.append(b - a)
-        t_bev.append(d - b)
-        t_tok.append(e - d)
-        t_obs.append(f - e)
-    print(
-        f"clips: {len(clips)}  frames: {len(frames)}  grid: {cfg.shape}  res {cfg.resolution} m  "
-        f"supersample {cfg.supersample}"
-    )
-    print(f"first frame per map (incl. map preparation): {prep_ms:.2f} ms")
-    for name, ts in (
-        ("snapshot", t_snap),
-        ("rasterize_bev", t_bev),
-        ("tokens", t_tok),
-        ("build_observation", t_obs),
-    ):
-        ms = np.asarray(ts) * 1e3
-        print(
-            f"{name:>18}: median {np.median(ms):6.2f} ms   p99 {np.percentile(ms, 99):6.2f} ms   "
-            f"max {ms.max():6.2f} ms"
-        )
+    print_bev_timings(time_bev_pipeline(clips, args.stride))
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

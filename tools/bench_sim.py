@@ -6,6 +6,8 @@ An environment step = observe (warped BEV + transformed tokens) + one latched co
 collision, TTC, off-road) with a fixed control sequence re-latched (one batched iLQR-free commit) every
 ``latch.h_reuse`` steps; no planner and no iLQR run, so the figure is the simulator's own cost.
 
+The benchmark itself is bev_warp_sim.benchmark.
+
   bench_sim.py                       # first clip of data/eval_efficiency, B = 1, 16, 64
   bench_sim.py --dataset data/eval_safety --batch 1 16 --steps 40
 """
@@ -14,110 +16,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-#: Default input: one logged clip of a bundled dataset (a tool takes no test fixtures).
-DEFAULT_DATASET = ROOT / "data" / "eval_efficiency"
-
-
-def bench_warp(batch_sizes, repeats: int) -> list[tuple[str, int, float]]:
-    import numpy as np
-    from bev_warp_sim.warp import BevWarper
-    from rad2_planner.config import load_params
-
-    params = load_params("bev")
-    bev = params["bev"]
-    warper = BevWarper(params)
-    rng = np.random.default_rng(0)
-    shape = (len(bev["channels"]), int(bev["height"]), int(bev["width"]))
-    rows = []
-    for b in batch_sizes:
-        feats = rng.random((b,) + shape).astype(np.float32)
-        ref = np.zeros((b, 3))
-        sim = np.column_stack([rng.uniform(-2, 2, b), rng.uniform(-1, 1, b), rng.uniform(-0.1, 0.1, b)])
-        for backend in ("opencv", "torch"):
-            warper(feats, ref, sim, backend=backend)  # warm-up
-            t0 = time.perf_counter()
-            for _ in range(repeats):
-                warper(feats, ref, sim, backend=backend)
-            ms = (time.perf_counter() - t0) / repeats / b * 1e3
-            rows.append((backend, b, ms))
-    return rows
-
-
-def _bench_simulator(backend: str):
-    """A simulator with ``backend`` that never terminates early, and a zero control sequence."""
-    import numpy as np
-    from bev_warp_sim.simulator import Controls, Simulator
-    from rad2_planner.config import load_params
-
-    params = load_params("sim")
-    params["sim"]["warp_backend"] = backend
-    params["sim"]["terminate_on_collision"] = False
-    params["sim"]["terminate_on_offroad"] = False
-    sim = Simulator(params)
-    return sim, Controls(np.zeros((sim.controller.horizon, 2)))
-
-
-def _init_batch(sim, clips, b: int, steps: int):
-    """``b`` rollouts over the clips in turn, start steps 0..4 in turn."""
-    return sim.init([clips[i % len(clips)] for i in range(b)], [i % 5 for i in range(b)], max_steps=steps)
-
-
-def bench_env(clips, batch_sizes, steps: int, backend: str, progress: bool) -> list[tuple[int, float, float]]:
-    import numpy as np
-    from tqdm import tqdm
-
-    sim, u = _bench_simulator(backend)
-    rows = []
-    for b in batch_sizes:
-        state = _init_batch(sim, clips, b, steps)
-        n_steps = 0
-        t0 = time.perf_counter()
-        t_obs = 0.0
-        for _ in tqdm(range(steps), desc=f"B={b}", disable=not progress, leave=False):
-            need = np.flatnonzero(sim.needs_decision(state))
-            if len(need):
-                t1 = time.perf_counter()
-                sim.observe(state, need)
-                t_obs += time.perf_counter() - t1
-                state = sim.commit(state, {int(i): u for i in need})
-            running = int((~state.done).sum())
-            if running == 0:
-                break
-            state, _ = sim.step(state)
-            n_steps += running
-        wall = time.perf_counter() - t0
-        rows.append((b, n_steps / wall, t_obs / max(n_steps, 1) * 1e3))
-    return rows
-
-
-def bench_env_every_step(clips, batch_sizes, steps: int, backend: str) -> list[tuple[int, float]]:
-    """Observation at every step (as with h_reuse = 1), still without a planner."""
-    import numpy as np
-
-    sim, u = _bench_simulator(backend)
-    rows = []
-    for b in batch_sizes:
-        state = _init_batch(sim, clips, b, steps)
-        n = 0
-        t0 = time.perf_counter()
-        while not state.done.all():
-            run = np.flatnonzero(~state.done)
-            sim.observe(state, run)
-            state = sim.commit(state, {int(i): u for i in run}, h_reuse=1)
-            state, _ = sim.step(state)
-            n += len(run)
-        rows.append((b, n / (time.perf_counter() - t0)))
-    return rows
+from bev_warp_sim.benchmark import DEFAULT_DATASET, run_sim_benchmark
+from rad2_planner.rosenv import REPO_ROOT
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dataset", default=None,
-                    help=f"dataset directory (default: first clip of {DEFAULT_DATASET.relative_to(ROOT)})")
+    default = DEFAULT_DATASET.relative_to(REPO_ROOT)
+    ap.add_argument("--dataset", default=None, help=f"dataset directory (default: first clip of {default})")
     ap.add_argument("--batch", nargs="+", type=int, default=[1, 16, 64], help="batch sizes")
     ap.add_argument("--steps", type=int, default=60, help="environment steps per rollout")
     ap.add_argument("--warp-repeats", type=int, default=20, help="repetitions of each warp timing")
@@ -127,61 +35,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
 
-    import json
-    import os
-
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console(width=max(Console().width, 120))
-    load0 = os.getloadavg()[0]
-    console.print(f"CPU cores visible: {os.cpu_count()}, load average: {os.getloadavg()}")
-    warp_rows = bench_warp(sorted(set([1] + args.batch)), args.warp_repeats)
-    t = Table(title="BEV warp, ms per frame (C x 128 x 128 float32)")
-    for c in ("backend", "batch", "ms/frame"):
-        t.add_column(c, justify="right")
-    for backend, b, ms in warp_rows:
-        t.add_row(backend, str(b), f"{ms:.3f}")
-    console.print(t)
-    fastest = {}
-    for backend, b, ms in warp_rows:
-        if b not in fastest or ms < fastest[b][1]:
-            fastest[b] = (backend, ms)
-    console.print("fastest per batch: " + ", ".join(f"B={b}: {v[0]}" for b, v in sorted(fastest.items())))
-    report = {"load_before": load0, "env": [],
-              "warp": [{"backend": k, "batch": b, "ms_per_frame": ms} for k, b, ms in warp_rows]}
-    if args.warp_only:
-        report["load_after"] = os.getloadavg()[0]
-        if args.json is not None:
-            args.json.write_text(json.dumps(report, indent=1))
-        return 0
-
-    if args.dataset:
-        from rad2_planner.clip import load_dataset
-
-        clips = load_dataset(args.dataset)
-    else:
-        from rad2_planner.clip import load_clip, read_index
-
-        entry = read_index(DEFAULT_DATASET)["clips"][0]
-        clips = [load_clip(DEFAULT_DATASET / entry["file"], maps_dir=DEFAULT_DATASET / "maps")]
-    longest = [c for c in clips if c.num_steps > args.steps + 6] or clips
-    t = Table(title=f"Environment steps/s without a planner ({len(longest)} clips, {args.steps} steps)")
-    for c in ("warp", "batch", "latched steps/s", "obs ms/step", "observe-every-step steps/s"):
-        t.add_column(c, justify="right")
-    for backend in ("opencv", "torch"):
-        rows = bench_env(longest, args.batch, args.steps, backend, not args.no_progress)
-        every = dict(bench_env_every_step(longest, args.batch, args.steps, backend))
-        for b, sps, obs_ms in rows:
-            t.add_row(backend, str(b), f"{sps:.0f}", f"{obs_ms:.2f}", f"{every[b]:.0f}")
-            report["env"].append({"backend": backend, "batch": b, "latched_steps_per_s": sps,
-                                  "observe_every_step_per_s": every[b]})
-    console.print(t)
-    report["load_after"] = os.getloadavg()[0]
-    if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=1))
+    run_sim_benchmark(args.batch, dataset=args.dataset, steps=args.steps, warp_repeats=args.warp_repeats,
+                      warp_only=args.warp_only, json_path=args.json, progress=not args.no_progress)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

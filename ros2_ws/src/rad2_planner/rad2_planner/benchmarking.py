@@ -177,3 +177,62 @@ class RunContext:
         d = asdict(self)
         d["machine"] = asdict(self.machine)
         return d
+
+
+#: 1-minute load average above which bench_all marks a figure as taken on a busy machine
+LOAD_LIMIT = 1.2
+
+
+def _load_flag(before: float, after: float) -> str:
+    worst = max(before, after)
+    return f"{before:.2f} / {after:.2f}" + (" ⚠" if worst > LOAD_LIMIT else "")
+
+
+def bench_summary(out: Path, include_rollouts: bool = False, elapsed_s: float = float("nan")) -> str:
+    """The markdown summary of tools/bench_all.py from the JSON its benchmarks wrote into ``out``
+    (planner.json, ilqr.json, warp.json and, with ``include_rollouts``, rollouts.md)."""
+    import json
+
+    out = Path(out)
+    planner = json.loads((out / "planner.json").read_text())
+    ilqr = json.loads((out / "ilqr.json").read_text())
+    warp = json.loads((out / "warp.json").read_text())
+    run = planner["meta"]["run"]
+    machine = machine_info()
+    lines = [
+        f"# Benchmarks ({time.strftime('%Y-%m-%d %H:%M')}, {elapsed_s:.0f} s)",
+        "",
+        f"Machine: {machine.describe()}. Matrix-product probe: {run['probe_gflops']:.0f} GFLOP/s on "
+        f"{run['threads']} threads. Load: 1-minute load average before / after each benchmark "
+        f"(⚠ above {LOAD_LIMIT}: busy machine, figures not comparable).",
+        "",
+        "| benchmark | figure | median | p99 | bar | load |",
+        "|---|---|---|---|---|---|",
+    ]
+    load = _load_flag(run["load_before"], run["load_after"])
+    for m, res in planner["results"].items():
+        bar = "p99 ≤ 20 ms" if m == "32" else ""
+        lines.append(f"| planning cycle, ORT {run['threads']} threads, M = {m} | ms | "
+                     f"{res['total']['median']:.1f} | {res['total']['p99']:.1f} | {bar} | {load} |")
+        for stage in ("encode", "denoise_total", "score", "select"):
+            lines.append(f"| … {stage} | ms | {res[stage]['median']:.2f} | {res[stage]['p99']:.2f} | | |")
+        lines.append(f"| … cycle / FLOP floor ({res['gflop']['total']:.2f} GFLOP, "
+                     f"floor {res['floor_ms']:.1f} ms) | ratio | {res['efficiency']['median']:.2f} | "
+                     f"{res['efficiency']['p99']:.2f} | {'≤ 1.6' if m == '32' else ''} | |")
+    for m, res in planner["selection"].items():
+        bar = "≤ 1 ms" if m == "32" else "≤ 3 ms"
+        agents = planner["meta"]["selection_agents"]
+        lines.append(f"| selection alone (safe_medoid, {agents} agents), M = {m} | ms | "
+                     f"{res['median']:.2f} | {res['p99']:.2f} | {bar} | {load} |")
+    iload = _load_flag(ilqr["load_before"], ilqr["load_after"])
+    for row in ilqr["rows"]:
+        lines.append(f"| {row['name']} ({ilqr['kernel']} kernel) | ms | {row['median_ms']:.2f} | "
+                     f"{row['p99_ms']:.2f} | | {iload} |")
+    wload = _load_flag(warp["load_before"], warp["load_after"])
+    for row in warp["warp"]:
+        lines.append(f"| BEV warp, {row['backend']}, batch {row['batch']} | ms/frame | "
+                     f"{row['ms_per_frame']:.3f} | | | {wload} |")
+    if include_rollouts:
+        lines += ["", (out / "rollouts.md").read_text()]
+    lines += ["", f"GPU: none on this machine ({os.cpu_count()} CPUs); CUDA figures need a lent device.", ""]
+    return "\n".join(lines)

@@ -1,0 +1,204 @@
+"""Latency of one RAD-2 planning cycle per stage (tools/bench_planner_latency.py is the CLI).
+
+:func:`run_latency_benchmark` times ``Rad2Policy.plan`` for each M on real (or random) observations,
+reports median / p90 / p99 / max per stage, the efficiency against the FLOP floor of the same run
+(rad2_planner.benchmarking), the selection rule alone, and writes ``<out>.json`` / ``<out>.png``. No ROS.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rad2_planner.benchmarking import percentiles
+from rad2_planner.rosenv import REPO_ROOT
+
+STAGES = ("encode", "denoise_total", "score", "select", "total")
+
+
+def _selection_scene(rng, m: int, n_agents: int, t_plan: int):
+    """Candidates fanning out ahead of the ego and agents scattered within 40 m (ego frame)."""
+    speed = rng.uniform(5, 15)
+    t = (np.arange(t_plan) + 1.0) * 0.5
+    heading = rng.normal(0.0, 0.08, (m, 1))
+    cand = np.stack([speed * t * np.cos(heading), speed * t * np.sin(heading)], -1).astype(np.float32)
+    agents = np.zeros((n_agents, 10), np.float32)
+    agents[:, 0:2] = rng.uniform(-40, 40, (n_agents, 2))
+    yaw = rng.uniform(-np.pi, np.pi, n_agents)
+    agents[:, 2], agents[:, 3] = np.cos(yaw), np.sin(yaw)
+    agents[:, 4:6] = rng.normal(0, 5, (n_agents, 2))
+    agents[:, 6], agents[:, 7] = 4.5, 1.9
+    return cand, agents, np.ones(n_agents, bool)
+
+
+def bench_selection(policy, ms, n_agents: int, repeats: int, seed: int = 0) -> dict:
+    """Timings (ms) of the deployment fallback rule alone, per M, on synthetic scenes."""
+    from rad2_planner.policy import safe_medoid_index
+
+    rng = np.random.default_rng(seed)
+    out = {}
+    for m in ms:
+        scenes = [_selection_scene(rng, m, n_agents, policy.cfg.plan_points) for _ in range(16)]
+        times = []
+        for i in range(repeats + 10):
+            cand, agents, mask = scenes[i % len(scenes)]
+            t0 = time.perf_counter()
+            safe_medoid_index(cand, agents, mask, policy.plan_dt, policy.ego_size, policy.max_curvature)
+            if i >= 10:
+                times.append((time.perf_counter() - t0) * 1e3)
+        out[m] = percentiles(times)
+    return out
+
+
+def sample_observations(cfg, n: int, data: str | Path | None = None) -> list:
+    """``n`` observations: every 37th step of the clips of ``data`` (relative to the checkout), or
+    random scene inputs of the model config ``cfg`` when ``data`` is None."""
+    from rad2_planner.runtime.base import SCENE_INPUTS
+    from rad2_planner.runtime.onnx_export import example_inputs
+
+    if data is None:
+        return [
+            {k: v[0] for k, v in example_inputs(cfg, 1, seed=i).items() if k in SCENE_INPUTS}
+            for i in range(n)
+        ]
+    from rad2_planner.bev import snapshot_from_clip
+    from rad2_planner.clip import iter_dataset
+    from rad2_planner.observation import build_observation
+
+    obs = []
+    for clip in iter_dataset(REPO_ROOT / data if not Path(data).is_absolute() else data):
+        for t in range(0, clip.num_steps, 37):
+            obs.append(build_observation(snapshot_from_clip(clip, t)))
+            if len(obs) >= n:
+                return obs
+    if not obs:
+        raise SystemExit(f"--data {data}: no observations")
+    return obs
+
+
+def make_policy(params: dict, *, random_init: bool = False, checkpoint: str | None = None,
+                **kw: Any) -> tuple[Any, str]:
+    """The policy to time (discriminator always run) and a description of its weights."""
+    from rad2_planner.config import load_params
+    from rad2_planner.networks import ModelConfig, PlannerModel
+    from rad2_planner.policy import Rad2Policy, resolve_path
+
+    if random_init:
+        model = PlannerModel(ModelConfig.from_params(params, load_params("bev")))
+        onnx_dir = str(REPO_ROOT / "out" / "bench_random_onnx")
+        return Rad2Policy(model, params=params, onnx_dir=onnx_dir, always_score=True, **kw), "random-init"
+    ckpt = resolve_path(checkpoint or params["planner"]["checkpoint_dir"])
+    return Rad2Policy.from_params(params, checkpoint_dir=ckpt, always_score=True, **kw), str(ckpt)
+
+
+def time_cycles(policy, obs: list, m: int, warmup: int, cycles: int) -> dict[str, dict[str, float]]:
+    """Per-stage percentiles of ``cycles`` planning cycles with M = ``m`` after ``warmup`` ones."""
+    from tqdm import tqdm
+
+    rows = []
+    for i in tqdm(range(warmup + cycles), desc=f"M={m}", leave=False, mininterval=2.0):
+        r = policy.plan(obs[i % len(obs)], num_candidates=m)
+        if i >= warmup:
+            rows.append(r.timings_ms)
+    per = {s: np.array([row[s] for row in rows]) for s in STAGES}
+    if "denoise_0" in rows[0]:  # step by step (runtime.fused_sampler false, or TensorRT)
+        steps = np.array([[row[f"denoise_{j}"] for j in range(policy.num_steps)] for row in rows])
+        per["denoise_step"] = steps.reshape(-1)
+    return {s: percentiles(v) for s, v in per.items()}
+
+
+def print_results(results: dict, selection: dict, ctx, flops: dict, agents: int) -> None:
+    """The stage table, the efficiency against the FLOP floor (added to ``results``), the selection."""
+    print(ctx.header())
+    print(f"{'M':>4} {'stage':<14} {'median':>8} {'p90':>8} {'p99':>8} {'max':>8}  (ms)")
+    for m, res in results.items():
+        for s in ("encode", "denoise_step", "denoise_total", "score", "select", "total"):
+            if s in res:
+                v = res[s]
+                print(f"{m:>4} {s:<14} {v['median']:8.2f} {v['p90']:8.2f} {v['p99']:8.2f} {v['max']:8.2f}")
+    print(f"\n{'M':>4} {'GFLOP':>7} {'floor ms':>9} {'median/floor':>13} {'p99/floor':>10}")
+    for m, res in results.items():
+        floor = ctx.floor_ms(flops[m]["total"])
+        res["floor_ms"] = floor
+        res["efficiency"] = {"median": res["total"]["median"] / floor, "p99": res["total"]["p99"] / floor}
+        print(f"{m:>4} {flops[m]['total'] / 1e9:7.2f} {floor:9.2f} {res['efficiency']['median']:13.2f} "
+              f"{res['efficiency']['p99']:10.2f}")
+    print(f"\nselection alone (safe_medoid, {agents} agents, synthetic scenes):")
+    for m, v in selection.items():
+        print(f"{m:>4} select        {v['median']:8.2f} {v['p90']:8.2f} {v['p99']:8.2f} {v['max']:8.2f}")
+
+
+def plot_results(results: dict, meta: dict, deadline: float, png: str) -> None:
+    """Stacked median per stage, and the cycle total's percentiles against M."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ms = list(results)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    bottom = np.zeros(len(ms))
+    for s in ("encode", "denoise_total", "score", "select"):
+        vals = np.array([results[m][s]["median"] for m in ms])
+        axes[0].bar([str(m) for m in ms], vals, bottom=bottom, label=s)
+        bottom += vals
+    axes[0].set(xlabel="M (candidates)", ylabel="median ms", title="median per stage")
+    axes[0].legend()
+    for q, style in (("median", "-o"), ("p90", "--s"), ("p99", "-^"), ("max", ":x")):
+        axes[1].plot(ms, [results[m]["total"][q] for m in ms], style, label=q)
+    axes[1].axhline(50.0, color="r", lw=0.8, label="50 ms target")
+    axes[1].axhline(deadline, color="k", lw=0.8, label=f"deadline {deadline:.0f} ms")
+    axes[1].set(xscale="log", xlabel="M (candidates)", ylabel="ms", title="planning cycle total")
+    axes[1].set_xticks(ms, [str(m) for m in ms])
+    axes[1].legend()
+    fig.suptitle(f"{meta['backend']}, K={meta['K']}, {meta['cycles']} cycles/M, load {meta['load_avg']}")
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
+def run_latency_benchmark(ms: list[int], *, backend: str | None = None, device: str | None = None,
+                          checkpoint: str | None = None, random_init: bool = False, k: int | None = None,
+                          sampler: str | None = None, cycles: int = 200, warmup: int = 20,
+                          data: str | None = "data/eval_efficiency", agents: int = 50,
+                          out: str = "out/bench_latency") -> dict[str, Any]:
+    """The whole benchmark (``data`` None: random inputs); returns what ``<out>.json`` holds."""
+    from rad2_planner.benchmarking import RunContext, planning_cycle_flops
+    from rad2_planner.config import load_params
+
+    params = load_params("planner")
+    policy, weights = make_policy(params, random_init=random_init, checkpoint=checkpoint, backend=backend,
+                                  device=device, num_steps=k, sampler=sampler)
+    obs = sample_observations(policy.cfg, 32, data)
+    threads = int(params["runtime"]["ort_intra_op_threads"])
+    if policy.backend_name == "pytorch":
+        import torch
+
+        threads = torch.get_num_threads()
+    ctx = RunContext.start(threads)
+    flops = {m: planning_cycle_flops(policy.model, m, policy.num_steps) for m in ms}
+    print(
+        f"backend {policy.backend_name}, K={policy.num_steps}, sampler {policy.sampler}, weights {weights}, "
+        f"{cycles} cycles per M, fused sampler {bool(params['runtime'].get('fused_sampler'))}"
+    )
+    results = {}
+    for m in ms:
+        results[m] = time_cycles(policy, obs, m, warmup, cycles)
+        results[m]["gflop"] = {key: v / 1e9 for key, v in flops[m].items()}
+    selection = bench_selection(policy, ms, agents, repeats=max(cycles, 100))
+    ctx.finish()
+    print_results(results, selection, ctx, flops, agents)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "backend": policy.backend_name, "K": policy.num_steps, "sampler": policy.sampler, "weights": weights,
+        "cycles": cycles, "time": time.strftime("%Y-%m-%d %H:%M:%S"), "run": ctx.to_dict(),
+        "load_avg": [ctx.load_before, ctx.load_after], "selection_agents": agents,
+    }
+    payload = {"meta": meta, "results": results, "selection": selection}
+    Path(str(out) + ".json").write_text(json.dumps(payload, indent=1))
+    plot_results(results, meta, float(params["planner"]["deadline_ms"]), str(out) + ".png")
+    print(f"wrote {out}.json and {out}.png")
+    return payload
