@@ -1,0 +1,163 @@
+"""A closed-loop RL session as tools/train_rl.py runs it (rad2_rl.train does the learning): the ``rl:``
+settings with overrides, the training / validation clip split, the optional Ray rollout pool, the loop
+with TensorBoard and a progress bar, then the exported planner checkpoint and the curves. No ROS.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def rl_overrides(items: list[str]) -> dict:
+    """``--set rl.KEY=VALUE`` items as a flat dict (YAML values), checked against the schema."""
+    import yaml
+    from rad2_planner.config import ParameterError, validate_overrides
+
+    flat = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.startswith("rl."):
+            raise ParameterError(f"--set {item!r}: expected rl.KEY=VALUE (e.g. rl.tc_grpo.advantage=vd_grpo)")
+        flat[key.strip()] = yaml.safe_load(value) if value != "" else ""
+    validate_overrides("training", flat)
+    return flat
+
+
+def apply_overrides(training: dict, flat: dict) -> None:
+    """Set dotted keys of ``flat`` in the nested dict ``training``."""
+    for key, value in flat.items():
+        node = training
+        *path, last = key.split(".")
+        for p in path:
+            node = node[p]
+        node[last] = value
+
+
+def plot_history(history: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not history:
+        return
+    it = [h["iteration"] for h in history]
+    panels = [("reward_mean", "rollout reward"), ("collision_rate", "rollout collision rate"),
+              ("entropy", "policy entropy (nats)"), ("clip_filter_rate", "clip-filter rate"),
+              ("val_collision_rate", "validation CR"), ("val_progress_ratio", "validation progress")]
+    fig, axes = plt.subplots(2, 3, figsize=(13, 6))
+    for ax, (key, title) in zip(axes.ravel(), panels):
+        pts = [(i, h[key]) for i, h in zip(it, history) if key in h]
+        if pts:
+            ax.plot(*zip(*pts), "-o", ms=3)
+        ax.set(title=title, xlabel="round")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def rl_config(set_items: list[str], seed: int | None = None, iterations: int | None = None):
+    """(params/training.yaml with the ``--set`` overrides, RLConfig, TC-GRPO config, OGO config);
+    ParameterError / ValueError / TypeError on a bad setting."""
+    from rad2_planner.config import load_params
+
+    from rad2_rl.train import config_from_params
+
+    training = load_params("training")
+    apply_overrides(training["rl"], {k[3:]: v for k, v in rl_overrides(set_items).items()})
+    extra = {k: v for k, v in (("seed", seed), ("iterations", iterations)) if v is not None}
+    return (training, *config_from_params(training, **extra))
+
+
+def split_clips(clips: list, cfg) -> tuple[list, list]:
+    """(training clips, validation clips): a seeded permutation, ``validation_clips`` held out while at
+    least ``clips_per_iteration`` remain for training."""
+    order = np.random.default_rng(cfg.seed).permutation(len(clips))
+    n_val = min(cfg.validation_clips, max(len(clips) - cfg.clips_per_iteration, 0))
+    return [clips[i] for i in order[n_val:]], [clips[i] for i in order[:n_val]]
+
+
+def rollout_pool(ckpt: Path, cfg, training: dict, workers: int):
+    """Ray workers sampling with the checkpoint's planner (discriminator inputs recorded)."""
+    from rad2_rl.workers import PolicySpec, RolloutPool
+
+    spec = PolicySpec(checkpoint_dir=str(ckpt), backend="pytorch", selection="sample",
+                      record_discriminator_inputs=True, threads=1, always_score=True,
+                      planner_overrides={"num_candidates": cfg.num_candidates})
+    return RolloutPool(spec, num_workers=workers, training_params=training)
+
+
+def train_with_logging(run, out: Path, budget_s: float, progress: bool = True):
+    """rad2_rl.train.train with TensorBoard scalars (``out/tb``) and a progress bar; returns its state."""
+    from torch.utils.tensorboard import SummaryWriter
+    from tqdm import tqdm
+
+    from rad2_rl.train import train
+
+    writer = SummaryWriter(str(out / "tb"))
+    bar = tqdm(total=run.cfg.iterations, initial=run.state.iteration, desc="RL rounds", disable=not progress)
+
+    def log(it: int, values: dict) -> None:
+        for k, v in values.items():
+            if isinstance(v, (int, float)) and math.isfinite(v):
+                writer.add_scalar(f"rl/{k}", v, it)
+        bar.update(1)
+        bar.set_postfix(reward=f"{values['reward_mean']:.3f}", cr=f"{values['collision_rate']:.2f}",
+                        H=f"{values.get('entropy', float('nan')):.2f}")
+
+    try:
+        return train(run, out, budget_s=budget_s, log=log)
+    finally:
+        bar.close()
+        writer.close()
+
+
+def export_final(model, state, cfg, out: Path, fp16: bool = False) -> None:
+    """history.json, the planner checkpoint ``final/`` (with the run in training_info), curves.png."""
+    import torch
+
+    (out / "history.json").write_text(json.dumps(state.history, indent=1))
+    model.training_info = {**model.training_info, "rl_command": " ".join(sys.argv), "rl_seed": cfg.seed,
+                           "rl_wall_s": state.seconds}
+    model.discriminator_trained = bool(cfg.train_discriminator and state.updates > 0)
+    model.save(out / "final", dtype=torch.float16 if fp16 else torch.float32)
+    plot_history(state.history, out / "curves.png")
+
+
+def run_session(model, ckpt: Path, training: dict, cfg, tc_cfg, ogo_cfg, train_clips: list, val_clips: list,
+                out: Path, *, workers: int = 0, resume: bool = False, budget_s: float = math.inf,
+                export_fp16: bool = False, progress: bool = True) -> Any:
+    """The whole session (``resume``: from ``out/last``, which must exist); returns the final RunState."""
+    from bev_warp_sim.simulator import Simulator
+
+    from rad2_rl.train import RLRun
+
+    pool = rollout_pool(ckpt, cfg, training, workers) if workers > 0 else None
+    run = RLRun(model, cfg, tc_cfg, ogo_cfg, Simulator(), train_clips, val_clips, pool=pool)
+    if resume:
+        run.restore(out / "last")
+        print(f"resumed {out / 'last'} at round {run.state.iteration}")
+    elif pool is not None:
+        pool.set_weights(model.state_dict(), model.discriminator_trained)
+    print(f"RL: {len(train_clips)} training clips, {len(val_clips)} validation clips, G={cfg.group_size}, "
+          f"M={cfg.num_candidates}, H_reuse={cfg.h_reuse}, reward {cfg.reward}, "
+          f"advantage {tc_cfg.advantage}, seed {cfg.seed}, start {ckpt}")
+    t0 = time.time()
+    try:
+        state = train_with_logging(run, out, budget_s, progress)
+    finally:
+        if pool is not None:
+            pool.close()
+    export_final(model, state, cfg, out, export_fp16)
+    print(f"{state.iteration} rounds ({state.updates} discriminator updates, "
+          f"{state.generator_updates} generator updates, {state.env_steps} env steps) in "
+          f"{time.time() - t0:.0f} s this session; "
+          f"planner checkpoint {out / 'final'}, curves {out / 'curves.png'}")
+    return state
