@@ -13,41 +13,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
-import time
 from pathlib import Path
 
 from bev_warp_sim.safety import min_ttc_of_log
 from rad2_planner.scenarios import events
-from rad2_planner.scenarios.generate import generate_dataset, load_config
+from rad2_planner.scenarios.generate import (
+    clean_dataset_dir,
+    generate_bundled,
+    generate_dataset,
+    load_config,
+    print_report,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
-
-
-def _print_report(name: str, report: dict) -> None:
-    print(
-        f"[{name}] {report['clips']} clips in {report['wall_s']} s "
-        f"({report['wall_s_per_clip']} s/clip wall, {report['workers']} worker(s))"
-    )
-    for kind, r in report["per_kind"].items():
-        ttc = r["actor_min_ttc"] or r["min_ttc"]
-        print(
-            f"  {kind:18s} clips {r['clips']:4d}  failed {r['failed']:3d}"
-            f"  rejection rate {r['rejection_rate']:.2f}"
-            f"  {r['seconds_per_clip_mean']:.2f} s/clip  min TTC median {ttc.get('median', '-')}"
-            f"  rejections {r['rejections']}"
-        )
-
-
-def _clean(directory: Path) -> None:
-    for sub in ("clips", "maps"):
-        if (directory / sub).is_dir():
-            shutil.rmtree(directory / sub)
-    for f in ("index.json", "generation_report.json"):
-        if (directory / f).exists():
-            (directory / f).unlink()
 
 
 def main(argv=None) -> int:
@@ -81,28 +61,11 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.workers < 1:
         ap.error(f"--workers must be >= 1, got {args.workers}")
-    cfg, _, _ = load_config()
-    presets = cfg.get("presets", {})
+    presets = load_config()[0].get("presets", {})
 
     if args.bundled:
-        bundle = presets["bundled"]
-        base = int(args.seed if args.seed is not None else bundle["seed"])
-        for name, spec in bundle["sets"].items():
-            out = args.data_dir / name
-            _clean(out)
-            t0 = time.perf_counter()
-            rep = generate_dataset(
-                out,
-                list(spec["kinds"]),
-                int(spec["count"]),
-                base + int(spec["seed_offset"]),
-                log_safety=min_ttc_of_log,
-                workers=args.workers,
-                cache_dir=args.cache_dir,
-                description=f"SUMO {name}: tools/generate_scenarios.py --bundled (seed {base})",
-            )
-            _print_report(name, rep)
-            print(f"  wrote {out} in {time.perf_counter() - t0:.1f} s")
+        generate_bundled(args.data_dir, min_ttc_of_log, seed=args.seed, workers=args.workers,
+                         cache_dir=args.cache_dir)
         return 0
 
     spec = {}
@@ -123,7 +86,7 @@ def main(argv=None) -> int:
     if count < 1:
         ap.error(f"--count must be >= 1, got {count}")
     if not args.append:
-        _clean(args.out)
+        clean_dataset_dir(args.out)
     rep = generate_dataset(
         args.out,
         list(kinds),
@@ -138,7 +101,7 @@ def main(argv=None) -> int:
         network_kind=network,
         signals=signals,
     )
-    _print_report(args.out.name, rep)
+    print_report(args.out.name, rep)
     print(json.dumps({"out": str(args.out), "clips": rep["clips"]}))
     return 0
 

@@ -13,6 +13,7 @@ again, so RL never trains on a held-out clip.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,3 +102,119 @@ def write_sets(clips: Sequence[Any], verdicts: Sequence[ClipVerdict], out_dir: s
         if clash:
             raise CurationError(f"{d}: clips {clash[:5]} are also in an evaluation set")
     return dirs
+
+
+def plot_curation(verdicts, cfg, path: Path) -> None:
+    """min TTC against mean progress per pool clip, the kept ones coloured, the criteria as lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4.5), dpi=100)
+    for keep, colour, label in ((0, "0.6", "not kept"), (1, "tab:red", "kept (safety)"),
+                                (2, "tab:blue", "kept (efficiency)")):
+        pts = [(v.min_ttc, v.mean_rho) for v in verdicts
+               if (keep == 1 and v.keep_safety) or (keep == 2 and v.keep_efficiency)
+               or (keep == 0 and not (v.keep_safety or v.keep_efficiency))]
+        if pts:
+            x, y = zip(*pts)
+            ax.scatter(x, y, s=14, c=colour, label=label, alpha=0.8)
+    ax.axvline(float(cfg["safety_max_min_ttc_s"]), color="tab:red", ls="--", lw=0.8)
+    ax.axhline(float(cfg["efficiency_max_mean_rho"]), color="tab:blue", ls="--", lw=0.8)
+    ax.set_xlabel("min TTC over the clip's rollouts (s; 0 = collision)")
+    ax.set_ylabel("mean ego progress ratio ρ (capped at 1)")
+    ax.set_title("RL training-set curation (IL generator, random candidate)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------------------------------
+# The whole curation run (tools/curate_scenarios.py)
+# --------------------------------------------------------------------------------------------------
+
+
+def curation_rollouts(pool: Sequence[Any], group: int, *, checkpoint: str | None, workers: int, seed: int,
+                      cfg: dict[str, Any], rcfg: dict[str, Any], progress: bool = True):
+    """``group`` rollouts per pool clip with the IL generator and a uniformly random candidate (in this
+    process or on Ray workers); returns (rollouts, stats)."""
+    from tqdm import tqdm
+
+    from rad2_rl.workers import PolicySpec, RolloutPool
+
+    threads = int(rcfg["threads_per_worker"]) if workers else None
+    spec = PolicySpec(name="rad2", checkpoint_dir=checkpoint, selection="sample", distribution="uniform",
+                      threads=threads)
+    kwargs = dict(batch_size=int(rcfg["batch_size"]), seed=seed, h_reuse=int(cfg["h_reuse"]))
+    with tqdm(total=len(pool) * group, unit="rollout", desc="curation rollouts", disable=not progress) as bar:
+        if workers:
+            with RolloutPool(spec, num_workers=workers) as pool_workers:
+                return pool_workers.run(pool, group, progress=bar.update, **kwargs)
+        from bev_warp_sim.rollout import run_rollouts
+        from bev_warp_sim.simulator import Simulator
+
+        return run_rollouts(Simulator(), spec.build(), pool, group, progress=bar.update, **kwargs)
+
+
+def print_composition(console, rows: list[dict[str, Any]], out: str | Path) -> None:
+    from rich.table import Table
+
+    cols = ("kind", "orientation", "pool", "collided_clips", "safety", "efficiency")
+    table = Table(title=f"Curated RL training sets ({out})")
+    for col in cols:
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(*(str(r[k]) for k in cols))
+    console.print(table)
+
+
+def curate(pool_dirs: list[str], eval_dirs: list[str], out: str | Path, *, checkpoint: str | None = None,
+           workers: int = 0, rollouts_per_clip: int | None = None, max_clips: int | None = None,
+           seed: int | None = None, progress: bool = True, console: Any = None) -> int:
+    """Curate (see the module doc) and write the two sets, summary.json and curation.png into ``out``;
+    returns an exit code (2: no pool clip outside the evaluation sets, 1: the sets overlap them)."""
+    from rad2_planner.clip import load_dataset
+    from rad2_planner.config import load_params
+    from rich.console import Console
+
+    console = console or Console()
+    training = load_params("training")
+    cfg, rcfg = training["curation"], training["rollout"]
+    group = int(rollouts_per_clip or cfg["rollouts_per_clip"])
+    seed = int(rcfg["seed"] if seed is None else seed)
+    pool = [c for d in pool_dirs for c in load_dataset(d)]
+    held_out = [c for d in eval_dirs for c in load_dataset(d)]
+    clash = set(overlapping(pool, held_out))
+    pool = [c for c in pool if c.clip_id not in clash][:max_clips]
+    if not pool:
+        console.print("[red]the pool holds no clips outside the evaluation sets[/red]")
+        return 2
+    console.print(f"pool: {len(pool)} clips ({len(clash)} dropped: also in an evaluation set); "
+                  f"{group} rollouts each, h_reuse {cfg['h_reuse']}, uniformly random candidate")
+    rollouts, stats = curation_rollouts(pool, group, checkpoint=checkpoint, workers=workers, seed=seed,
+                                        cfg=cfg, rcfg=rcfg, progress=progress)
+    verdicts = judge(pool, rollouts, cfg)
+    try:
+        dirs = write_sets(pool, verdicts, out, held_out)
+    except CurationError as exc:
+        console.print(f"[red]{exc}[/red]")
+        return 1
+    rows = composition(verdicts)
+    print_composition(console, rows, out)
+    summary = {
+        "pool": pool_dirs, "eval": eval_dirs, "dropped_overlap": sorted(clash), "rollouts_per_clip": group,
+        "seed": seed, "criteria": {k: cfg[k] for k in ("safety_max_min_ttc_s", "efficiency_max_mean_rho")},
+        "composition": rows, "env_steps": stats.env_steps, "decisions": stats.decisions,
+        "sets": {"safety": str(dirs[0]), "efficiency": str(dirs[1])},
+        "clips": [v.__dict__ for v in verdicts],
+    }
+    out = Path(out)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    plot_curation(verdicts, cfg, out / "curation.png")
+    n_s = sum(v.keep_safety for v in verdicts)
+    n_e = sum(v.keep_efficiency for v in verdicts)
+    console.print(f"wrote {dirs[0]} ({n_s} clips), {dirs[1]} ({n_e} clips), {out / 'summary.json'}, "
+                  f"{out / 'curation.png'}; {stats.env_steps} env steps in {stats.wall_s:.0f} s")
+    return 0

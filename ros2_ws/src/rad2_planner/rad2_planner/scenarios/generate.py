@@ -310,3 +310,60 @@ def _dist(a: np.ndarray) -> dict[str, float]:
         "max": round(float(q[4]), 2),
         "mean": round(float(np.mean(a)), 2),
     }
+
+
+# --------------------------------------------------------------------------------------------------
+# CLI support (tools/generate_scenarios.py)
+# --------------------------------------------------------------------------------------------------
+
+
+def print_report(name: str, report: dict) -> None:
+    """One line for the dataset, one per scenario kind (clips, failures, rejections, min TTC)."""
+    print(
+        f"[{name}] {report['clips']} clips in {report['wall_s']} s "
+        f"({report['wall_s_per_clip']} s/clip wall, {report['workers']} worker(s))"
+    )
+    for kind, r in report["per_kind"].items():
+        ttc = r["actor_min_ttc"] or r["min_ttc"]
+        print(
+            f"  {kind:18s} clips {r['clips']:4d}  failed {r['failed']:3d}"
+            f"  rejection rate {r['rejection_rate']:.2f}"
+            f"  {r['seconds_per_clip_mean']:.2f} s/clip  min TTC median {ttc.get('median', '-')}"
+            f"  rejections {r['rejections']}"
+        )
+
+
+def clean_dataset_dir(directory: Path) -> None:
+    """Remove a dataset's clips/, maps/, index.json and generation_report.json (nothing else)."""
+    for sub in ("clips", "maps"):
+        if (directory / sub).is_dir():
+            import shutil
+
+            shutil.rmtree(directory / sub)
+    for f in ("index.json", "generation_report.json"):
+        if (directory / f).exists():
+            (directory / f).unlink()
+
+
+def generate_bundled(data_dir: Path, log_safety: LogSafety, *, seed: int | None = None, workers: int = 1,
+                     cache_dir: str | os.PathLike | None = None) -> None:
+    """Regenerate the committed sets under ``data_dir`` from presets.bundled of params/scenarios.yaml
+    (``seed`` overrides its base seed), printing a report per set."""
+    bundle = load_config()[0].get("presets", {})["bundled"]
+    base = int(seed if seed is not None else bundle["seed"])
+    for name, spec in bundle["sets"].items():
+        out = Path(data_dir) / name
+        clean_dataset_dir(out)
+        t0 = time.perf_counter()
+        rep = generate_dataset(
+            out,
+            list(spec["kinds"]),
+            int(spec["count"]),
+            base + int(spec["seed_offset"]),
+            log_safety=log_safety,
+            workers=workers,
+            cache_dir=cache_dir,
+            description=f"SUMO {name}: tools/generate_scenarios.py --bundled (seed {base})",
+        )
+        print_report(name, rep)
+        print(f"  wrote {out} in {time.perf_counter() - t0:.1f} s")
