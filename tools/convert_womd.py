@@ -58,47 +58,25 @@ def main(argv=None) -> int:
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
 
-    from rad2_planner.adapters.womd import WOMDFormatError, count_tfrecords, iter_womd_clips, womd_files
-    from rad2_planner.clip import save_dataset
+    from rad2_planner.adapters.womd import WOMDFormatError, convert_to_dataset
     from rad2_planner.config import ParameterError, load_params
-    from tqdm import tqdm
 
+    start = time.perf_counter()
     try:
         params = load_params(args.params if args.params else "bev")
-        files = womd_files(args.inputs)
-        total = sum(count_tfrecords(f) for f in files)
+        converted, index, errors = convert_to_dataset(
+            args.inputs, args.out, params, limit=args.limit, append=args.append, skip_bad=args.skip_bad,
+            verify_crc=not args.no_verify_crc, progress=not args.no_progress)
     except (ParameterError, WOMDFormatError, OSError) as exc:
         print(f"convert_womd: {exc}", file=sys.stderr)
         return 1
-    if args.limit is not None:
-        total = min(total, args.limit)
-    errors: list[str] | None = [] if args.skip_bad else None
-    clips = iter_womd_clips(files, params, verify_crc=not args.no_verify_crc, limit=args.limit, errors=errors)
-    bar = tqdm(clips, total=total, unit="scenario", desc="womd", disable=args.no_progress)
-    start = time.perf_counter()
-    try:
-        index = save_dataset(
-            bar,
-            args.out,
-            append=args.append,
-            description=f"WOMD scenarios converted by tools/convert_womd.py from "
-            f"{', '.join(str(f) for f in files[:3])}{' ...' if len(files) > 3 else ''}",
-        )
-    except WOMDFormatError as exc:
-        bar.close()
-        print(f"convert_womd: {exc}", file=sys.stderr)
-        return 1
-    bar.close()
-    wall = time.perf_counter() - start
-    converted = bar.n  # clips yielded; skipped records yield none
     print(
         f"convert_womd: {converted} clips written to {args.out} ({index['num_clips']} in the index) in "
-        f"{wall:.1f} s"
+        f"{time.perf_counter() - start:.1f} s"
     )
-    for msg in errors or []:
+    for msg in errors:
         print(f"  skipped: {msg}", file=sys.stderr)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

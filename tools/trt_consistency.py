@@ -14,10 +14,7 @@ Example (on the vehicle computer):
 from __future__ import annotations
 
 import argparse
-from collections import defaultdict
 from pathlib import Path
-
-import numpy as np
 
 
 def main(argv=None) -> int:
@@ -32,52 +29,24 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from rad2_planner.config import load_params
-    from rad2_planner.policy import resolve_path
     from rad2_planner.runtime.base import BackendUnavailableError
+    from rad2_planner.runtime.consistency import load_recorded_calls, tensorrt_runtime, trt_vs_ort
     from rad2_planner.runtime.onnx_export import GRAPHS
-    from rad2_planner.runtime.ort_backend import OrtBackend
-    from rad2_planner.runtime.trt_backend import TensorRTBackend
 
-    params = load_params("planner")
-    runtime = dict(params["runtime"])
-    runtime["tensorrt"] = dict(runtime["tensorrt"])
-    runtime["tensorrt"]["engine_cache_dir"] = str(resolve_path(runtime["tensorrt"]["engine_cache_dir"]))
-    if args.fp32:
-        runtime["tensorrt"]["fp16"] = False
+    runtime = tensorrt_runtime(load_params("planner"), args.fp32)
     onnx_dir = Path(args.onnx_dir)
     paths = {g: onnx_dir / f"{g}.onnx" for g in GRAPHS}
     missing = [str(p) for p in paths.values() if not p.is_file()]
     if missing:
         ap.error(f"missing ONNX files: {missing}")
-    data = np.load(args.inputs)
-    calls: dict[tuple[str, int], dict[str, np.ndarray]] = defaultdict(dict)
-    for key in data.files:
-        g, i, name = key.split("/", 2)
-        calls[(g, int(i))][name] = data[key]
+    calls = load_recorded_calls(args.inputs)
     if not calls:
         ap.error(f"--inputs {args.inputs}: no recorded calls")
-    ort = OrtBackend(paths, runtime)
     try:
-        plan_points = next(v for (g, _), v in calls.items() if g == "denoiser")["x_t"].shape[2]
-        trt = TensorRTBackend(paths, runtime, plan_points)
+        worst = trt_vs_ort(paths, runtime, calls)
     except BackendUnavailableError as e:
         print(f"TensorRT unavailable: {e}")
         return 2
-    worst: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for (g, _), feed in sorted(calls.items()):
-        sess = ort.sessions[g]
-        names = [o.name for o in sess.get_outputs()]
-        ref = dict(zip(names, sess.run(None, feed)))
-        eng = trt.engines[g]
-        got = dict(zip(eng.outputs, eng.run(feed)))
-        for n in names:
-            a, b = ref[n].astype(np.float64), got[n].astype(np.float64)
-            if n == "scene_bias":  # -1e4 padding bias: compare validity, not magnitude
-                a, b = a < -1.0, b < -1.0
-            abs_err = float(np.abs(a - b).max())
-            rel_err = float((np.abs(a - b) / (np.abs(a) + 1e-3)).max())
-            w = worst[f"{g}/{n}"]
-            w[0], w[1] = max(w[0], abs_err), max(w[1], rel_err)
     print(f"{'output':<32} {'max abs':>10} {'max rel':>10}")
     failed = False
     for k, (ae, re) in worst.items():
@@ -85,7 +54,6 @@ def main(argv=None) -> int:
         failed |= bool(flag)
         print(f"{k:<32} {ae:10.3e} {re:10.3e}{flag}")
     return 1 if failed else 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())
