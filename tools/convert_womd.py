@@ -29,7 +29,7 @@ def _positive_int(text: str) -> int:
     return v
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
         "inputs",
@@ -56,6 +56,11 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--params", type=Path, help="a bev.yaml to use instead of params/bev.yaml")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return ap
+
+
+def main(argv=None) -> int:
+    ap = _parser()
     args = ap.parse_args(argv)
 
     from rad2_planner.adapters.womd import WOMDFormatError, convert_to_dataset

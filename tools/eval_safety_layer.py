@@ -32,7 +32,7 @@ from pathlib import Path
 from bev_warp_sim.safety_layer_eval import MODES
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
         "--splits",
@@ -77,6 +77,11 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--out", default="out/safety_layer", help="output directory")
     ap.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    return ap
+
+
+def main(argv=None) -> int:
+    ap = _parser()
     args = ap.parse_args(argv)
     if args.max_clips is not None and args.max_clips < 1:
         ap.error(f"--max-clips: must be >= 1, got {args.max_clips}")

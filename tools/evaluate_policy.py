@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     from bev_warp_sim.reference_policies import POLICIES
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -45,19 +44,16 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0,
                     help="evaluation seed: the learned policy's noise (reference policies are deterministic)")
     ap.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    return ap
+
+
+def main(argv=None) -> int:
+    ap = _parser()
     args = ap.parse_args(argv)
 
-    from bev_warp_sim.evaluate import (
-        evaluate_split,
-        full_table,
-        make_decider,
-        markdown_tables,
-        paper_table,
-        render_worst,
-        write_json,
-    )
-    from rad2_planner.clip import read_index
     from rad2_planner.config import load_params
+    from rad2_planner.networks.model import CheckpointError
+    from rad2_rl.evaluation import evaluate_policies, write_evaluation
     from rich.console import Console
 
     params = load_params("sim")
@@ -66,63 +62,20 @@ def main(argv=None) -> int:
     for split in args.split:
         if not (Path(split) / "index.json").is_file():
             ap.error(f"--split: {split} is not a dataset directory (no index.json)")
-    kwargs = {"checkpoint_dir": args.checkpoint} if args.checkpoint else {}
-    if args.no_traffic_rules:
-        if args.workers:
-            ap.error("--no-traffic-rules: only with --workers 0 (the workers load params/planner.yaml "
-                     "as it is)")
-        kwargs["traffic_rules"] = False
-    console = Console(width=max(Console().width, 160))
-    evals = []
+    if args.no_traffic_rules and args.workers:
+        ap.error("--no-traffic-rules: only with --workers 0 (the workers load params/planner.yaml as it is)")
     if args.workers < 0:
         ap.error(f"--workers: must be >= 0, got {args.workers}")
-    for policy in args.policy:
-        pool, decider, runner = None, None, None
-        if args.workers:
-            from rad2_rl.workers import PolicySpec, RolloutPool
-
-            threads = int(load_params("training")["rollout"]["threads_per_worker"])
-            spec = PolicySpec(name=policy, checkpoint_dir=args.checkpoint, threads=threads)
-            pool = RolloutPool(spec, num_workers=args.workers, sim_params=params)
-            runner = pool.run
-        else:
-            from rad2_planner.networks.model import CheckpointError
-
-            try:
-                decider = make_decider(policy, **(kwargs if policy == "rad2" else {}))  # loaded once
-            except CheckpointError as exc:
-                ap.error(f"--checkpoint: {exc}")
-        for split in args.split:
-            t0 = time.perf_counter()
-            batch = args.batch_size
-            if args.workers and batch is None:  # several chunks per worker keep them all busy to the end
-                n = min(len(read_index(split)["clips"]), args.max_clips or 1 << 30)
-                batch = max(1, min(int(params["evaluation"]["batch_size"]), -(-n // (4 * args.workers))))
-            evals.append(evaluate_split(policy, split, params, max_clips=args.max_clips,
-                                        batch_size=batch, h_reuse=args.h_reuse,
-                                        progress=not args.no_progress, decider=decider, seed=args.seed,
-                                        runner=runner))
-            st = evals[-1].stats
-            wall = time.perf_counter() - t0
-            sec = {k: f"{v:.1f} s" for k, v in st.seconds.items()}
-            console.print(f"{policy} @ {Path(split).name}: {st.env_steps} env steps, {st.decisions} "
-                          f"decisions in {wall:.1f} s wall ({st.env_steps / wall:.0f} steps/s); stage "
-                          f"seconds summed over workers: plan {sec['plan']}, observe {sec['observe']}, "
-                          f"track {sec['commit']}, step {sec['step']}")
-        if pool is not None:
-            pool.close()
-    console.print(paper_table(evals))
-    console.print(full_table(evals))
-    out = Path(args.out)
-    path = write_json(evals, out / "results.json")
-    (out / "table.md").write_text(markdown_tables(evals) + "\n")
-    n_gif = int(params["evaluation"]["worst_clips_gif"] if args.gifs is None else args.gifs)
-    gifs = []
-    for e in evals:
-        gifs += render_worst(e, out / "gifs", n_gif, fps=float(params["evaluation"]["gif_fps"]))
-    console.print(f"wrote {path}, {out / 'table.md'} and {len(gifs)} GIFs under {out / 'gifs'}")
+    console = Console(width=max(Console().width, 160))
+    try:
+        evals = evaluate_policies(args.policy, args.split, params, console, workers=args.workers,
+                                  checkpoint=args.checkpoint, traffic_rules=not args.no_traffic_rules,
+                                  max_clips=args.max_clips, batch_size=args.batch_size, h_reuse=args.h_reuse,
+                                  seed=args.seed, progress=not args.no_progress)
+    except CheckpointError as exc:
+        ap.error(f"--checkpoint: {exc}")
+    write_evaluation(evals, params, Path(args.out), console, args.gifs)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, help="output dataset directory")
     ap.add_argument("--kinds", nargs="+", choices=list(events.ALL_KINDS), help="scenario kinds (round-robin)")
@@ -58,16 +58,11 @@ def main(argv=None) -> int:
     ap.add_argument("--signals", action="store_true",
                     help="export traffic-light states (map signals + per-step states; off for the "
                     "bundled sets)")
-    args = ap.parse_args(argv)
-    if args.workers < 1:
-        ap.error(f"--workers must be >= 1, got {args.workers}")
-    presets = load_config()[0].get("presets", {})
+    return ap
 
-    if args.bundled:
-        generate_bundled(args.data_dir, min_ttc_of_log, seed=args.seed, workers=args.workers,
-                         cache_dir=args.cache_dir)
-        return 0
 
+def _settings(args: argparse.Namespace, ap: argparse.ArgumentParser, presets: dict) -> tuple:
+    """(kinds, network, signals, count, seed) from the flags over the --preset (flags win)."""
     spec = {}
     if args.preset:
         args.preset = args.preset.replace("-", "_")
@@ -85,6 +80,22 @@ def main(argv=None) -> int:
         ap.error("--count is required (or a --preset that sets it)")
     if count < 1:
         ap.error(f"--count must be >= 1, got {count}")
+    return kinds, network, signals, count, seed
+
+
+def main(argv=None) -> int:
+    ap = _parser()
+    args = ap.parse_args(argv)
+    if args.workers < 1:
+        ap.error(f"--workers must be >= 1, got {args.workers}")
+    presets = load_config()[0].get("presets", {})
+
+    if args.bundled:
+        generate_bundled(args.data_dir, min_ttc_of_log, seed=args.seed, workers=args.workers,
+                         cache_dir=args.cache_dir)
+        return 0
+
+    kinds, network, signals, count, seed = _settings(args, ap, presets)
     if not args.append:
         clean_dataset_dir(args.out)
     rep = generate_dataset(

@@ -32,7 +32,7 @@ from rad2_planner.latency import (
 DEFAULT_TOPIC = "/planning/diagnostics"  # live mode
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     src = parser.add_mutually_exclusive_group(required=True)
@@ -45,6 +45,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="deadline drawn in the plot (default: planner.deadline_ms, params/planner.yaml)")
     parser.add_argument("--json", help="write the summary as JSON here")
     parser.add_argument("--png", help="write the latency histogram here")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     deadline = args.deadline_ms if args.deadline_ms is not None else default_deadline()
     try:

@@ -40,8 +40,7 @@ def record(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True,
@@ -62,6 +61,12 @@ def main(argv: list[str] | None = None) -> int:
                              "recording.chunk_duration_s)")
     parser.add_argument("--domain-id", type=int, help="ROS_DOMAIN_ID (default: the environment's)")
     parser.add_argument("--force", action="store_true", help="replace --out if it is an existing bag")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.duration is not None and args.duration <= 0:
         parser.error("--duration must be positive")

@@ -56,8 +56,7 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bag", required=True, help="bag of perception inputs (tools/clip_to_bag.py)")
@@ -81,6 +80,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="also record perception/scene_tokens and bev_features into the output bag")
     parser.add_argument("--domain-id", type=int, default=None,
                         help="ROS_DOMAIN_ID for the replay graph (default: 100 + pid %% 100, isolated)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.rate <= 0:
         parser.error("--rate must be positive")

@@ -22,7 +22,7 @@ from pathlib import Path
 from rad2_planner.nodes.smoke import run_echo, run_orchestrator, run_probe
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -54,6 +54,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dump", type=Path, default=None, help="probe: write the decoded replies to this .npz"
     )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.count < 1:
         parser.error(f"--count must be >= 1, got {args.count}")

@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--train-split", default="data/train", help="dataset the critic is trained on")
     ap.add_argument("--train-clips", type=int, default=150, help="clips of --train-split to drive (0: all)")
@@ -72,6 +72,11 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2, help="torch threads for training")
     ap.add_argument("--seed", type=int, default=0, help="clip order, initialisation, batches, rollouts")
     ap.add_argument("--out", default="checkpoints/collision_critic", help="checkpoint + report directory")
+    return ap
+
+
+def main(argv=None) -> int:
+    ap = _parser()
     args = ap.parse_args(argv)
     for name in ("train_clips", "test_clips"):
         if getattr(args, name) < 0:

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True, nargs="+", help="dataset directory (index.json, clips/, maps/)")
     ap.add_argument("--out", default=None, help="run directory (checkpoints last/ and final/, tb/)")
@@ -47,6 +47,29 @@ def main(argv=None) -> int:
         "--export-to", default=None, help="write the final checkpoint here, float16 weights (shipped form)"
     )
     ap.add_argument("--no-progress", action="store_true")
+    return ap
+
+
+def _overrides(args: argparse.Namespace, ap: argparse.ArgumentParser) -> dict:
+    """imitation.* overrides from --set KEY=VALUE (JSON values, else strings), --seed, --max-steps."""
+    overrides = {}
+    for kv in args.set:
+        if "=" not in kv:
+            ap.error(f"--set expects KEY=VALUE, got {kv!r}")
+        k, v = kv.split("=", 1)
+        try:
+            overrides[k] = json.loads(v)
+        except json.JSONDecodeError:
+            overrides[k] = v
+    if args.seed is not None:
+        overrides["seed"] = args.seed
+    if args.max_steps is not None:
+        overrides["max_steps"] = args.max_steps
+    return overrides
+
+
+def main(argv=None) -> int:
+    ap = _parser()
     args = ap.parse_args(argv)
 
     from rad2_planner.training.imitation import evaluate_open_loop, train
@@ -65,19 +88,7 @@ def main(argv=None) -> int:
     if args.out is None or len(args.data) != 1:
         ap.error("training needs --out and exactly one --data directory")
 
-    overrides = {}
-    for kv in args.set:
-        if "=" not in kv:
-            ap.error(f"--set expects KEY=VALUE, got {kv!r}")
-        k, v = kv.split("=", 1)
-        try:
-            overrides[k] = json.loads(v)
-        except json.JSONDecodeError:
-            overrides[k] = v
-    if args.seed is not None:
-        overrides["seed"] = args.seed
-    if args.max_steps is not None:
-        overrides["max_steps"] = args.max_steps
+    overrides = _overrides(args, ap)
     data = Path(args.data[0])
     if not (data / "index.json").is_file():
         ap.error(f"--data {data}: no index.json (not a dataset directory)")

@@ -24,7 +24,7 @@ import math
 from pathlib import Path
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--train-data", nargs="+", default=["data/train"],
                     help="dataset directories to train on (default data/train; the curated sets of "
@@ -44,6 +44,11 @@ def main(argv=None) -> int:
                     help="override an rl: setting")
     ap.add_argument("--export-fp16", action="store_true", help="write final/ with float16 weights")
     ap.add_argument("--no-progress", action="store_true")
+    return ap
+
+
+def main(argv=None) -> int:
+    ap = _parser()
     args = ap.parse_args(argv)
     if args.workers < 0:
         ap.error(f"--workers: must be >= 0, got {args.workers}")
