@@ -39,6 +39,9 @@ One planning cycle (identical for every runtime backend, see :mod:`rad2_planner.
    A sampled selection (RL rollouts) skips the layer: its log-probability must describe the draw that
    was executed.
 6. ``traffic_rules``: the executed candidate re-timed to stop for a red signal (after the safety stage).
+7. ``comfort_limits``: the executed plan re-timed along its path so that it accelerates from the ego's
+   speed within ``comfort_limits.max_accel`` and ``max_jerk`` (braking never limited; the speed never
+   exceeds the plan's, so stops are kept), :mod:`rad2_planner.comfort_limits`.
 
 Determinism: cycle ``i`` after ``reset(seed=s)`` draws its noise from ``default_rng(s + i)`` (one
 draw for the whole batch); an explicit ``plan(obs, seed=...)`` overrides it. ``plan_batch(...,
@@ -67,6 +70,7 @@ from typing import Any
 import numpy as np
 
 from .clip import SIGNAL_STATE_NAMES
+from .comfort_limits import ComfortLimitParams, limit_acceleration
 from .config import default_params, load_params, params_dir, require
 from .diffusion import SAMPLERS, NoiseSchedule, SamplerSpec, initial_noise
 from .observation import BOOL_FIELDS, FIELD_RANKS, ObservationError
@@ -235,6 +239,8 @@ class Rad2Policy:
         # params built for an older planner.yaml (no traffic_rules block) get the file's defaults
         self.rules = TrafficRuleParams.from_params(
             params if "traffic_rules" in params else default_params("planner"))
+        self.comfort = ComfortLimitParams.from_params(
+            params if "comfort_limits" in params else default_params("planner"))
         self.params = params
         self.model = model
         self.cfg = model.cfg
@@ -435,6 +441,9 @@ class Rad2Policy:
         t0 = time.perf_counter()
         executed, rule_notes = self._traffic_rules(observation, candidates, selected, inputs)
         timings["traffic_rules"] = (time.perf_counter() - t0) * 1e3
+        t0 = time.perf_counter()
+        executed = self._comfort_limits(candidates, selected, executed, inputs)
+        timings["comfort_limits"] = (time.perf_counter() - t0) * 1e3
         recorded = self._recorded_inputs(inputs, scene) if return_discriminator_inputs else [None] * b
         timings["total"] = (time.perf_counter() - t_start) * 1e3
         info = {"backend": self.backend_name, "sampler": self.sampler, "M": m, "K": k, "selection": rule}
@@ -569,6 +578,21 @@ class Rad2Policy:
                                          self.rules.comfort_decel).astype(np.float32)
             notes[i] = f"stop for {SIGNAL_STATE_NAMES[int(stops[i, 1])]} signal in {limit:.1f} m"
         return executed, notes
+
+    def _comfort_limits(self, candidates: np.ndarray, selected: list[int], executed: list,
+                        inputs: dict[str, np.ndarray]) -> list:
+        """Per row: the executed plan re-timed within ``comfort_limits`` (None where it already was
+        within them and no rule changed it)."""
+        if not self.comfort.enabled:
+            return executed
+        out = list(executed)
+        for i in range(candidates.shape[0]):
+            plan = candidates[i, selected[i]] if executed[i] is None else executed[i]
+            speed, accel = (float(v) for v in inputs["ego_state"][i, :2])
+            limited = limit_acceleration(plan, self.plan_dt, speed, accel, self.comfort)
+            if not np.array_equal(limited, plan):
+                out[i] = limited.astype(np.float32)
+        return out
 
     def _needs_scores(self, mode: str, dist: CandidateDistribution) -> bool:
         """Whether this cycle runs the discriminator; a sampled draw from meaningless logits is an error."""

@@ -1,0 +1,65 @@
+"""The executed plan's longitudinal comfort limits (rad2_planner/comfort_limits.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from rad2_planner.comfort_limits import ComfortLimitParams, limit_acceleration
+from rad2_planner.config import load_params
+
+DT = 0.5
+LIMITS = ComfortLimitParams(enabled=True, max_accel=2.0, max_jerk=3.0, step_s=0.05)
+
+
+def _plan_from_speeds(v0: float, accels: list[float]) -> np.ndarray:
+    """A straight plan along x: constant acceleration per interval from speed v0 (clipped at 0)."""
+    s, v, pts = 0.0, v0, []
+    for a in accels:
+        v_next = max(v + a * DT, 0.0)
+        s += 0.5 * (v + v_next) * DT
+        v = v_next
+        pts.append((s, 0.0))
+    return np.array(pts)
+
+
+def _progress(plan: np.ndarray) -> np.ndarray:
+    return np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(np.vstack([[0.0, 0.0], plan]), axis=0).T))])
+
+
+def test_a_hard_start_is_re_timed_within_the_limits_and_never_ahead_of_the_plan():
+    plan = _plan_from_speeds(0.0, [4.0] * 8)  # 4 m/s^2 from standstill
+    out = limit_acceleration(plan, DT, ego_speed=0.0, ego_accel=0.0, p=LIMITS)
+    s_plan, s_out = _progress(plan), _progress(out)
+    assert np.all(s_out <= s_plan + 1e-9) and s_out[-1] < s_plan[-1]
+    speed = np.diff(s_out) / DT  # interval mean speeds
+    accel = np.diff(np.concatenate([[0.0], speed])) / DT
+    assert accel.max() <= LIMITS.max_accel + 1e-6, accel
+    # the acceleration builds up at the jerk limit: the first interval's mean is at most j*dt^2/6 ...
+    assert speed[0] <= LIMITS.max_jerk * DT**2 / 2 + 1e-6
+    # ... and the path is kept (points stay on the x axis, in order)
+    assert np.allclose(out[:, 1], 0.0) and np.all(np.diff(out[:, 0]) > 0)
+
+
+def test_cruising_and_braking_plans_are_left_as_they_are():
+    cruise = _plan_from_speeds(10.0, [0.0] * 8)
+    assert np.array_equal(limit_acceleration(cruise, DT, 10.0, 0.0, LIMITS), cruise)
+    brake = _plan_from_speeds(10.0, [-6.0] * 8)  # hard braking to a stop: never limited
+    assert np.array_equal(limit_acceleration(brake, DT, 10.0, -2.0, LIMITS), brake)
+
+
+def test_a_stop_in_the_plan_is_kept_and_braking_is_not_prolonged():
+    # speed up hard, then stop 0.5 s later: the re-timed plan never passes the plan's stop point
+    plan = _plan_from_speeds(2.0, [4.0, 4.0, -8.0, -8.0, 0.0, 0.0, 0.0, 0.0])
+    out = limit_acceleration(plan, DT, 2.0, 0.0, LIMITS)
+    assert _progress(out)[-1] <= _progress(plan)[-1] + 1e-9
+    # an ego that is braking now may accelerate again at once (the build-up starts from zero)
+    gentle = _plan_from_speeds(8.0, [1.0] * 8)
+    out = limit_acceleration(gentle, DT, 8.0, -3.0, LIMITS)
+    assert _progress(out)[1] > 8.0 * DT  # it did not keep braking
+
+
+def test_params_come_from_the_planner_file_and_bad_values_are_named():
+    p = ComfortLimitParams.from_params(load_params("planner"))
+    assert p.max_accel > 0 and p.max_jerk > 0
+    with pytest.raises(ValueError, match="comfort_limits.max_jerk: must be a positive number, got -1.0"):
+        ComfortLimitParams(enabled=True, max_accel=2.0, max_jerk=-1.0, step_s=0.05)
