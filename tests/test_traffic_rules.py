@@ -59,6 +59,10 @@ def test_decisions_red_yellow_dilemma_and_standing():
     assert allowed_distance(np.array([12.0, SIGNAL_YELLOW]), 13.0, length, RULES) is None
     # red appearing when stopping needs more than max_decel: too late, proceed
     assert allowed_distance(np.array([6.0, SIGNAL_RED]), 15.0, length, RULES) is None
+    # a late stop rolling inside the margin still stops at the line itself; over the line it clears
+    inside = np.array([length / 2 + 0.5 * margin, SIGNAL_RED])
+    assert allowed_distance(inside, 1.0, length, RULES) == pytest.approx(0.5 * margin)
+    assert allowed_distance(np.array([length / 2 - 0.2, SIGNAL_RED]), 1.0, length, RULES) is None
     # standing at the line: stay; green / none / disabled: no constraint
     assert allowed_distance(np.array([length / 2 + 0.5, SIGNAL_RED]), 0.0, length, RULES) == 0.0
     assert allowed_distance(np.array([50.0, SIGNAL_GREEN]), 10.0, length, RULES) is None

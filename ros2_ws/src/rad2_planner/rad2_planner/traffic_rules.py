@@ -141,7 +141,8 @@ def allowed_distance(signal_stop: np.ndarray, ego_speed: float, ego_length: floa
     """How far the ego's centre may still travel for the signal in ``signal_stop`` (see
     :func:`next_signal_stop`), or None when it proceeds: no red/yellow line ahead, a yellow that needs
     more than ``comfort_decel`` to stop for, a red that needs more than ``max_decel`` (too late: the
-    ego is in the dilemma zone), or a line whose stop margin the ego already overran while moving."""
+    ego is in the dilemma zone), or a line the ego's front already crossed while moving. Inside the stop
+    margin but before the line, the ego stops at the line itself (a late stop is still a stop)."""
     if not p.enabled:
         return None
     line, state = float(signal_stop[0]), int(round(float(signal_stop[1])))
@@ -150,7 +151,13 @@ def allowed_distance(signal_stop: np.ndarray, ego_speed: float, ego_length: floa
     v = max(float(ego_speed), 0.0)
     distance = line - 0.5 * float(ego_length) - p.stop_margin_m
     if distance <= 0.0:
-        return 0.0 if v <= 0.5 else None  # standing at the line: stay; rolling over it: clear the junction
+        if v <= 0.5:
+            return 0.0  # standing at the line: stay
+        to_line = line - 0.5 * float(ego_length)
+        if to_line <= 0.0:
+            return None  # the front is over the line: clear the junction
+        # rolling inside the margin (a stop that came late): stop at the line itself if still possible
+        distance = to_line
     need = v * v / (2.0 * distance)
     if need > (p.comfort_decel if state == SIGNAL_YELLOW else p.max_decel):
         return None
