@@ -4,6 +4,7 @@ nothing."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from rad2_planner.config import load_params
 from rad2_planner.networks.critic import (
     CRITIC_INPUTS,
     CollisionCritic,
@@ -20,7 +22,7 @@ from rad2_planner.networks.critic import (
     critic_example_inputs,
     ensure_critic_onnx,
 )
-from rad2_planner.policy import Rad2Policy, SafetyLayerParams
+from rad2_planner.policy import Rad2Policy, SafetyLayerParams, next_round_fits
 from rad2_planner.runtime.base import SCENE_INPUTS
 from rad2_planner.runtime.onnx_export import example_inputs
 from rad2_rl.critic_data import CriticDataset, label_candidates, warning_statistics
@@ -295,6 +297,53 @@ def test_rejection_sampling_stops_at_max_rounds_and_keeps_the_least_risky(tiny, 
             assert r.info["corrections"] == 0 and np.array_equal(r.candidates, f.candidates)
 
 
+def test_rejection_sampling_budget_stops_the_rounds_and_keeps_the_least_risky(tiny, tmp_path):
+    """A budget no cycle can meet runs no extra round: the first proposal (the least risky seen) is
+    executed, flagged and counted; a budget every cycle meets behaves exactly as no budget."""
+    model, obs = tiny
+    first = _policy(model, tmp_path).plan_batch(obs, seeds=[5, 6, 7])
+    critic = ScriptedCritic()
+    tight = _policy(model, tmp_path, critic, mode="rejection_sampling", threshold=0.0, max_rounds=3,
+                    round_budget_ms=1e-6)
+    res = tight.plan_batch(obs, seeds=[5, 6, 7])
+    assert critic.calls == 1  # the first proposal only: no round started
+    assert tight.budget_stop_count == 3
+    for r, f in zip(res, first):
+        assert r.info["corrections"] == 0 and r.info["safety_stopped_by_budget"]
+        assert not r.info["critic_accepted"]
+        assert np.array_equal(r.candidates, f.candidates) and r.selected == f.selected
+        assert r.info["critic_p"] == pytest.approx(_risk(critic, f)[f.selected], abs=1e-6)
+        assert r.timings_ms["corrections"] == 0.0
+    # a large budget and no budget give the same plans (and max_rounds still ends the rounds)
+    for threshold in (0.0, float(np.median([_risk(critic, f)[f.selected] for f in first]))):
+        runs = []
+        for budget in (None, 1e9):
+            c = ScriptedCritic()
+            pol = _policy(model, tmp_path, c, mode="rejection_sampling", threshold=threshold, max_rounds=3,
+                          round_budget_ms=budget)
+            runs.append((pol.plan_batch(obs, seeds=[5, 6, 7]), c.calls, pol.budget_stop_count))
+        (a, calls_a, stops_a), (b, calls_b, stops_b) = runs
+        assert calls_a == calls_b and stops_a == stops_b == 0
+        for ra, rb in zip(a, b):
+            assert np.array_equal(ra.candidates, rb.candidates) and ra.selected == rb.selected
+            assert np.array_equal(ra.executed, rb.executed)
+            assert ra.info["corrections"] == rb.info["corrections"]
+            assert ra.info["critic_p"] == rb.info["critic_p"]
+            assert not ra.info["safety_stopped_by_budget"] and not rb.info["safety_stopped_by_budget"]
+    # rows the critic accepts are never flagged, even when the budget is spent
+    lenient = _policy(model, tmp_path, ScriptedCritic(offset=1e6), mode="rejection_sampling",
+                      round_budget_ms=1e-6)
+    assert not any(r.info["safety_stopped_by_budget"] for r in lenient.plan_batch(obs, seeds=[5, 6, 7]))
+    assert lenient.budget_stop_count == 0
+
+
+def test_next_round_fits_uses_the_costliest_round_so_far():
+    assert next_round_fits(30.0, [25.0], 60.0)  # 55 <= 60
+    assert not next_round_fits(30.0, [25.0, 31.0], 60.0)  # the costliest round decides
+    assert next_round_fits(60.0, [0.0], 60.0)  # a round may end exactly at the budget
+    assert next_round_fits(1e9, [1e9], None)  # no budget
+
+
 def test_safety_layer_parameters_are_checked():
     with pytest.raises(ValueError, match="safety_layer.mode"):
         SafetyLayerParams(mode="maybe")
@@ -302,6 +351,17 @@ def test_safety_layer_parameters_are_checked():
         SafetyLayerParams(mode="candidate_selection", threshold=1.5)
     with pytest.raises(ValueError, match="safety_layer.max_rounds"):
         SafetyLayerParams(mode="rejection_sampling", max_rounds=0)
+    for bad in (0.0, -5.0, float("nan"), float("inf"), "fast", True):
+        with pytest.raises(ValueError, match=r"safety_layer.round_budget_ms: .*" + re.escape(repr(bad))):
+            SafetyLayerParams(mode="rejection_sampling", round_budget_ms=bad)
+    sl = {"mode": "rejection_sampling", "threshold": 0.5, "max_rounds": 3, "critic_checkpoint": "x"}
+    with pytest.raises(ValueError, match="safety_layer.round_budget_ms: 'soon'"):
+        SafetyLayerParams.from_params({"safety_layer": {**sl, "round_budget_ms": "soon"}})
+    # the file's budget; a params dict without the key (an older planner.yaml) gets the file's default
+    file_budget = load_params("planner")["safety_layer"]["round_budget_ms"]
+    assert SafetyLayerParams.from_params(load_params("planner")).round_budget_ms == file_budget
+    assert SafetyLayerParams.from_params({"safety_layer": sl}).round_budget_ms == file_budget
+    assert SafetyLayerParams().round_budget_ms is None  # the dataclass: no budget
 
 
 def test_a_missing_critic_checkpoint_fails_at_construction(tiny, tmp_path):

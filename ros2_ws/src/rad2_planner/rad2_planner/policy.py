@@ -31,11 +31,19 @@ One planning cycle (identical for every runtime backend, see :mod:`rad2_planner.
    - ``rejection_sampling``: the critic judges the selected candidate only; while it is rejected, a
      new set of M is drawn from the unchanged generator (fresh noise, the same scene encoding) and
      selected from as before, at most ``max_rounds`` times; the least risky selected candidate seen is
-     executed when none was accepted.
+     executed when none was accepted. Deadline-aware: a round starts only if the time spent since the
+     cycle began (the start of ``plan_batch``) plus the estimated cost of one round fits within
+     ``round_budget_ms`` (:func:`next_round_fits`; the estimate is the costliest extra round of this
+     cycle so far, before the first one the cost of the first pass: generator, discriminator, selection
+     and critic). When the budget stops the rounds, the least risky selected candidate seen is executed
+     and ``info["safety_stopped_by_budget"]`` is True (``budget_stop_count`` counts such rows).
+     ``round_budget_ms=None`` (the dataclass default, not the file's) disables the check, so results
+     do not depend on the machine's speed (tests, batched closed-loop evaluation).
 
    ``info["corrections"]``: resampling rounds (rejection sampling) or 1 when the critic changed the
    selection (candidate selection); ``info["critic_p"]``: the executed candidate's predicted risk;
-   ``timings_ms["critic"]`` the critic's time, ``timings_ms["corrections"]`` that of the extra rounds.
+   ``info["critic_accepted"]``: whether it is below the threshold; ``timings_ms["critic"]`` the
+   critic's time, ``timings_ms["corrections"]`` that of the extra rounds (without their critic calls).
    A sampled selection (RL rollouts) skips the layer: its log-probability must describe the draw that
    was executed.
 6. ``traffic_rules``: the executed candidate re-timed to stop for a red signal (after the safety stage).
@@ -61,6 +69,7 @@ Timings (ms) are reported per stage.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -186,6 +195,8 @@ class SafetyLayerParams:
     threshold: float = 0.5  # probability: p >= threshold rejects a candidate
     max_rounds: int = 3  # resampling rounds of rejection sampling
     critic_checkpoint: str = "checkpoints/collision_critic"
+    # ms from the start of the planning cycle by which an extra round must end; None: no time budget
+    round_budget_ms: float | None = None
 
     def __post_init__(self):
         if self.mode not in SAFETY_MODES:
@@ -194,11 +205,33 @@ class SafetyLayerParams:
             raise ValueError(f"safety_layer.threshold: {self.threshold} is not a probability in [0, 1]")
         if int(self.max_rounds) < 1:
             raise ValueError(f"safety_layer.max_rounds: {self.max_rounds} must be >= 1")
+        b = self.round_budget_ms
+        if b is not None and (isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b)
+                              or b <= 0.0):
+            raise ValueError(f"safety_layer.round_budget_ms: {b!r} must be a finite number of ms > 0 "
+                             "(or None for no budget)")
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> SafetyLayerParams:
         c = require(params, "safety_layer")
-        return cls(str(c["mode"]), float(c["threshold"]), int(c["max_rounds"]), str(c["critic_checkpoint"]))
+        # params built for an older planner.yaml (no round_budget_ms) get the file's default
+        budget = c["round_budget_ms"] if "round_budget_ms" in c else (
+            default_params("planner")["safety_layer"]["round_budget_ms"])
+        try:
+            budget = float(budget)
+        except (TypeError, ValueError):
+            raise ValueError(f"safety_layer.round_budget_ms: {budget!r} is not a number of ms") from None
+        return cls(str(c["mode"]), float(c["threshold"]), int(c["max_rounds"]), str(c["critic_checkpoint"]),
+                   budget)
+
+
+def next_round_fits(spent_ms: float, round_costs_ms: Sequence[float], budget_ms: float | None) -> bool:
+    """Whether one more rejection-sampling round may start: ``spent_ms`` (the cycle so far) plus the
+    estimated cost of a round, the largest of ``round_costs_ms`` (the rounds measured in this cycle),
+    stays within ``budget_ms``. No budget (None) always fits."""
+    if budget_ms is None:
+        return True
+    return spent_ms + max(round_costs_ms, default=0.0) <= budget_ms
 
 
 class Rad2Policy:
@@ -293,6 +326,7 @@ class Rad2Policy:
         self._critic_model = critic
         self._critic = None
         self._critic_source = ""
+        self.budget_stop_count = 0  # rows whose rejection sampling the time budget stopped (stage 5)
         self.set_safety_layer(safety_layer or SafetyLayerParams.from_params(
             params if "safety_layer" in params else default_params("planner")))
 
@@ -437,7 +471,8 @@ class Rad2Policy:
         safety_info: list[dict[str, Any]] = [{} for _ in range(b)]
         if self.safety.mode != "off" and mode == "deterministic":
             candidates, scores, logits, selected, safety_info = self._safety_stage(
-                candidates, scores, logits, selected, inputs, scene, k, scored, seed, row_seeds, timings)
+                candidates, scores, logits, selected, inputs, scene, k, scored, seed, row_seeds, timings,
+                t_start)
         t0 = time.perf_counter()
         executed, rule_notes = self._traffic_rules(observation, candidates, selected, inputs)
         timings["traffic_rules"] = (time.perf_counter() - t0) * 1e3
@@ -485,9 +520,10 @@ class Rad2Policy:
         return np.asarray(probs, dtype=np.float64)
 
     def _safety_stage(self, candidates, scores, logits, selected, inputs, scene, k, scored, seed, row_seeds,
-                      timings):
+                      timings, t_start):
         """Stage 5 of the module doc: ``(candidates, scores, logits, selected, per-row info)`` after the
-        critic; rows whose candidate set was redrawn get that set's arrays."""
+        critic; rows whose candidate set was redrawn get that set's arrays. ``t_start``: the cycle's
+        start (``time.perf_counter()``), for the round budget."""
         b = candidates.shape[0]
         thr = float(self.safety.threshold)
         timings["critic"] = 0.0
@@ -503,7 +539,8 @@ class Rad2Policy:
                 pick = int(np.argmin(p[i])) if len(ok) == 0 else self._select_among(
                     i, ok, candidates, logits, inputs)
                 out.append({"safety_layer": self.safety.mode, "corrections": int(pick != selected[i]),
-                            "critic_p": float(p[i, pick]), "critic_accepted": bool(p[i, pick] < thr)})
+                            "critic_p": float(p[i, pick]), "critic_accepted": bool(p[i, pick] < thr),
+                            "safety_stopped_by_budget": False})
                 selected[i] = pick
             timings["select"] += (time.perf_counter() - t0) * 1e3
             return candidates, scores, logits, selected, out
@@ -511,10 +548,19 @@ class Rad2Policy:
         candidates, scores, logits = candidates.copy(), scores.copy(), logits.copy()
         p_sel = self._critic_probs(candidates[rows, selected][:, None], inputs, rows, timings)[:, 0]
         rounds = np.zeros(b, np.int64)
+        stopped = np.zeros(b, bool)
         m = candidates.shape[1]
+        # before any extra round: the first pass (generator, discriminator, selection, critic) is the estimate
+        first_pass_ms = sum(timings.get(key, 0.0) for key in ("denoise_total", "score", "select", "critic"))
+        round_ms: list[float] = []
         for r in range(1, int(self.safety.max_rounds) + 1):
             todo = [i for i in rows if p_sel[i] >= thr]
             if not todo:
+                break
+            spent_ms = (time.perf_counter() - t_start) * 1e3
+            if not next_round_fits(spent_ms, round_ms or [first_pass_ms], self.safety.round_budget_ms):
+                stopped[todo] = True
+                self.budget_stop_count += len(todo)
                 break
             t0 = time.perf_counter()
             if row_seeds is None:
@@ -535,6 +581,7 @@ class Rad2Policy:
             timings["corrections"] += (time.perf_counter() - t0) * 1e3
             proposals = new[np.arange(len(todo)), new_sel][:, None]  # B' 1 T 2
             p_new = self._critic_probs(proposals, inputs, todo, timings)[:, 0]
+            round_ms.append((time.perf_counter() - t0) * 1e3)
             for j, i in enumerate(todo):
                 rounds[i] = r
                 # every earlier proposal of this row was rejected, so a lower risk is the least risky
@@ -543,7 +590,8 @@ class Rad2Policy:
                     candidates[i], scores[i], logits[i] = new[j], new_scores[j], new_logits[j]
                     selected[i], p_sel[i] = int(new_sel[j]), float(p_new[j])
         out = [{"safety_layer": self.safety.mode, "corrections": int(rounds[i]), "critic_p": float(p_sel[i]),
-                "critic_accepted": bool(p_sel[i] < thr)} for i in rows]
+                "critic_accepted": bool(p_sel[i] < thr), "safety_stopped_by_budget": bool(stopped[i])}
+               for i in rows]
         return candidates, scores, logits, selected, out
 
     def _select_among(self, i: int, allowed: np.ndarray, candidates: np.ndarray, logits: np.ndarray,
