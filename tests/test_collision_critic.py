@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -381,3 +382,85 @@ def test_cli_help(tool, tmp_path):
     )
     assert res.returncode == 0 and "usage:" in res.stdout, res.stderr
     assert not any(tmp_path.iterdir())
+
+
+# ----------------------------------------------------------------------------------------------------
+# the planner node: the layer's timings and corrections in its diagnostics (in process, no spinning)
+
+
+@pytest.fixture
+def planner_node(monkeypatch):
+    from ros_process import import_ros_messages, require_ros_build, unique_domain_id
+
+    require_ros_build()
+    import_ros_messages()
+    import rclpy
+    from rad2_planner.nodes.planner_node import PlannerNode
+
+    monkeypatch.setenv("ROS_DOMAIN_ID", str(unique_domain_id()))
+    overrides = {
+        "planner.backend": "pytorch",  # no ONNX export: the test is about the node's reports
+        "planner.num_candidates": 8,
+        "planner.num_denoise_steps": 2,
+        "safety_layer.mode": "rejection_sampling",
+        "safety_layer.threshold": 0.0,  # every proposal rejected: each cycle runs its rounds
+        "safety_layer.max_rounds": 1,
+        "safety_layer.round_budget_ms": 10000.0,  # no budget cut: the round count is exact
+    }
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    args = ["--ros-args"] + [a for k, v in overrides.items() for a in ("-p", f"{k}:={v}")]
+    node = PlannerNode(context=ctx, cli_args=args, start_parameter_services=False)
+    try:
+        yield node
+    finally:
+        node.destroy_node()
+        rclpy.shutdown(context=ctx)
+
+
+def test_planner_node_reports_the_safety_layer_in_its_diagnostics(planner_node):
+    from rad2_planner import ros_conversions as rc
+    from rad2_planner.bev import snapshot_from_clip
+    from rad2_planner.observation import build_observation
+
+    node = planner_node
+    assert node.policy.safety.mode == "rejection_sampling"  # safety_layer.* are node parameters
+    assert node.policy.safety.round_budget_ms == 10000.0
+    diags, statuses = [], []
+    node.pub_diag.publish = lambda m: diags.append(rc.planning_diagnostics_from_msg(m))
+    node.diagnostics.publish = lambda level, message, values=None: statuses.append(dict(values or {}))
+    params = {**load_params("bev"), **load_params("vehicle")}
+    grid = rc.BevGrid.from_params(params["bev"])
+    clip = make_clip(num_steps=20)
+    obs = build_observation(snapshot_from_clip(clip, 10, params), params=params)
+
+    def cycle():
+        stamp = node._now_ns()
+        node.cycle(rc.bev_to_msg(obs.bev, grid, list(params["bev"]["channels"]), stamp),
+                   rc.scene_tokens_to_msg(rc.SceneTokenArrays.from_observation(obs, stamp)))
+        return diags[-1], statuses[-1]
+
+    diag, values = cycle()
+    for stage in ("encode", "score", "select", "critic", "corrections", "traffic_rules", "comfort_limits",
+                  "publish"):
+        assert stage in diag["stages"], (stage, list(diag["stages"]))
+    assert diag["stages"]["critic"] > 0.0 and diag["stages"]["corrections"] > 0.0
+    assert values["safety_layer"] == "rejection_sampling"
+    assert values["corrections"] == 1 and values["critic_accepted"] is False
+    assert 0.0 <= float(values["critic_p"]) <= 1.0
+    assert values["safety_stopped_by_budget"] is False
+    assert values["safety_corrected_cycle_count"] == 1 and values["safety_budget_stop_count"] == 0
+
+    # a budget no cycle meets: no round, the flag and the counter say so
+    node.policy.set_safety_layer(replace(node.policy.safety, round_budget_ms=1e-3))
+    diag, values = cycle()
+    assert values["corrections"] == 0 and values["safety_stopped_by_budget"] is True
+    assert diag["stages"]["corrections"] == 0.0 and diag["stages"]["critic"] > 0.0
+    assert values["safety_corrected_cycle_count"] == 1 and values["safety_budget_stop_count"] == 1
+
+    # off: neither the stages nor the key-values of the layer
+    node.policy.set_safety_layer(replace(node.policy.safety, mode="off"))
+    diag, values = cycle()
+    assert "critic" not in diag["stages"] and "corrections" not in diag["stages"]
+    assert "comfort_limits" in diag["stages"]
+    assert not {"safety_layer", "corrections", "critic_p", "critic_accepted"} & set(values)

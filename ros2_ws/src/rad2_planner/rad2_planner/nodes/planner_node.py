@@ -9,8 +9,16 @@ and pairs them by header stamp. Each pair is one planning cycle (``Rad2Policy.pl
     planning/path         nav_msgs/Path                  the same for RViz / Foxglove
     planning/markers      visualization_msgs/MarkerArray candidates coloured by score (red -> green)
     planning/diagnostics  rad2_msgs/PlanningDiagnostics  every cycle: stage timings (preprocess,
-                          encode, denoise_<k>, score, select, publish), end-to-end latency from the
-                          input stamp, deadline misses, rejected inputs, fallback state
+                          encode, denoise_<k>, score, select, critic, corrections, traffic_rules,
+                          comfort_limits, publish), end-to-end latency from the input stamp, deadline
+                          misses, rejected inputs, fallback state
+
+Safety layer (``safety_layer.*`` of planner.yaml, ``Rad2Policy`` stage 5): when ``safety_layer.mode`` is
+not ``off`` the stages carry the critic's time (``critic``) and that of the extra rejection-sampling
+rounds (``corrections``), and the cycle's status on ``/diagnostics`` the mode (``safety_layer``), the
+cycle's ``corrections``, the executed candidate's ``critic_p`` and ``critic_accepted``,
+``safety_stopped_by_budget`` (rounds cut by ``round_budget_ms``) and the counters
+``safety_corrected_cycle_count`` / ``safety_budget_stop_count``.
 
 Bad input (non-finite values, sizes other than the configured grid/token counts, implausible
 values — ``rad2_planner.validators.check_bev`` / ``check_tokens`` —, stale stamps or stamps further in
@@ -76,8 +84,12 @@ from rad2_planner.planner_guard import (
 from rad2_planner.supervision import Seen, describe_violations, explain_starvation
 
 PARAM_FILES = ["bev", "vehicle", "planner", "nodes", "validators"]
-PREFIXES = ("bev", "tokens", "vehicle", "planner", "model", "diffusion", "runtime", "planner_node",
-            "heartbeat", "validators")
+PREFIXES = ("bev", "tokens", "vehicle", "planner", "safety_layer", "model", "diffusion", "runtime",
+            "planner_node", "heartbeat", "validators")
+# Rad2Policy.timings_ms keys reported as stages besides encode and the denoising steps, in pipeline order
+POLICY_STAGES = ("encode", "score", "select", "critic", "corrections", "traffic_rules", "comfort_limits")
+# PlanResult.info keys of the safety layer reported on /diagnostics
+SAFETY_INFO = ("safety_layer", "corrections", "critic_p", "critic_accepted", "safety_stopped_by_budget")
 
 
 def _score_color(score: float) -> ColorRGBA:
@@ -148,6 +160,9 @@ class PlannerNode(Node):
         self._last_speed = 0.0  # ego speed of the last validated input (a starved fallback starts there)
         self._first_tick_ns: int | None = None
         self._last_markers_s = -float("inf")
+        self._safety: dict[str, object] = {}  # this cycle's safety-layer info (empty: off or no plan)
+        self._safety_corrected = 0  # cycles the safety layer corrected
+        self._safety_budget_stops = 0  # cycles whose rejection sampling the round budget stopped
         self.create_subscription(BevFeatures, "perception/bev_features", self._on_bev, sensor_qos())
         self.create_subscription(SceneTokens, "perception/scene_tokens", self._on_tokens, sensor_qos())
         self.create_timer(float(n["input_period_s"]), self._watchdog)
@@ -250,6 +265,7 @@ class PlannerNode(Node):
         reason = ""
         obs = None
         stamp_valid = False  # only a validated input's stamp may enter latency and deadline counters
+        self._safety = {}
         try:
             bev = rc.bev_from_msg(bev_msg, expected_channels=self.channels, expected_grid=self.grid)
             tok = rc.scene_tokens_from_msg(tokens_msg, self.sizes)
@@ -290,8 +306,9 @@ class PlannerNode(Node):
             return
         for key, ms in result.timings_ms.items():
             denoise_step = key.startswith("denoise_") and key != "denoise_total"
-            if key in ("encode", "score", "select") or denoise_step:
+            if key in POLICY_STAGES or denoise_step:
                 stages[key] = float(ms)
+        self._note_safety(result.info)
 
         t_pub = time.perf_counter()
         selected = int(result.selected)
@@ -310,6 +327,14 @@ class PlannerNode(Node):
         self._previous = (stamp_ns, traj.copy())
         stages["publish"] = (time.perf_counter() - t_pub) * 1e3
         self._report(stamp_ns, stages, t_start, "")
+
+    def _note_safety(self, info: dict) -> None:
+        """Keep the safety layer's part of this cycle's ``PlanResult.info`` for the report."""
+        if info.get("safety_layer", "off") == "off":
+            return
+        self._safety = {key: info[key] for key in SAFETY_INFO if key in info}
+        self._safety_corrected += int(info.get("corrections", 0) > 0)
+        self._safety_budget_stops += int(bool(info.get("safety_stopped_by_budget", False)))
 
     def _limits(self) -> AgeLimits:
         skew = future_tolerance_s(self.use_sim_time, self.cfg["max_stamp_skew_s"],
@@ -414,7 +439,8 @@ class PlannerNode(Node):
                 "cycle_count": rep.cycle_count, "fallback_active": rep.fallback_active,
                 "rejected_input_count": rep.rejected_input_count,
                 "deadline_miss_count": self.stats.deadline_miss_count,
-                "end_to_end_ms": f"{rep.end_to_end_ms:.1f}", "last_fault": self._last_fault[:300]})
+                "end_to_end_ms": f"{rep.end_to_end_ms:.1f}", "last_fault": self._last_fault[:300],
+                **self._safety_values()})
         if rep.deadline_missed and self.throttle("deadline"):
             self.get_logger().warning(f"deadline missed: {rep.end_to_end_ms:.1f} ms end-to-end "
                                       f"(> {self.stats.deadline_ms:.0f} ms), cycle {total_ms:.1f} ms")
@@ -425,6 +451,20 @@ class PlannerNode(Node):
                 f"{rep.cycle_count} cycles: end-to-end p50 {q['p50']:.1f} p90 {q['p90']:.1f} "
                 f"p99 {q['p99']:.1f} max {q['max']:.1f} ms; deadline misses "
                 f"{self.stats.deadline_miss_count}, rejected {self.stats.rejected_input_count}")
+
+
+    def _safety_values(self) -> dict[str, object]:
+        """The safety layer's key-values on /diagnostics (none while the layer is off)."""
+        if self.policy.safety.mode == "off":
+            return {}
+        values: dict[str, object] = {"safety_layer": self.policy.safety.mode}
+        for key in SAFETY_INFO[1:]:  # this cycle's (absent on a fallback cycle)
+            value = self._safety.get(key)
+            if value is not None:
+                values[key] = f"{value:.4f}" if key == "critic_p" else value
+        values["safety_corrected_cycle_count"] = self._safety_corrected
+        values["safety_budget_stop_count"] = self._safety_budget_stops
+        return values
 
 
 def main(args=None) -> int:
