@@ -141,27 +141,28 @@ def allowed_distance(signal_stop: np.ndarray, ego_speed: float, ego_length: floa
     """How far the ego's centre may still travel for the signal in ``signal_stop`` (see
     :func:`next_signal_stop`), or None when it proceeds: no red/yellow line ahead, a yellow that needs
     more than ``comfort_decel`` to stop for, a red that needs more than ``max_decel`` (too late: the
-    ego is in the dilemma zone), or a line the ego's front already crossed while moving. Inside the stop
-    margin but before the line, the ego stops at the line itself (a late stop is still a stop)."""
+    ego is in the dilemma zone; both judged against the line itself), or a line the ego's front already
+    crossed while moving. Inside the stop margin but before the line, the ego still stops before the
+    line (a late stop is still a stop)."""
     if not p.enabled:
         return None
     line, state = float(signal_stop[0]), int(round(float(signal_stop[1])))
     if line >= NO_STOP_M or state not in (SIGNAL_RED, SIGNAL_YELLOW):
         return None
     v = max(float(ego_speed), 0.0)
-    distance = line - 0.5 * float(ego_length) - p.stop_margin_m
-    if distance <= 0.0:
-        if v <= 0.5:
-            return 0.0  # standing at the line: stay
-        to_line = line - 0.5 * float(ego_length)
-        if to_line <= 0.0:
-            return None  # the front is over the line: clear the junction
-        # rolling inside the margin (a stop that came late): stop at the line itself if still possible
-        distance = to_line
-    need = v * v / (2.0 * distance)
-    if need > (p.comfort_decel if state == SIGNAL_YELLOW else p.max_decel):
+    to_line = line - 0.5 * float(ego_length)  # the ego's front to the line itself
+    target = to_line - p.stop_margin_m
+    if target <= 0.0 and v <= 0.5:
+        return 0.0  # standing at the line: stay
+    if to_line <= 0.0:
+        return None  # the front is over the line while moving: clear the junction
+    # whether a stop is still possible is judged against the line itself, not the margin: a slow
+    # ego a few centimetres from the margin can stop, however large v^2 / (2 * those centimetres) is
+    if v * v / (2.0 * to_line) > (p.comfort_decel if state == SIGNAL_YELLOW else p.max_decel):
         return None
-    return distance
+    # a stop that came late (inside the margin): stop after a comfortable braking distance, still
+    # before the line
+    return max(target, min(v * v / (2.0 * p.comfort_decel), to_line))
 
 
 def limit_progress(plan: np.ndarray, plan_dt: float, ego_speed: float, distance_m: float,
