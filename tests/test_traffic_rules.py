@@ -61,10 +61,10 @@ def test_decisions_red_yellow_dilemma_and_standing():
     assert allowed_distance(np.array([6.0, SIGNAL_RED]), 15.0, length, RULES) is None
     # a late stop rolling inside the margin still stops at the line itself; over the line it clears
     inside = np.array([length / 2 + 0.5 * margin, SIGNAL_RED])
-    assert allowed_distance(inside, 1.0, length, RULES) == pytest.approx(1.0 / (2 * RULES.comfort_decel))
+    assert allowed_distance(inside, 1.0, length, RULES) == pytest.approx(1.0 / (2 * RULES.max_decel))
     # ... and a crawl a few centimetres before the margin is not taken for the dilemma zone
     crawl = np.array([length / 2 + margin + 0.01, SIGNAL_RED])
-    assert allowed_distance(crawl, 0.46, length, RULES) == pytest.approx(0.46**2 / (2 * RULES.comfort_decel))
+    assert allowed_distance(crawl, 0.46, length, RULES) == pytest.approx(0.46**2 / (2 * RULES.max_decel))
     assert allowed_distance(np.array([length / 2 - 0.2, SIGNAL_RED]), 1.0, length, RULES) is None
     # standing at the line: stay; green / none / disabled: no constraint
     assert allowed_distance(np.array([length / 2 + 0.5, SIGNAL_RED]), 0.0, length, RULES) == 0.0

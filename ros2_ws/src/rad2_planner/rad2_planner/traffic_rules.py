@@ -156,13 +156,16 @@ def allowed_distance(signal_stop: np.ndarray, ego_speed: float, ego_length: floa
         return 0.0  # standing at the line: stay
     if to_line <= 0.0:
         return None  # the front is over the line while moving: clear the junction
-    # whether a stop is still possible is judged against the line itself, not the margin: a slow
-    # ego a few centimetres from the margin can stop, however large v^2 / (2 * those centimetres) is
-    if v * v / (2.0 * to_line) > (p.comfort_decel if state == SIGNAL_YELLOW else p.max_decel):
+    limit = p.comfort_decel if state == SIGNAL_YELLOW else p.max_decel
+    if target > 0.0 and v * v / (2.0 * target) <= limit:
+        return target  # the normal case: stop with the margin
+    # a stop that came late (inside the margin, or the margin no longer reachable within the limit):
+    # whether a stop is still possible is judged against the line itself, not the margin (a slow ego
+    # a few centimetres from the margin can stop, however large v^2 / (2 * those centimetres) is) ...
+    if v * v / (2.0 * to_line) > limit:
         return None
-    # a stop that came late (inside the margin): stop after a comfortable braking distance, still
-    # before the line
-    return max(target, min(v * v / (2.0 * p.comfort_decel), to_line))
+    # ... and it stops as early as the limit allows, before the line
+    return min(max(v * v / (2.0 * limit), target, 0.0), to_line)
 
 
 def limit_progress(plan: np.ndarray, plan_dt: float, ego_speed: float, distance_m: float,
