@@ -63,3 +63,13 @@ def test_params_come_from_the_planner_file_and_bad_values_are_named():
     assert p.max_accel > 0 and p.max_jerk > 0
     with pytest.raises(ValueError, match="comfort_limits.max_jerk: must be a positive number, got -1.0"):
         ComfortLimitParams(enabled=True, max_accel=2.0, max_jerk=-1.0, step_s=0.05)
+
+
+def test_impossible_ego_values_cannot_push_the_plan_further():
+    """An ego speed of 1e6 m/s or an acceleration of 1e7 m/s^2 (rejected upstream by the validators)
+    still never moves a point past the plan's own: the stage only ever slows a plan."""
+    plan = _plan_from_speeds(5.0, [1.0] * 8)
+    for speed, accel in ((1e6, 0.0), (5.0, 1e7), (0.0, -1e7), (1e6, 1e7)):
+        out = limit_acceleration(plan, DT, speed, accel, LIMITS)
+        assert np.all(np.isfinite(out))
+        assert np.all(_progress(out) <= _progress(plan) + 1e-9), (speed, accel)
