@@ -19,12 +19,11 @@ import sys
 from pathlib import Path
 
 from bev_warp_sim.benchmark import DEFAULT_DATASET, run_sim_benchmark
-from rad2_planner.rosenv import REPO_ROOT
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    default = DEFAULT_DATASET.relative_to(REPO_ROOT)
+    default = DEFAULT_DATASET
     ap.add_argument("--dataset", default=None, help=f"dataset directory (default: first clip of {default})")
     ap.add_argument("--batch", nargs="+", type=int, default=[1, 16, 64], help="batch sizes")
     ap.add_argument("--steps", type=int, default=60, help="environment steps per rollout")

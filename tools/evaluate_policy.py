@@ -51,7 +51,7 @@ def main(argv=None) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
 
-    from rad2_planner.config import load_params
+    from rad2_planner.config import ResourceNotFoundError, load_params
     from rad2_planner.networks.model import CheckpointError
     from rad2_rl.evaluation import evaluate_policies, write_evaluation
     from rich.console import Console
@@ -72,7 +72,7 @@ def main(argv=None) -> int:
                                   checkpoint=args.checkpoint, traffic_rules=not args.no_traffic_rules,
                                   max_clips=args.max_clips, batch_size=args.batch_size, h_reuse=args.h_reuse,
                                   seed=args.seed, progress=not args.no_progress)
-    except CheckpointError as exc:
+    except (CheckpointError, ResourceNotFoundError) as exc:
         ap.error(f"--checkpoint: {exc}")
     write_evaluation(evals, params, Path(args.out), console, args.gifs)
     return 0

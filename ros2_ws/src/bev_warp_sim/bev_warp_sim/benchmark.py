@@ -10,10 +10,10 @@ import os
 import time
 from pathlib import Path
 
-from rad2_planner.rosenv import REPO_ROOT
+from rad2_planner.config import resource_path
 
 #: Default input: one logged clip of a bundled dataset (a benchmark takes no test fixtures).
-DEFAULT_DATASET = REPO_ROOT / "data" / "eval_efficiency"
+DEFAULT_DATASET = "data/eval_efficiency"  # repository-relative (config.resource_path)
 
 
 def bench_warp(batch_sizes, repeats: int) -> list[tuple[str, int, float]]:
@@ -133,8 +133,9 @@ def bench_clips(dataset: str | Path | None) -> list:
 
     if dataset:
         return load_dataset(dataset)
-    entry = read_index(DEFAULT_DATASET)["clips"][0]
-    return [load_clip(DEFAULT_DATASET / entry["file"], maps_dir=DEFAULT_DATASET / "maps")]
+    default = resource_path(DEFAULT_DATASET)
+    entry = read_index(default)["clips"][0]
+    return [load_clip(default / entry["file"], maps_dir=default / "maps")]
 
 
 def env_table(console, clips, batch_sizes, steps: int, progress: bool) -> list[dict]:

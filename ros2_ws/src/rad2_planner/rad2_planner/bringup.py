@@ -43,6 +43,22 @@ def executable_path(package: str, executable: str, install: Path = INSTALL) -> P
     return install / package / "lib" / package / executable
 
 
+def find_executable(package: str, executable: str) -> Path:
+    """The checkout's ``ros2_ws/install/<pkg>/lib/<pkg>/<exe>``, else the one under the package's prefix
+    in the ament index (a sourced install elsewhere, e.g. copied away from the checkout); the
+    checkout's path when neither exists (what the error names)."""
+    exe = executable_path(package, executable)
+    if exe.exists():
+        return exe
+    try:
+        from ament_index_python.packages import get_package_prefix
+
+        installed = Path(get_package_prefix(package)) / "lib" / package / executable
+    except (ImportError, LookupError, ValueError):
+        return exe
+    return installed if installed.exists() else exe
+
+
 def param_arg(name: str, value: Any) -> str:
     """``name:=value`` with the value in YAML syntax (how ``-p`` parses it)."""
     if isinstance(value, bool):
@@ -71,7 +87,7 @@ def ros_args(spec: graphs.NodeSpec, overrides: dict[str, Any] | None = None) -> 
 
 
 def node_command(spec: graphs.NodeSpec, overrides: dict[str, Any] | None = None) -> list[str]:
-    exe = executable_path(spec.package, spec.executable)
+    exe = find_executable(spec.package, spec.executable)
     if not exe.exists():
         raise BringupError(f"{exe} does not exist: build the workspace first (bash tools/bootstrap.sh)")
     return [str(exe), *ros_args(spec, overrides)]

@@ -15,10 +15,14 @@ the same schemas (``nodes.common.declare_parameters``).
 module lives in (a checkout, or a ``--symlink-install`` build, whose modules are the checkout's), else
 ``share/rad2_planner/params`` of the installed package through the ament index (a build without
 ``--symlink-install`` run away from the checkout; ``setup.py`` installs params/*.yaml there).
+``resource_path`` resolves the other repository-relative paths the same way (the shipped checkpoints
+and the bundled evaluation data, which ``setup.py`` installs beside params/), and ``writable_dir``
+sends caches that would go into a read-only install to the user's cache directory.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 from dataclasses import dataclass
@@ -45,19 +49,24 @@ def _source_params_dir(start: Path) -> Path | None:
     return None
 
 
-def _installed_params_dir() -> Path | None:
-    """``share/rad2_planner/params`` of the installed package (ament index, i.e. $AMENT_PREFIX_PATH),
-    or None without ament_index_python, without the package in the index, or without the files."""
+def _installed_share() -> Path | None:
+    """``share/rad2_planner`` of the installed package (ament index, i.e. $AMENT_PREFIX_PATH), or None
+    without ament_index_python or without the package in the index."""
     try:
         from ament_index_python.packages import PackageNotFoundError, get_package_share_directory
     except ImportError:  # the core runs without ROS too (training, offline tools)
         return None
     try:
-        share = Path(get_package_share_directory(PACKAGE))
-    except (PackageNotFoundError, ValueError):
+        return Path(get_package_share_directory(PACKAGE))
+    except (PackageNotFoundError, ValueError, OSError):  # OSError: AMENT_PREFIX_PATH unset or empty
         return None
-    candidate = share / "params"
-    return candidate if (candidate / "bev.yaml").is_file() else None
+
+
+def _installed_params_dir() -> Path | None:
+    """``share/rad2_planner/params`` of the installed package, or None without the files."""
+    share = _installed_share()
+    candidate = share / "params" if share is not None else None
+    return candidate if candidate is not None and (candidate / "bev.yaml").is_file() else None
 
 
 def params_dir() -> Path:
@@ -76,6 +85,70 @@ def params_dir() -> Path:
             "set RAD2_PARAMS_DIR or source the colcon install"
         )
     return found
+
+
+class ResourceNotFoundError(ParameterError):
+    """A repository-relative resource (checkpoint, dataset) is neither in the checkout nor installed."""
+
+
+def resource_path(path: str | os.PathLike, required: bool = True) -> Path:
+    """A repository-relative path (what params/*.yaml and the tools' defaults name: ``checkpoints/rad2_il``,
+    ``data/eval_safety``) on disk; an absolute path is returned as it is.
+
+    Looked up in the source checkout this module lies in (a checkout, a ``--symlink-install`` build or
+    a build inside the checkout: edits apply without a rebuild), then in ``share/rad2_planner`` of the
+    installed package found through the ament index (``setup.py`` installs the shipped checkpoints and
+    the bundled evaluation data there, so an install copied away from the checkout runs the demo).
+    ``ResourceNotFoundError`` names the path and both places when neither has it; with ``required``
+    False the path is returned where it would be (the checkout's first): for outputs and caches.
+    ``$RAD2_PARAMS_DIR`` moves the parameter files only, not these.
+    """
+    p = Path(path)
+    if p.is_absolute():
+        return p
+    here = Path(__file__).resolve()
+    source = _source_params_dir(here)
+    if source is not None and (source.parent / p).exists():
+        return source.parent / p
+    share = _installed_share()
+    if share is not None and (share / p).exists():
+        return share / p
+    roots = [r for r in (source.parent if source is not None else None, share) if r is not None]
+    if not required and roots:
+        return roots[0] / p
+    in_source = f"{source.parent / p}" if source is not None else f"none: no params/ above {here}"
+    in_share = (f"{share / p}" if share is not None else "none: rad2_planner is not in the ament index "
+                f"(AMENT_PREFIX_PATH={os.environ.get('AMENT_PREFIX_PATH', '')!r})")
+    raise ResourceNotFoundError(
+        f"{p} not found: looked in the source checkout ({in_source}) and in the installed package "
+        f"share ({in_share}); run from the rad2 checkout or source a colcon install of it")
+
+
+def writable_dir(directory: str | os.PathLike, kind: str = "onnx") -> Path:
+    """``directory`` when this process may write into it (or create it), else a per-user cache directory
+    standing for it: ``$XDG_CACHE_HOME/rad2/<kind>/<16 hex digits of the SHA-256 of its absolute path>``
+    (``~/.cache`` without XDG_CACHE_HOME), created here.
+
+    Export caches are written beside the checkpoint they come from (``<checkpoint>/onnx``), and
+    TensorRT engines into ``runtime.tensorrt.engine_cache_dir``. A checkpoint installed into the
+    package share (a build without ``--symlink-install``, a system-wide install) may be read-only: its
+    exports then go to the user's cache. Writability is judged with ``os.access`` on the directory or
+    the nearest existing parent it would be created under (a read-only mount counts for root too).
+    """
+    d = Path(directory).absolute()
+    probe = d
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if probe.is_dir() and os.access(probe, os.W_OK | os.X_OK):
+        return Path(directory)
+    base = os.environ.get("XDG_CACHE_HOME") or ""
+    root = Path(base) if Path(base).is_absolute() else Path.home() / ".cache"
+    cache = root / "rad2" / kind / hashlib.sha256(str(d).encode()).hexdigest()[:16]
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PermissionError(f"{d} is not writable, nor is the cache directory {cache} ({exc})") from exc
+    return cache
 
 
 def _nest_dotted(flat: dict[str, Any]) -> dict[str, Any]:

@@ -67,10 +67,11 @@ def sample_observations(cfg, n: int, data: str | Path | None = None) -> list:
         ]
     from rad2_planner.bev import snapshot_from_clip
     from rad2_planner.clip import iter_dataset
+    from rad2_planner.config import resource_path
     from rad2_planner.observation import build_observation
 
     obs = []
-    for clip in iter_dataset(REPO_ROOT / data if not Path(data).is_absolute() else data):
+    for clip in iter_dataset(resource_path(data)):
         for t in range(0, clip.num_steps, 37):
             obs.append(build_observation(snapshot_from_clip(clip, t)))
             if len(obs) >= n:

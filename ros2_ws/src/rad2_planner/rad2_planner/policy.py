@@ -80,7 +80,7 @@ import numpy as np
 
 from .clip import SIGNAL_STATE_NAMES
 from .comfort_limits import ComfortLimitParams, limit_acceleration
-from .config import default_params, load_params, params_dir, require
+from .config import default_params, load_params, require, resource_path
 from .diffusion import SAMPLERS, NoiseSchedule, SamplerSpec, initial_noise
 from .observation import BOOL_FIELDS, FIELD_RANKS, ObservationError
 from .planning_interface import PlanResult
@@ -92,15 +92,16 @@ from .traffic_rules import TrafficRuleParams, allowed_distance, limit_progress
 FALLBACK_RULES = ("medoid", "first", "safe_medoid")
 SELECTION_MODES = ("deterministic", "sample")
 INITIAL_NOISE_MODES = ("per_cycle", "per_episode")
-SAFETY_MODES = ("off", "rejection_sampling", "candidate_selection")
+SAFETY_MODES = ("off", "rejection_sampling", "candidate_selection", "self_correction")
 # Discriminator inputs recorded per row for the RL update (the trajectories are the candidates).
 RECORDED_DISCRIMINATOR_INPUTS = DISCRIMINATOR_INPUTS[1:]
 
 
 def resolve_path(p: str | Path) -> Path:
-    """Relative paths in params are relative to the repository root (the parent of params/)."""
-    p = Path(p)
-    return p if p.is_absolute() else params_dir().parent / p
+    """Relative paths in params are relative to the repository root: the checkout's, else the installed
+    package share's (``config.resource_path``); where the checkout's would be when neither has it (for
+    outputs and caches; inputs use ``resource_path``, whose error names both places)."""
+    return resource_path(p, required=False)
 
 
 def observation_inputs(observation: Any, cfg=None) -> dict[str, np.ndarray]:
@@ -195,6 +196,8 @@ class SafetyLayerParams:
     threshold: float = 0.5  # probability: p >= threshold rejects a candidate
     max_rounds: int = 3  # resampling rounds of rejection sampling
     critic_checkpoint: str = "checkpoints/collision_critic"
+    # the self-correcting generator (mode self_correction; tools/train_self_correction.py)
+    correction_checkpoint: str = "checkpoints/self_correction"
     # ms from the start of the planning cycle by which an extra round must end; None: no time budget
     round_budget_ms: float | None = None
 
@@ -221,8 +224,10 @@ class SafetyLayerParams:
             budget = float(budget)
         except (TypeError, ValueError):
             raise ValueError(f"safety_layer.round_budget_ms: {budget!r} is not a number of ms") from None
+        correction = c["correction_checkpoint"] if "correction_checkpoint" in c else (
+            default_params("planner")["safety_layer"]["correction_checkpoint"])
         return cls(str(c["mode"]), float(c["threshold"]), int(c["max_rounds"]), str(c["critic_checkpoint"]),
-                   budget)
+                   str(correction), budget)
 
 
 def next_round_fits(spent_ms: float, round_costs_ms: Sequence[float], budget_ms: float | None) -> bool:
@@ -341,7 +346,7 @@ class Rad2Policy:
 
         model = self._critic_model
         if model is None:
-            model = CollisionCritic.load(resolve_path(safety.critic_checkpoint))
+            model = CollisionCritic.load(resource_path(safety.critic_checkpoint))
         if model.cfg.plan_points != self.cfg.plan_points or abs(model.cfg.plan_dt - self.plan_dt) > 1e-9:
             raise ValueError(
                 f"safety_layer.critic_checkpoint: the critic was built for {model.cfg.plan_points} points at "
@@ -362,9 +367,9 @@ class Rad2Policy:
 
         params = params if params is not None else load_params("planner")
         p = require(params, "planner")
-        ckpt = resolve_path(checkpoint_dir or p["checkpoint_dir"])
+        ckpt = resource_path(checkpoint_dir or p["checkpoint_dir"])
         disc = p.get("discriminator_checkpoint") or None
-        model = PlannerModel.load(ckpt, resolve_path(disc) if disc else None)
+        model = PlannerModel.load(ckpt, resource_path(disc) if disc else None)
         return cls(model, params=params, **kwargs)
 
     @property

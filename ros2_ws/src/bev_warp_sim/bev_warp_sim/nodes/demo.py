@@ -17,8 +17,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rad2_planner.rosenv import REPO_ROOT
-
 DEFAULT_SPLITS = ["data/eval_efficiency", "data/eval_safety"]
 
 
@@ -29,10 +27,11 @@ class DemoError(RuntimeError):
 def bundle_clips(splits: list[str], n: int, clip_ids: list[str] | None, out_dir: Path) -> list[str]:
     """Write a dataset of ``n`` clips taken round-robin from ``splits`` (or the named ones)."""
     from rad2_planner.clip import load_clip, read_index, save_dataset
+    from rad2_planner.config import resource_path
 
     per_split = []
     for split in splits:
-        path = REPO_ROOT / split if not Path(split).is_absolute() else Path(split)
+        path = resource_path(split)  # the checkout's data/, else the installed package's
         index = read_index(path)
         entries = [e for e in index["clips"] if not clip_ids or e["clip_id"] in clip_ids]
         per_split.append((path, entries))

@@ -32,7 +32,7 @@ import rclpy
 from nav_msgs.msg import Odometry
 from rad2_msgs.msg import BevFeatures, ControlCommand, SceneTokens
 from rad2_planner import ros_conversions as rc
-from rad2_planner.config import load_params
+from rad2_planner.config import load_params, resource_path
 from rad2_planner.control.bicycle import VehicleParams
 from rad2_planner.control.estimation import SteeringRamp
 from rad2_planner.nodes.common import (
@@ -122,7 +122,7 @@ class SimNode(Node):
     def _load_clips(self):
         from rad2_planner.clip import load_dataset
 
-        clips = load_dataset(self.cfg["dataset"])
+        clips = load_dataset(resource_path(self.cfg["dataset"]))  # sim.yaml names data/eval_safety
         wanted = [c.strip() for c in str(self.cfg["clip_ids"]).split(",") if c.strip()]
         if wanted:
             known = {c.clip_id for c in clips}

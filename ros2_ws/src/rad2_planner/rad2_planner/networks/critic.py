@@ -44,6 +44,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from ..config import writable_dir
 from .layers import MLP, Linear, TransformerLayer, mask_to_bias
 
 FORMAT_VERSION = 1
@@ -357,6 +358,8 @@ def ensure_critic_onnx(critic: CollisionCritic, out_dir: str | Path) -> Path:
             meta = {}
         if all(meta.get(k) == v for k, v in want.items()):
             return path
+    if (cache := writable_dir(out)) != out:  # an installed, read-only checkpoint: the user's cache
+        return ensure_critic_onnx(critic, cache)
     export_critic_onnx(critic, path)
     tmp = out / f".critic_manifest.{os.getpid()}.tmp"
     tmp.write_text(

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rad2_planner.bringup import Bringup
-from rad2_planner.rosenv import REPO_ROOT
+from rad2_planner.config import resource_path
 
 HOG = "while True:\n    pass\n"
 # what a clip start looks like to the controller: the ego placed elsewhere (the odometry jump waits for
@@ -143,7 +143,7 @@ def run_soak(dataset: str, minutes: float, hogs: int, kills: int = 0, domain_id:
 
     out_dir = Path(log_dir).resolve()
     domain = int(os.environ.get("ROS_DOMAIN_ID", "0")) if domain_id is None else domain_id
-    dataset_path = str((REPO_ROOT / dataset) if not Path(dataset).is_absolute() else Path(dataset))
+    dataset_path = str(resource_path(dataset))
     common = {"graph": "simulation", "args": {"dataset": dataset_path, "max_clips": "0"},
               "domain_id": domain, "log_dir": out_dir}
     stack = Bringup(**common, only=["planner", "controller", "supervisor"])

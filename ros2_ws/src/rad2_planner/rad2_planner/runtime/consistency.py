@@ -10,8 +10,6 @@ from pathlib import Path
 
 import numpy as np
 
-from rad2_planner.rosenv import REPO_ROOT
-
 
 def ort_vs_torch(model, paths: dict[str, Path], runtime: dict) -> dict[str, float]:
     """Max abs error of every ONNX Runtime graph output against PyTorch on example inputs (B = 2, M = 16)."""
@@ -43,6 +41,7 @@ def record_graph_inputs(params: dict, ckpt: Path, onnx_dir: Path, path: Path, da
     every graph call's inputs to ``path`` (the input of tools/trt_consistency.py)."""
     from rad2_planner.bev import snapshot_from_clip
     from rad2_planner.clip import iter_dataset
+    from rad2_planner.config import resource_path
     from rad2_planner.observation import build_observation
     from rad2_planner.policy import Rad2Policy
 
@@ -51,7 +50,7 @@ def record_graph_inputs(params: dict, ckpt: Path, onnx_dir: Path, path: Path, da
     )
     rec = _recording_backend(policy.backend)
     n = 0
-    for clip in iter_dataset(REPO_ROOT / data):
+    for clip in iter_dataset(resource_path(data)):
         policy.plan(build_observation(snapshot_from_clip(clip, min(50, clip.num_steps - 1))))
         n += 1
         if n >= cycles:

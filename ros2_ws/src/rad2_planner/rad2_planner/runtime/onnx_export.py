@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..config import writable_dir
 from ..diffusion import SamplerSpec
 from .base import (
     DENOISER_INPUTS,
@@ -214,7 +215,8 @@ def export_onnx(model, out_dir: str | Path, sampler_spec: SamplerSpec | None = N
 def ensure_onnx(model, out_dir: str | Path, sampler_spec: SamplerSpec | None = None) -> dict[str, Path]:
     """Export unless ``out_dir`` already holds graphs of the current format from exactly these weights
     (and, with a ``sampler_spec``, a generator graph of that sampler: only it is re-exported when the
-    sampler changed)."""
+    sampler changed). A current export in a read-only ``out_dir`` is used as it is; anything to write
+    goes to ``config.writable_dir(out_dir)`` then (the user's cache)."""
     out = Path(out_dir)
     man = out / "manifest.json"
     want = model.weights_hash()
@@ -228,6 +230,8 @@ def ensure_onnx(model, out_dir: str | Path, sampler_spec: SamplerSpec | None = N
             gen = out / generator_file(sampler_spec)
             generators = meta.get("generators", {})
             if gen.name not in generators or not gen.is_file():
+                if (cache := writable_dir(out)) != out:  # read-only: see the end of this function
+                    return ensure_onnx(model, cache, sampler_spec)
                 log.info("ONNX cache %s: exporting the generator graph for %s", out, sampler_spec)
                 export_generator(model, out, sampler_spec)
                 # re-read: another process may have added its own generator meanwhile
@@ -241,4 +245,10 @@ def ensure_onnx(model, out_dir: str | Path, sampler_spec: SamplerSpec | None = N
             meta.get("export_format", 1),
             EXPORT_FORMAT,
         )
+    # The cache lives beside the checkpoint (<checkpoint>/onnx). A checkpoint installed into the package
+    # share (share/rad2_planner/checkpoints: a colcon build without --symlink-install, a system install)
+    # may be read-only: its export then goes to the user's cache, keyed by this directory.
+    if (cache := writable_dir(out)) != out:
+        log.info("ONNX cache %s is not writable; exporting into %s", out, cache)
+        return ensure_onnx(model, cache, sampler_spec)
     return export_onnx(model, out, sampler_spec)

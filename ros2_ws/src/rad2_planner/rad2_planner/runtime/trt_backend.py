@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ..config import writable_dir
 from .base import (
     DENOISER_INPUTS,
     DISCRIMINATOR_INPUTS,
@@ -142,7 +143,8 @@ class TensorRTBackend(Backend):
         if not ms or ms[0] < 1:
             raise ValueError(f"runtime.tensorrt.profile_candidates must be positive integers, got {ms}")
         self.m_ranges = [((ms[i - 1] + 1) if i else 1, m) for i, m in enumerate(ms)]
-        self.cache_dir = Path(p["engine_cache_dir"])
+        # the user's cache when engine_cache_dir is read-only (an installed package share)
+        self.cache_dir = writable_dir(Path(p["engine_cache_dir"]), "tensorrt")
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self.plan_points = plan_points
         self.engines = {

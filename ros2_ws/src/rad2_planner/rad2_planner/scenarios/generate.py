@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..clip import Clip, save_dataset
-from ..config import load_params, params_dir
+from ..config import load_params, resource_path
 from . import convert, events, networks
 from .runner import ScenarioRejected, run_scenario
 
@@ -51,8 +51,7 @@ def load_config() -> tuple[dict, dict, dict]:
 def resolve_cache_dir(cfg: dict, cache_dir: str | os.PathLike | None = None) -> Path:
     if cache_dir is not None:
         return Path(cache_dir)
-    p = Path(cfg["network_cache_dir"])
-    return p if p.is_absolute() else params_dir().parent / p
+    return resource_path(cfg["network_cache_dir"], required=False)
 
 
 def _network(spec: networks.NetworkSpec, cache_dir: Path):
