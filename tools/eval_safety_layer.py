@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""One command for the safety-layer table: RAD-2 without the layer, with rejection sampling and with
-candidate selection (params/planner.yaml ``safety_layer``), closed loop on the evaluation splits.
+"""One command for the safety-layer table: RAD-2 without the layer, with rejection sampling, with
+candidate selection and with self-correction (params/planner.yaml ``safety_layer``), closed loop on the
+evaluation splits.
 
 For every mode, split and evaluation seed the planner drives the clips (bev_warp_sim.rollout, the
 deterministic deployment selection, evaluation.h_reuse of params/sim.yaml; --max-clips N takes N clips
@@ -10,10 +11,11 @@ and Safety@1 from the safety split and EP-Mean from the efficiency split (the pa
 full per-split metrics are in the JSON), mean ± standard deviation over the seeds, plus the safety
 layer's corrections per planning cycle (resampling rounds, or changed selections) and the planning
 latency of single-observation cycles (B = 1, M candidates) on this CPU with the planner's backend
-(ONNX Runtime by default), measured on observations the planner met in the closed-loop runs.
+(ONNX Runtime by default), measured on observations the planner met in the closed-loop runs, without a
+round budget and with safety_layer.round_budget_ms (the closed-loop runs use no budget, so their
+metrics do not depend on the machine's speed).
 
-Self-correction (the generator conditioned on the rejected trajectories) needs a retrained generator
-and is not part of this table.
+Self-correction uses safety_layer.correction_checkpoint (tools/train_self_correction.py).
 
 Writes --out/results.json, --out/table.md and --out/safety_layer.png. The work is done by
 bev_warp_sim.safety_layer_eval.evaluate_safety_layer.
@@ -59,6 +61,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--critic", default=None, help="critic checkpoint (default: safety_layer.critic_checkpoint)"
     )
+    ap.add_argument("--correction", default=None,
+                    help="self-correcting generator (default: safety_layer.correction_checkpoint)")
     ap.add_argument("--num-candidates", type=int, default=None, help="M (default: planner.num_candidates)")
     ap.add_argument(
         "--backend",
@@ -98,7 +102,7 @@ def main(argv=None) -> int:
 
     try:
         layers = safety_layers(args.modes, load_params("planner"), args.threshold, args.max_rounds,
-                               args.critic)
+                               args.critic, args.correction)
     except ValueError as exc:
         ap.error(str(exc))
     command = " ".join([Path(sys.argv[0]).name] + (sys.argv[1:] if argv is None else list(argv)))

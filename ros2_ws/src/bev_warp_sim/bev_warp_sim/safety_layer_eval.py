@@ -1,6 +1,10 @@
 """The safety-layer evaluation (tools/eval_safety_layer.py): RAD-2 without the layer, with rejection
-sampling and with candidate selection (params/planner.yaml ``safety_layer``), closed loop on the
-evaluation splits, plus the planning latency of single-observation cycles.
+sampling, with candidate selection and with self-correction (params/planner.yaml ``safety_layer``),
+closed loop on the evaluation splits, plus the planning latency of single-observation cycles.
+
+The closed-loop runs use no round budget (``round_budget_ms`` None), so their metrics do not depend on
+the machine's speed; the latency is measured twice, without a budget and with the file's
+``safety_layer.round_budget_ms`` (the deployed setting).
 
 :func:`evaluate_safety_layer` drives every mode x split x seed (bev_warp_sim.rollout, deterministic
 selection), records the layer's corrections per cycle, times the modes on observations met in the
@@ -19,11 +23,12 @@ import numpy as np
 
 from bev_warp_sim.rollout import BatchedPolicy
 
-MODES = ("off", "rejection_sampling", "candidate_selection")
+MODES = ("off", "rejection_sampling", "candidate_selection", "self_correction")
 LABELS = {
     "off": "RAD-2 (no safety layer)",
     "rejection_sampling": "+ rejection sampling",
     "candidate_selection": "+ candidate selection",
+    "self_correction": "+ self-correction",
 }
 
 
@@ -104,7 +109,7 @@ def plot(rows: list[dict], path: Path) -> None:
         (
             ("CR", "collision rate (safety split) ↓"),
             ("EP-Mean", "EP-Mean (efficiency split) ↑"),
-            ("p99_ms", "p99 planning latency, ms ↓"),
+            ("p99_budget_ms", "p99 planning latency (round budget), ms ↓"),
         ),
     ):
         means = [r[key][0] for r in rows]
@@ -113,7 +118,7 @@ def plot(rows: list[dict], path: Path) -> None:
             range(len(rows)),
             means,
             yerr=stds,
-            color=["0.6", "tab:orange", "tab:blue"][: len(rows)],
+            color=["0.6", "tab:orange", "tab:blue", "tab:green"][: len(rows)],
             capsize=3,
         )
         a.set_xticks(range(len(rows)), names, fontsize=7, rotation=12)
@@ -125,7 +130,7 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def safety_layers(modes, planner_params: dict, threshold: float | None = None, max_rounds: int | None = None,
-                  critic: str | None = None) -> dict[str, Any]:
+                  critic: str | None = None, correction: str | None = None) -> dict[str, Any]:
     """mode -> SafetyLayerParams, unset values from params/planner.yaml (ValueError on a bad value)."""
     from rad2_planner.policy import SafetyLayerParams
 
@@ -136,6 +141,7 @@ def safety_layers(modes, planner_params: dict, threshold: float | None = None, m
             float(sl["threshold"] if threshold is None else threshold),
             int(sl["max_rounds"] if max_rounds is None else max_rounds),
             str(critic or sl["critic_checkpoint"]),
+            str(correction or sl["correction_checkpoint"]),
         )
         for m in modes
     }
@@ -193,6 +199,7 @@ def summary_rows(runs: list[dict], modes, n_seeds: int, latencies: dict[str, dic
             "EP-Mean": summarise(eff, "EP-Mean") if eff else nan2,
             "corrections": summarise([r for r in runs if r["mode"] == mode], "corrections_per_cycle"),
             "p99_ms": (latencies[mode]["p99_ms"], 0.0) if mode in latencies else nan2,
+            "p99_budget_ms": (latencies[mode]["budget"]["p99_ms"], 0.0) if mode in latencies else nan2,
         })
     return rows
 
@@ -201,19 +208,17 @@ def table_lines(rows: list[dict], runs: list[dict], modes, splits, n: int) -> li
     """The paper-layout table and the per-split table, as markdown lines."""
     head = (
         "| Method | CR ↓ (safety) | AF-CR ↓ (safety) | Safety@1 ↑ (safety) | EP-Mean ↑ (efficiency) | "
-        "corrections / cycle | p99 latency ms (B=1) |"
+        "corrections / cycle | p99 ms (B=1, no budget) | p99 ms (B=1, round budget) |"
     )
-    lines = [head, "|" + " --- |" * 7]
+    lines = [head, "|" + " --- |" * 8]
     for row in rows:
-        lat = "-" if np.isnan(row["p99_ms"][0]) else f"{row['p99_ms'][0]:.1f}"
+        lat = " | ".join("-" if np.isnan(row[k][0]) else f"{row[k][0]:.1f}"
+                         for k in ("p99_ms", "p99_budget_ms"))
         lines.append(
             f"| {LABELS[row['mode']]} | "
             + " | ".join(fmt(*row[k], n) for k in ("CR", "AF-CR", "Safety@1", "EP-Mean", "corrections"))
             + f" | {lat} |"
         )
-    lines.append(
-        "| + self-correction | not run: needs the generator retrained with correction traces | | | | | |"
-    )
     lines += [
         "",
         "Per split (every metric on both splits):",
@@ -231,18 +236,30 @@ def table_lines(rows: list[dict], runs: list[dict], modes, splits, n: int) -> li
     return lines
 
 
-def measure_latencies(policy, layers: dict[str, Any], modes, observations: list) -> dict[str, dict]:
-    """Per mode, the single-observation planning latency on ``observations`` (printed as it goes)."""
+def measure_latencies(policy, layers: dict[str, Any], modes, observations: list,
+                      round_budget_ms: float | None) -> dict[str, dict]:
+    """Per mode, the single-observation planning latency on ``observations`` without a round budget,
+    and under ``round_budget_ms`` in ``["budget"]`` (printed as it goes)."""
+    from dataclasses import replace
+
     latencies = {}
     for mode in modes:
-        policy.set_safety_layer(layers[mode])
-        lat = latencies[mode] = planning_latency(policy, observations)
-        print(
-            f"latency {mode}: p50 {lat['p50_ms']:.1f} ms, p99 {lat['p99_ms']:.1f} ms over "
-            f"{lat['cycles']} cycles (critic {lat['critic_mean_ms']:.2f} ms, extra rounds "
-            f"{lat['corrections_mean_ms']:.2f} ms mean)",
-            flush=True,
-        )
+        for budget in (None, round_budget_ms):
+            policy.set_safety_layer(replace(layers[mode], round_budget_ms=budget))
+            policy.budget_stop_count = 0
+            lat = planning_latency(policy, observations)
+            lat["budget_stops"] = policy.budget_stop_count
+            if budget is None:
+                latencies[mode] = lat
+            else:
+                latencies[mode]["budget"] = {**lat, "round_budget_ms": budget}
+            print(
+                f"latency {mode} (round budget {budget} ms): p50 {lat['p50_ms']:.1f} ms, p99 "
+                f"{lat['p99_ms']:.1f} ms over {lat['cycles']} cycles (critic "
+                f"{lat['critic_mean_ms']:.2f} ms, extra rounds {lat['corrections_mean_ms']:.2f} ms mean, "
+                f"{lat['budget_stops']} stopped by the budget)",
+                flush=True,
+            )
     return latencies
 
 
@@ -311,7 +328,8 @@ def evaluate_safety_layer(
                                   h_reuse=h_reuse, sim_params=sim_params, latency_cycles=latency_cycles,
                                   progress=progress)
     obs = latency_obs[:latency_cycles]
-    latencies = measure_latencies(policy, layers, layers, obs) if latency_cycles and obs else {}
+    budget = float(load_params("planner")["safety_layer"]["round_budget_ms"])
+    latencies = measure_latencies(policy, layers, layers, obs, budget) if latency_cycles and obs else {}
     rows = summary_rows(runs, layers, len(seeds), latencies)
     hw = hardware_record()
     last = layers[list(layers)[-1]]

@@ -331,6 +331,10 @@ class Rad2Policy:
         self._critic_model = critic
         self._critic = None
         self._critic_source = ""
+        self._corrector = None
+        self._corrector_source = ""
+        self._corrector_trace_len = 0
+        self.device = device or p["device"]
         self.budget_stop_count = 0  # rows whose rejection sampling the time budget stopped (stage 5)
         self.set_safety_layer(safety_layer or SafetyLayerParams.from_params(
             params if "safety_layer" in params else default_params("planner")))
@@ -339,6 +343,8 @@ class Rad2Policy:
         """Switch the safety layer (loads the critic on first use: a missing checkpoint fails here, not
         in a planning cycle)."""
         self.safety = safety
+        if safety.mode == "self_correction":
+            self._load_corrector(safety.correction_checkpoint)
         source = "given" if self._critic_model is not None else str(resolve_path(safety.critic_checkpoint))
         if safety.mode == "off" or (self._critic is not None and self._critic_source == source):
             return
@@ -357,6 +363,32 @@ class Rad2Policy:
         self._critic = CriticRunner(model, self.backend_name, require(self.params, "runtime"),
                                     onnx_dir=onnx_dir)
         self._critic_source = source
+
+    def _load_corrector(self, checkpoint: str) -> None:
+        """The self-correcting generator's backend (stage 5, ``self_correction``), once per checkpoint."""
+        from .networks import PlannerModel
+        from .training.correction import same_scene_encoder
+
+        path = resource_path(checkpoint)
+        if self._corrector is not None and self._corrector_source == str(path):
+            return
+        if self.backend_name == "tensorrt":
+            raise ValueError("safety_layer.mode self_correction: the correction encoder has no TensorRT "
+                             "engine yet; use planner.backend onnxruntime or pytorch")
+        model = PlannerModel.load(path)
+        if model.correction is None:
+            raise ValueError(f"safety_layer.correction_checkpoint: {path} is a plain generator (no "
+                             "correction encoder); train one with tools/train_self_correction.py")
+        if not same_scene_encoder(model, self.model):
+            # one encoding per cycle feeds both denoisers, so the two must read scenes identically
+            raise ValueError(f"safety_layer.correction_checkpoint: {path} was not fine-tuned from this "
+                             "planner's checkpoint (its scene encoder or normalisation differs)")
+        runtime = dict(require(self.params, "runtime"))
+        runtime["onnx_dir"] = str(model.export_dir)
+        self._corrector = make_backend(self.backend_name, model, runtime, device=str(self.device),
+                                       sampler_spec=self.sampler_spec)
+        self._corrector_trace_len = int(model.cfg.correction_trace_len)
+        self._corrector_source = str(path)
 
     @classmethod
     def from_params(
@@ -507,11 +539,13 @@ class Rad2Policy:
         ]
 
     def _denoise(
-        self, x_init: np.ndarray, scene: Any, inputs: dict[str, np.ndarray], k: int, timings: dict
+        self, x_init: np.ndarray, scene: Any, inputs: dict[str, np.ndarray], k: int, timings: dict,
+        backend=None,
     ) -> np.ndarray:
-        """K sampler steps from ``x_init [B, M, T, 2]`` -> candidates in ego-frame metres (float32)."""
+        """K sampler steps from ``x_init [B, M, T, 2]`` -> candidates in ego-frame metres (float32);
+        ``backend``: another generator's (the self-correcting one) instead of the planner's."""
         spec = self.sampler_spec if k == self.num_steps else self.sampler_spec._replace(num_steps=k)
-        z = self.backend.generate(x_init, scene, self.schedule, spec, timings)
+        z = (backend or self.backend).generate(x_init, scene, self.schedule, spec, timings)
         speed = inputs["ego_state"][:, 0][:, None]  # B 1
         return np.asarray(self.normalizer.denormalize(z, speed), dtype=np.float32)  # B M T 2
 
@@ -549,9 +583,14 @@ class Rad2Policy:
                 selected[i] = pick
             timings["select"] += (time.perf_counter() - t0) * 1e3
             return candidates, scores, logits, selected, out
-        # rejection sampling: the critic judges the selected proposal; a rejected row draws a new set
+        # rejection sampling: the critic judges the selected proposal; a rejected row draws a new set.
+        # self_correction: the same loop, but the new set comes from the self-correcting generator
+        # conditioned on the row's correction trace (every proposal rejected so far, the newest last).
+        correcting = self.safety.mode == "self_correction"
         candidates, scores, logits = candidates.copy(), scores.copy(), logits.copy()
         p_sel = self._critic_probs(candidates[rows, selected][:, None], inputs, rows, timings)[:, 0]
+        traces: list[list[np.ndarray]] = [[candidates[i, selected[i]]] if p_sel[i] >= thr else []
+                                          for i in rows]
         rounds = np.zeros(b, np.int64)
         stopped = np.zeros(b, bool)
         m = candidates.shape[1]
@@ -576,7 +615,12 @@ class Rad2Policy:
                     (1, m, self.cfg.plan_points, 2)).astype(np.float32) for i in todo])
             sub_inputs = {key: v[todo] for key, v in inputs.items()}
             sub_scene = {key: v[todo] for key, v in scene.items()}
-            new = self._denoise(x_init, sub_scene, sub_inputs, k, {})
+            if correcting:
+                trace, trace_mask = self._correction_trace([traces[i] for i in todo], sub_inputs)
+                gen_scene = self._corrector.extend_scene(sub_scene, trace, trace_mask)
+                new = self._denoise(x_init, gen_scene, sub_inputs, k, {}, self._corrector)
+            else:
+                new = self._denoise(x_init, sub_scene, sub_inputs, k, {})
             if scored:
                 new_logits, new_scores = (np.asarray(a, dtype=np.float32)
                                           for a in self.backend.score_logits(new, sub_inputs, sub_scene))
@@ -589,6 +633,8 @@ class Rad2Policy:
             round_ms.append((time.perf_counter() - t0) * 1e3)
             for j, i in enumerate(todo):
                 rounds[i] = r
+                if p_new[j] >= thr:
+                    traces[i].append(proposals[j, 0])
                 # every earlier proposal of this row was rejected, so a lower risk is the least risky
                 # seen, and an accepted proposal is always one
                 if p_new[j] < p_sel[i]:
@@ -598,6 +644,21 @@ class Rad2Policy:
                 "critic_accepted": bool(p_sel[i] < thr), "safety_stopped_by_budget": bool(stopped[i])}
                for i in rows]
         return candidates, scores, logits, selected, out
+
+    def _correction_trace(self, traces: list[list[np.ndarray]], inputs: dict[str, np.ndarray]
+                          ) -> tuple[np.ndarray, np.ndarray]:
+        """Rows' rejected proposals (metres) as the correction encoder's input: the newest L of each,
+        normalised like the generator's output, padded, with the mask of the filled slots."""
+        n = self._corrector_trace_len
+        trace = np.zeros((len(traces), n, self.cfg.plan_points, 2), np.float32)
+        mask = np.zeros((len(traces), n), bool)
+        for j, rejected in enumerate(traces):
+            kept = rejected[-n:]
+            if kept:
+                speed = inputs["ego_state"][j, 0]
+                trace[j, :len(kept)] = self.normalizer.normalize(np.stack(kept).astype(np.float32), speed)
+                mask[j, :len(kept)] = True
+        return trace, mask
 
     def _select_among(self, i: int, allowed: np.ndarray, candidates: np.ndarray, logits: np.ndarray,
                       inputs: dict[str, np.ndarray]) -> int:

@@ -37,6 +37,10 @@ class ModelConfig:
     # Per-channel multiplier of the BEV raster (set from the training data's statistics).
     bev_channel_scale: list[float] = field(default_factory=list)
 
+    # Rejected proposals the self-correcting generator attends to (networks/correction.py); 0: a plain
+    # generator without a correction encoder (every checkpoint written before it existed).
+    correction_trace_len: int = 0
+
     map_point_dim: int = 6
     agent_dim: int = 10
     route_dim: int = 4
@@ -53,6 +57,8 @@ class ModelConfig:
         stride = 2 ** (len(self.bev_stages) + 1)
         if self.bev_hw[0] % stride or self.bev_hw[1] % stride:
             raise ParameterError(f"bev_hw={self.bev_hw} must be divisible by the CNN stride {stride}")
+        if not 0 <= int(self.correction_trace_len) <= 16:
+            raise ParameterError(f"correction_trace_len: {self.correction_trace_len} must be in [0, 16]")
         for key, dim in (("map_point", 6), ("agent", 10), ("route", 4), ("ego_state", 4)):
             if len(self.input_scale.get(key, [])) != dim:
                 raise ParameterError(f"model.input_scale.{key} must have {dim} entries")

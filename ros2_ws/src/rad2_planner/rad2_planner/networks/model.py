@@ -3,7 +3,8 @@
 A checkpoint is a directory:
 - ``config.json``: ``{"format_version", "model": ModelConfig, "normalizer": TrajectoryNormalizer,
   "discriminator_trained": bool, "training": {...command, seed, steps, metrics...}}``
-- ``generator.safetensors``: ``encoder.*`` and ``denoiser.*`` weights
+- ``generator.safetensors``: ``encoder.*`` and ``denoiser.*`` weights (and ``correction.*``, the
+  correction-trace encoder, when ``model.correction_trace_len`` > 0: a self-correcting generator)
 - ``discriminator.safetensors``: ``discriminator.*`` weights (optional; written when its encoders were
   initialised from the generator or after RL training; ``discriminator_trained`` says whether its
   scores mean anything).
@@ -22,6 +23,7 @@ from torch import nn
 
 from ..runtime.base import DISCRIMINATOR_INPUTS
 from .config import ModelConfig
+from .correction import CorrectionEncoder
 from .discriminator import Discriminator
 from .encoders import SceneEncoder
 from .generator import DiTDenoiser
@@ -41,15 +43,21 @@ class PlannerModel(nn.Module):
         self.encoder = SceneEncoder(cfg)
         self.denoiser = DiTDenoiser(cfg)
         self.discriminator = Discriminator(cfg)
+        self.correction = CorrectionEncoder(cfg) if cfg.correction_trace_len > 0 else None
         self.normalizer = normalizer or TrajectoryNormalizer.identity(cfg.plan_points, cfg.plan_dt, 5.0)
         self.discriminator_trained = False
         self.training_info: dict[str, Any] = {}
         # where exported graphs of these weights are cached (set by load; None for in-memory models)
         self.export_dir: Path | None = None
 
+    def generator_parts(self) -> tuple[tuple[str, nn.Module], ...]:
+        """(prefix, module) of what ``generator.safetensors`` holds."""
+        parts = (("encoder", self.encoder), ("denoiser", self.denoiser))
+        return parts if self.correction is None else (*parts, ("correction", self.correction))
+
     def generator_state(self) -> dict[str, torch.Tensor]:
         sd = {}
-        for prefix, mod in (("encoder", self.encoder), ("denoiser", self.denoiser)):
+        for prefix, mod in self.generator_parts():
             sd.update({f"{prefix}.{k}": v.detach().contiguous().cpu() for k, v in mod.state_dict().items()})
         return sd
 
@@ -98,7 +106,7 @@ class PlannerModel(nn.Module):
         if not gen_path.is_file():
             raise CheckpointError(f"checkpoint {d}: no generator.safetensors")
         sd = _read_weights(gen_path)
-        for prefix, mod in (("encoder", model.encoder), ("denoiser", model.denoiser)):
+        for prefix, mod in model.generator_parts():
             part = {k[len(prefix) + 1 :]: v for k, v in sd.items() if k.startswith(prefix + ".")}
             _load_into(mod, part, gen_path)
         disc_dir = Path(discriminator_dir) if discriminator_dir else d

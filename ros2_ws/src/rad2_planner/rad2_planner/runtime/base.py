@@ -18,6 +18,10 @@ Tensor names (also the ONNX input/output names):
 - discriminator: ``trajectories [B,M,T,2] (metres), map_polylines, map_mask, agents, agents_mask,
   ego_state, bev_tokens`` -> ``logits [B,M], scores [B,M]`` (scores = sigmoid(logits), both from
   the same evaluation so that no caller has to invert a saturated float32 sigmoid)
+- correction encoder (self-correcting generators only, ``model.correction_trace_len`` L > 0):
+  ``scene_tokens, scene_bias, correction_trace [B,L,T,2] (normalised), correction_mask [B,L] bool``
+  -> ``corrected_tokens [B,S+L,D], corrected_bias [B,S+L]``; the denoiser and generator graphs of such
+  a model take the S + L tokens (:meth:`Backend.extend_scene`)
 """
 
 from __future__ import annotations
@@ -54,6 +58,8 @@ DISCRIMINATOR_INPUTS = (
     "bev_tokens",
 )
 DISCRIMINATOR_OUTPUTS = ("logits", "scores")
+CORRECTION_INPUTS = ("scene_tokens", "scene_bias", "correction_trace", "correction_mask")
+CORRECTION_OUTPUTS = ("corrected_tokens", "corrected_bias")
 BACKENDS = ("pytorch", "onnxruntime", "tensorrt")
 
 
@@ -113,6 +119,12 @@ class Backend(ABC):
     def scene_outputs(self, scene: dict[str, Any]) -> dict[str, np.ndarray]:
         """The scene encoder's outputs as NumPy arrays (for recording and consistency checks)."""
         return {k: np.asarray(scene[k]) for k in SCENE_OUTPUTS}
+
+    def extend_scene(self, scene: dict[str, Any], trace: np.ndarray, mask: np.ndarray) -> dict[str, Any]:
+        """``scene`` with the correction trace appended to its tokens (self-correcting generators:
+        ``trace [B, L, T, 2]`` normalised rejected proposals, ``mask [B, L]`` which slots hold one)."""
+        raise BackendUnavailableError(f"{self.name} backend: no correction encoder (self-correction is "
+                                      "available on the pytorch and onnxruntime backends)")
 
 
 def make_backend(

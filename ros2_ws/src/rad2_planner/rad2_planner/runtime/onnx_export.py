@@ -25,6 +25,8 @@ import torch
 from ..config import writable_dir
 from ..diffusion import SamplerSpec
 from .base import (
+    CORRECTION_INPUTS,
+    CORRECTION_OUTPUTS,
     DENOISER_INPUTS,
     DENOISER_OUTPUTS,
     DISCRIMINATOR_INPUTS,
@@ -36,6 +38,7 @@ from .base import (
 )
 
 GRAPHS = ("scene_encoder", "denoiser", "discriminator")
+CORRECTION_GRAPH = "correction_encoder"  # self-correcting generators only (runtime/base.py)
 OPSET = 18
 # Bump whenever the graphs' interface or content changes for the same weights, so that every cached
 # export (a user's checkpoints/*/onnx) is refreshed. 2: the discriminator outputs logits and scores.
@@ -84,6 +87,29 @@ class DiscriminatorGraph(torch.nn.Module):
         )
 
 
+def exported_graphs(model) -> tuple[str, ...]:
+    """The graphs exported for ``model``."""
+    return GRAPHS if getattr(model, "correction", None) is None else (*GRAPHS, CORRECTION_GRAPH)
+
+
+def _example_trace(cfg, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A correction trace of the right shape with some slots empty (so nothing specialises on it)."""
+    n = cfg.correction_trace_len
+    trace = torch.from_numpy(np.random.default_rng(1).standard_normal((batch, n, cfg.plan_points, 2))
+                             .astype(np.float32))
+    mask = torch.arange(n)[None, :] < torch.arange(1, batch + 1)[:, None]
+    return trace, mask
+
+
+def _denoiser_scene(model, tokens, bias):
+    """Scene tokens as the model's denoiser sees them: with the correction trace appended for a
+    self-correcting generator."""
+    if model.correction is None:
+        return tokens, bias
+    with torch.no_grad():
+        return model.correction(tokens, bias, *_example_trace(model.cfg, tokens.shape[0]))
+
+
 def _export(module, args: tuple, names_in, names_out, dynamic: dict, path: Path) -> None:
     module.eval()
     with warnings.catch_warnings():
@@ -122,6 +148,7 @@ def export_generator(model, out_dir: str | Path, spec: SamplerSpec) -> Path:
     ex = {k: torch.from_numpy(v) for k, v in example_inputs(model.cfg).items()}
     with torch.no_grad():
         tokens, bias, cond, _ = model.encoder(*(ex[k] for k in SCENE_INPUTS))
+    tokens, bias = _denoiser_scene(model, tokens, bias)
     B, M = _dims()
     _export(
         DiffusionSampler(model.denoiser, model.cfg.num_train_steps, spec),
@@ -149,7 +176,7 @@ def export_onnx(model, out_dir: str | Path, sampler_spec: SamplerSpec | None = N
     model = model.to("cpu").eval()
     ex = {k: torch.from_numpy(v) for k, v in example_inputs(cfg).items()}
     B, M = _dims()
-    paths = {g: out / f"{g}.onnx" for g in GRAPHS}
+    paths = {g: out / f"{g}.onnx" for g in exported_graphs(model)}
 
     scene_args = tuple(ex[k] for k in SCENE_INPUTS)
     _export(
@@ -162,7 +189,18 @@ def export_onnx(model, out_dir: str | Path, sampler_spec: SamplerSpec | None = N
     )
     with torch.no_grad():
         tokens, bias, cond, bev_tokens = model.encoder(*scene_args)
-    den_args = (ex["x_t"], ex["t"], tokens, bias, cond)
+    if model.correction is not None:
+        trace, trace_mask = _example_trace(cfg, tokens.shape[0])
+        _export(
+            model.correction,
+            (tokens, bias, trace, trace_mask),
+            CORRECTION_INPUTS,
+            CORRECTION_OUTPUTS,
+            {k: {0: B} for k in CORRECTION_INPUTS},
+            paths[CORRECTION_GRAPH],
+        )
+    den_tokens, den_bias = _denoiser_scene(model, tokens, bias)
+    den_args = (ex["x_t"], ex["t"], den_tokens, den_bias, cond)
     _export(
         model.denoiser,
         den_args,
@@ -205,6 +243,9 @@ def export_onnx(model, out_dir: str | Path, sampler_spec: SamplerSpec | None = N
             "discriminator": DISCRIMINATOR_OUTPUTS,
         },
     }
+    if model.correction is not None:
+        manifest["inputs"][CORRECTION_GRAPH] = CORRECTION_INPUTS
+        manifest["outputs"][CORRECTION_GRAPH] = CORRECTION_OUTPUTS
     if sampler_spec is not None:
         paths["generator"] = export_generator(model, out, sampler_spec)
         manifest["generators"] = {paths["generator"].name: sampler_spec.to_dict()}
@@ -222,7 +263,7 @@ def ensure_onnx(model, out_dir: str | Path, sampler_spec: SamplerSpec | None = N
     want = model.weights_hash()
     if man.is_file():
         meta = json.loads(man.read_text())
-        paths = {g: out / f"{g}.onnx" for g in GRAPHS}
+        paths = {g: out / f"{g}.onnx" for g in exported_graphs(model)}
         current = meta.get("weights_hash") == want and meta.get("export_format") == EXPORT_FORMAT
         if current and all(p.is_file() for p in paths.values()):
             if sampler_spec is None:

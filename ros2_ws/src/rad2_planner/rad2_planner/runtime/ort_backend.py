@@ -96,6 +96,15 @@ class OrtBackend(Backend):
             timings["generate"] = (time.perf_counter() - t0) * 1e3
         return x0
 
+    def extend_scene(self, scene: dict[str, Any], trace: np.ndarray, mask: np.ndarray) -> dict[str, Any]:
+        if "correction_encoder" not in self.sessions:
+            return super().extend_scene(scene, trace, mask)
+        feed = {"scene_tokens": scene["scene_tokens"], "scene_bias": scene["scene_bias"],
+                "correction_trace": np.ascontiguousarray(trace, dtype=np.float32),
+                "correction_mask": np.ascontiguousarray(mask, dtype=bool)}
+        tokens, bias = self.sessions["correction_encoder"].run(None, feed)
+        return {**scene, "scene_tokens": tokens, "scene_bias": bias}
+
     def score_logits(
         self, trajectories: np.ndarray, inputs: dict[str, np.ndarray], scene: dict[str, Any]
     ) -> tuple[np.ndarray, np.ndarray]:

@@ -65,5 +65,13 @@ class TorchBackend(Backend):
         )
         return logits.float().cpu().numpy(), scores.float().cpu().numpy()
 
+    @torch.inference_mode()
+    def extend_scene(self, scene: dict[str, Any], trace: np.ndarray, mask: np.ndarray) -> dict[str, Any]:
+        if self.model.correction is None:
+            return super().extend_scene(scene, trace, mask)
+        tokens, bias = self.model.correction(scene["scene_tokens"], scene["scene_bias"],
+                                             self._t(trace.astype(np.float32)), self._t(mask.astype(bool)))
+        return {**scene, "scene_tokens": tokens, "scene_bias": bias}
+
     def scene_outputs(self, scene: dict[str, Any]) -> dict[str, np.ndarray]:
         return {k: scene[k].float().cpu().numpy() for k in SCENE_OUTPUTS}

@@ -263,9 +263,15 @@ def diffusion_loss(
     schedule: NoiseSchedule,
     draws: int,
     gen: torch.Generator,
+    correction: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """x0-prediction MSE in the normalised space, ``draws`` noise levels per encoded scene."""
+    """x0-prediction MSE in the normalised space, ``draws`` noise levels per encoded scene.
+
+    ``correction``: ``(trace [B, L, T, 2], mask [B, L])`` of a self-correcting generator
+    (``training/correction.py``), appended to the scene tokens by its correction encoder."""
     tokens, bias, cond, _ = model.encoder(*(batch[k] for k in SCENE_INPUTS))
+    if correction is not None:
+        tokens, bias = model.correction(tokens, bias, *correction)
     speed = batch["ego_state"][:, 0]
     z0 = model.normalizer.normalize(batch["target"], speed)  # B T 2
     b = z0.shape[0]

@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Imitation with correction: fine-tune the generator to propose again given the proposals the collision
+critic rejected (CorrectionPlanner's self-correction; see rad2_planner/training/correction.py).
+
+Example (the shipped checkpoint's command is recorded in its config.json under training.command):
+    .venv/bin/python tools/train_self_correction.py --data data/train --out out/self_correction \\
+        --export-to checkpoints/self_correction
+Hyper-parameters come from params/training.yaml (self_correction.*; the feature cache from imitation.*);
+--set key=value overrides one. Prints the held-out check: the critic's acceptance of one corrected
+round against one round of rejection sampling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+
+import torch
+from rad2_planner.networks import PlannerModel
+from rad2_planner.policy import resolve_path
+from rad2_planner.training.correction import train_self_correction
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", required=True, help="dataset directory (index.json, clips/, maps/)")
+    ap.add_argument("--out", required=True, help="run directory (final/, tb/)")
+    ap.add_argument("--base", default="checkpoints/rad2_il", help="pretrained generator checkpoint")
+    ap.add_argument("--critic", default="checkpoints/collision_critic", help="collision critic checkpoint")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a self_correction.* hyper-parameter (JSON), e.g. --set max_steps=200")
+    ap.add_argument("--time-budget-min", type=float, default=None, help="stop training after N minutes")
+    ap.add_argument("--workers", type=int, default=2, help="processes building the feature cache")
+    ap.add_argument("--export-to", default=None, help="also write it here, float16 (shipped form)")
+    ap.add_argument("--no-progress", action="store_true")
+    return ap
+
+
+def main() -> int:
+    ap = _parser()
+    args = ap.parse_args()
+    overrides = {}
+    for kv in args.set:
+        key, sep, value = kv.partition("=")
+        if not sep:
+            ap.error(f"--set expects KEY=VALUE, got {kv!r}")
+        try:
+            overrides[key] = json.loads(value)
+        except ValueError:
+            overrides[key] = value
+    model, check = train_self_correction(
+        args.data, args.out, resolve_path(args.base), resolve_path(args.critic), overrides, args.workers,
+        not args.no_progress, " ".join(shlex.quote(a) for a in sys.argv),
+        None if args.time_budget_min is None else args.time_budget_min * 60.0)
+    if args.export_to:
+        model.save(args.export_to, dtype=torch.float16)
+        PlannerModel.load(args.export_to)  # the shipped form must load
+        print(f"exported to {args.export_to}")
+    print(json.dumps(check, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
