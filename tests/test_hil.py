@@ -111,8 +111,10 @@ def _check_closed_loop(res: dict, clip, require_safe: bool) -> dict:
     if require_safe:  # the trained policy drives this clip cleanly in the pure simulator too
         assert not ep["collided"], ep
         assert not ep["offroad"], ep
-    # real time: the clip's simulated duration took about as long on the wall clock
-    assert wall >= 0.9 * steps * clip.dt, (wall, steps)
+    # real time: the clip's simulated duration took about as long on the wall clock. Timed by the
+    # simulator from its clip start: the driver's own window starts when it sees the sim ready, which
+    # on a loaded host can be seconds after the sim began stepping (CI: 12.9 s for 149 steps)
+    assert ep["wall_s"] >= 0.9 * steps * clip.dt, (ep["wall_s"], wall, steps)
     # control commands at (about) the controller's configured rate
     from rad2_planner.config import load_params
 

@@ -237,7 +237,10 @@ class SimNode(Node):
         if self.state.done[0]:
             res = self.sim.episode_result(self.state, 0)
             self.results.append(res)
-            payload = {"index": self.clip_index, "of": len(self.clips), **res.as_dict()}
+            # wall_s: how long the clip took on this node's clock (from its start, the hold for the
+            # first command included), so a HIL run can check the pacing without discovery delays
+            payload = {"index": self.clip_index, "of": len(self.clips), **res.as_dict(),
+                       "wall_s": round(time.monotonic() - self.clip_start_wall, 3)}
             self.pub_result.publish(String(data=json.dumps(payload)))
             self.get_logger().info(
                 f"clip {res.clip_id} done: {res.termination}, collided={res.collided}, "
