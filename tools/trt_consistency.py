@@ -14,13 +14,14 @@ Example (on the vehicle computer):
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
-        "--onnx-dir", required=True, help="directory with scene_encoder/denoiser/discriminator.onnx"
+        "--onnx-dir", required=True,
+        help="directory with scene_encoder/denoiser/discriminator.onnx (and the generator graph of a "
+             "recording made with runtime.fused_sampler)"
     )
     ap.add_argument("--inputs", required=True, help=".npz of recorded inputs (tools/export_onnx.py --record)")
     ap.add_argument("--fp32", action="store_true", help="build FP32 engines (default: runtime.tensorrt.fp16)")
@@ -30,12 +31,15 @@ def main(argv=None) -> int:
 
     from rad2_planner.config import load_params
     from rad2_planner.runtime.base import BackendUnavailableError
-    from rad2_planner.runtime.consistency import load_recorded_calls, tensorrt_runtime, trt_vs_ort
-    from rad2_planner.runtime.onnx_export import GRAPHS
+    from rad2_planner.runtime.consistency import (
+        load_recorded_calls,
+        recording_paths,
+        tensorrt_runtime,
+        trt_vs_ort,
+    )
 
     runtime = tensorrt_runtime(load_params("planner"), args.fp32)
-    onnx_dir = Path(args.onnx_dir)
-    paths = {g: onnx_dir / f"{g}.onnx" for g in GRAPHS}
+    paths = recording_paths(args.onnx_dir, args.inputs)
     missing = [str(p) for p in paths.values() if not p.is_file()]
     if missing:
         ap.error(f"missing ONNX files: {missing}")
@@ -47,6 +51,8 @@ def main(argv=None) -> int:
     except BackendUnavailableError as e:
         print(f"TensorRT unavailable: {e}")
         return 2
+    except ValueError as e:  # a recording without the denoising graphs' inputs
+        ap.error(f"--inputs {args.inputs}: {e}")
     print(f"{'output':<32} {'max abs':>10} {'max rel':>10}")
     failed = False
     for k, (ae, re) in worst.items():

@@ -180,6 +180,11 @@ class TensorRTBackend(Backend):
         )
         return h.hexdigest()[:24]
 
+    def engine(self, graph: str, onnx_path: Path, dynamic_dim: tuple[str, int] | None) -> _Engine:
+        """An engine of one more graph, built or loaded from the cache (runtime.consistency checks the
+        fused generator this way: ``dynamic_dim`` ("x_init", 1))."""
+        return self._engine(graph, onnx_path, dynamic_dim)
+
     def _engine(self, graph: str, onnx_path: Path, dynamic_dim: tuple[str, int] | None) -> _Engine:
         onnx_bytes = Path(onnx_path).read_bytes()
         path = self.cache_dir / f"{graph}-{self._cache_key(onnx_bytes, graph)}.engine"
