@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = {  # what setup.py installs besides params/ (weights and config only: no onnx/ caches)
     "checkpoints/rad2_il": ("config.json", "generator.safetensors", "discriminator.safetensors"),
     "checkpoints/collision_critic": ("config.json", "critic.safetensors"),
+    "checkpoints/self_correction": ("config.json", "generator.safetensors", "discriminator.safetensors"),
 }
 SPLITS = ("data/eval_efficiency", "data/eval_safety")  # the demo's default splits (nodes.yaml, sim.yaml)
 
