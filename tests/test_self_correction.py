@@ -174,3 +174,11 @@ def test_safety_layer_table_reports_self_correction_and_both_latencies():
     row = next(line for line in lines if line.startswith("| + self-correction |"))
     assert row.rstrip().endswith("| 103.0 | 53.0 |")  # p99 without and with the round budget
     assert "0.300" in row  # its own CR, not a placeholder
+
+
+def test_shipped_self_correcting_generator_fits_the_shipped_planner(tmp_path):
+    """The two shipped checkpoints share their scene encoder, so the planner can use the mode as is."""
+    policy = Rad2Policy.from_params(backend="pytorch", onnx_dir=tmp_path,
+                                    safety_layer=SafetyLayerParams(mode="self_correction"))
+    assert policy._corrector_trace_len >= 1
+    assert policy._corrector.model.training_info["held_out_check"]["samples"] > 0
