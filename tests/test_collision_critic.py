@@ -458,6 +458,13 @@ def test_planner_node_reports_the_safety_layer_in_its_diagnostics(planner_node):
     assert diag["stages"]["corrections"] == 0.0 and diag["stages"]["critic"] > 0.0
     assert values["safety_corrected_cycle_count"] == 1 and values["safety_budget_stop_count"] == 1
 
+    # self-correction (the shipped self-correcting generator): its rounds reported the same way
+    node.policy.set_safety_layer(replace(node.policy.safety, mode="self_correction", round_budget_ms=10000.0))
+    diag, values = cycle()
+    assert values["safety_layer"] == "self_correction" and values["corrections"] == 1
+    assert diag["stages"]["corrections"] > 0.0 and values["critic_accepted"] is False
+    assert values["safety_corrected_cycle_count"] == 2
+
     # off: neither the stages nor the key-values of the layer
     node.policy.set_safety_layer(replace(node.policy.safety, mode="off"))
     diag, values = cycle()
