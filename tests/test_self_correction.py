@@ -162,13 +162,22 @@ def test_training_traces_are_prefixes_of_mined_unsafe_proposals():
     assert lengths == {0: {0}, 1: {1}, 2: {1, 2, 3}, 3: {1, 2}}
 
 
+def _fake_runs(modes, seeds=(0, 1, 2)):
+    from bev_warp_sim.safety_layer_eval import MODES
+
+    runs = [{"mode": m, "split": f"data/eval_{kind}", "kind": kind, "seed": s, "CR": 0.1 * MODES.index(m),
+             "AF-CR": 0.05, "Safety@1": 0.9, "EP-Mean": 0.8, "corrections_per_cycle": 0.5 * MODES.index(m),
+             "cycles_corrected": 0.2, "clip_ids": [f"{kind}_a", f"{kind}_b"]}
+            for m in modes for kind in ("safety", "efficiency") for s in seeds]
+    latencies = {m: {"p99_ms": 100.0 + MODES.index(m), "budget": {"p99_ms": 50.0 + MODES.index(m)}}
+                 for m in modes}
+    return runs, latencies
+
+
 def test_safety_layer_table_reports_self_correction_and_both_latencies():
     from bev_warp_sim.safety_layer_eval import MODES, summary_rows, table_lines
 
-    runs = [{"mode": m, "split": f"data/eval_{kind}", "kind": kind, "seed": s, "CR": 0.1 * i, "AF-CR": 0.05,
-             "Safety@1": 0.9, "EP-Mean": 0.8, "corrections_per_cycle": 0.5 * i, "cycles_corrected": 0.2}
-            for i, m in enumerate(MODES) for kind in ("safety", "efficiency") for s in (0, 1, 2)]
-    latencies = {m: {"p99_ms": 100.0 + i, "budget": {"p99_ms": 50.0 + i}} for i, m in enumerate(MODES)}
+    runs, latencies = _fake_runs(MODES)
     rows = summary_rows(runs, MODES, 3, latencies)
     lines = table_lines(rows, runs, MODES, ["data/eval_safety", "data/eval_efficiency"], 3)
     row = next(line for line in lines if line.startswith("| + self-correction |"))
@@ -182,3 +191,27 @@ def test_shipped_self_correcting_generator_fits_the_shipped_planner(tmp_path):
                                     safety_layer=SafetyLayerParams(mode="self_correction"))
     assert policy._corrector_trace_len >= 1
     assert policy._corrector.model.training_info["held_out_check"]["samples"] > 0
+
+
+def test_safety_layer_runs_split_by_mode_merge_into_one_table(tmp_path):
+    import json
+
+    from bev_warp_sim.safety_layer_eval import merge_results
+
+    dirs = []
+    for name, modes, seeds in (("a", ("off", "self_correction"), (0, 1, 2)),
+                               ("b", ("rejection_sampling", "candidate_selection"), (0, 1, 2)),
+                               ("c", ("candidate_selection",), (0, 1))):
+        runs, latencies = _fake_runs(modes, seeds)
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps({
+            "runs": runs, "latency": latencies, "num_candidates": 32, "command": f"run {name}",
+            "wall_s": 1.0, "safety_layers": {m: {} for m in modes}, "hardware": {}, "load_before": [0.0]}))
+        dirs.append(tmp_path / name)
+    merged = merge_results(dirs[:2], tmp_path / "merged")
+    assert [r["mode"] for r in merged["rows"]] == ["off", "rejection_sampling", "candidate_selection",
+                                                   "self_correction"]
+    table = (tmp_path / "merged" / "table.md").read_text()
+    assert "| + self-correction |" in table and (tmp_path / "merged" / "safety_layer.png").is_file()
+    with pytest.raises(ValueError, match="other seeds"):
+        merge_results([dirs[0], dirs[2]], tmp_path / "bad")

@@ -23,6 +23,10 @@ bev_warp_sim.safety_layer_eval.evaluate_safety_layer.
 Example (about 10 minutes on 2 shared cores):
     python tools/eval_safety_layer.py --max-clips 12 --seeds 0
     python tools/eval_safety_layer.py --seeds 0 1 2            # the full splits, three seeds
+One process per core, then one table:
+    python tools/eval_safety_layer.py --modes off self_correction --out out/sl_a &
+    python tools/eval_safety_layer.py --modes rejection_sampling candidate_selection --out out/sl_b
+    python tools/eval_safety_layer.py --merge out/sl_a out/sl_b --out out/safety_layer
 """
 
 from __future__ import annotations
@@ -80,6 +84,8 @@ def _parser() -> argparse.ArgumentParser:
         help="single-observation cycles timed per mode (0: no latency measurement)",
     )
     ap.add_argument("--out", default="out/safety_layer", help="output directory")
+    ap.add_argument("--merge", nargs="+", default=None, metavar="DIR",
+                    help="only merge the results.json of runs split by --modes (one per core) into --out")
     ap.add_argument("--no-progress", action="store_true", help="hide progress bars")
     return ap
 
@@ -87,6 +93,17 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
+    if args.merge:
+        from bev_warp_sim.safety_layer_eval import merge_results
+
+        for d in args.merge:
+            if not (Path(d) / "results.json").is_file():
+                ap.error(f"--merge: {d} holds no results.json")
+        try:
+            merge_results(args.merge, args.out)
+        except ValueError as exc:
+            ap.error(str(exc))
+        return 0
     if args.max_clips is not None and args.max_clips < 1:
         ap.error(f"--max-clips: must be >= 1, got {args.max_clips}")
     if args.latency_cycles < 0:

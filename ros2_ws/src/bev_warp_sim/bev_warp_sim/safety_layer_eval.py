@@ -356,3 +356,41 @@ def evaluate_safety_layer(
     plot(rows, out / "safety_layer.png")
     print(f"wrote {out / 'table.md'}, {out / 'results.json'} and {out / 'safety_layer.png'}")
     return results
+
+
+def merge_results(result_dirs: list[str | Path], out: str | Path) -> dict[str, Any]:
+    """One table from runs of the same evaluation split by mode over several processes (e.g. one per
+    core: ``--modes off self_correction`` and ``--modes rejection_sampling candidate_selection``).
+    Refuses runs that differ in seeds, clips or M, so the rows stay comparable."""
+    parts = [json.loads((Path(d) / "results.json").read_text()) for d in result_dirs]
+
+    def setting(part):
+        runs = part["runs"]
+        return (sorted({r["seed"] for r in runs}), sorted({(r["split"], tuple(r["clip_ids"])) for r in runs}),
+                part["num_candidates"])
+
+    first = setting(parts[0])
+    for d, part in zip(result_dirs, parts):
+        if setting(part) != first:
+            raise ValueError(f"{d}: other seeds, clips or M than {result_dirs[0]}; not one evaluation")
+    runs = [r for part in parts for r in part["runs"]]
+    latencies = {m: lat for part in parts for m, lat in part["latency"].items()}
+    modes = [m for m in MODES if any(r["mode"] == m for r in runs)]
+    splits = list(dict.fromkeys(r["split"] for r in runs))
+    seeds = first[0]
+    rows = summary_rows(runs, modes, len(seeds), latencies)
+    note = "\nMerged from " + ", ".join(
+        f"{d} ({', '.join(p['safety_layers'])}; {p['command']}; {p['wall_s']:.0f} s)"
+        for d, p in zip(result_dirs, parts)) + "."
+    table = "\n".join(table_lines(rows, runs, modes, splits, len(seeds))) + "\n" + note
+    print("\n" + table)
+    results = {"merged_from": [str(d) for d in result_dirs], "rows": rows, "runs": runs, "latency": latencies,
+               "parts": [{k: p[k] for k in ("command", "hardware", "load_before", "wall_s", "safety_layers")}
+                         for p in parts]}
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "table.md").write_text(table + "\n")
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    plot(rows, out / "safety_layer.png")
+    print(f"wrote {out / 'table.md'}, {out / 'results.json'} and {out / 'safety_layer.png'}")
+    return results
