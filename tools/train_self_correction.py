@@ -50,10 +50,17 @@ def main() -> int:
             overrides[key] = json.loads(value)
         except ValueError:
             overrides[key] = value
-    model, check = train_self_correction(
-        args.data, args.out, resolve_path(args.base), resolve_path(args.critic), overrides, args.workers,
-        not args.no_progress, " ".join(shlex.quote(a) for a in sys.argv),
-        None if args.time_budget_min is None else args.time_budget_min * 60.0)
+    from rad2_planner.config import ParameterError, ResourceNotFoundError
+    from rad2_planner.networks.critic import CriticCheckpointError
+    from rad2_planner.networks.model import CheckpointError
+
+    try:
+        model, check = train_self_correction(
+            args.data, args.out, resolve_path(args.base), resolve_path(args.critic), overrides, args.workers,
+            not args.no_progress, " ".join(shlex.quote(a) for a in sys.argv),
+            None if args.time_budget_min is None else args.time_budget_min * 60.0)
+    except (ParameterError, ResourceNotFoundError, CheckpointError, CriticCheckpointError) as exc:
+        ap.error(str(exc))
     if args.export_to:
         model.save(args.export_to, dtype=torch.float16)
         PlannerModel.load(args.export_to)  # the shipped form must load

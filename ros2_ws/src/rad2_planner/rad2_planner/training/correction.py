@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..config import load_params, require
+from ..config import load_params, require, validate_overrides
 from ..diffusion import NoiseSchedule, SamplerSpec, initial_noise
 from ..networks import ModelConfig, PlannerModel
 from ..runtime.base import SCENE_INPUTS
@@ -179,6 +179,8 @@ def train_self_correction(
     planner_params, training_params = load_params("planner"), load_params("training")
     tp = dict(require(training_params, "imitation"))
     sc = dict(require(training_params, "self_correction"))
+    # --set values meet the same schema as the file (a clear error naming the key and value)
+    validate_overrides("training", {f"self_correction.{k}": v for k, v in (overrides or {}).items()})
     sc.update(overrides or {})
     seed = int(sc["seed"])
     torch.manual_seed(seed)
