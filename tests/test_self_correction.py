@@ -162,7 +162,7 @@ def test_training_traces_are_prefixes_of_mined_unsafe_proposals():
     assert lengths == {0: {0}, 1: {1}, 2: {1, 2, 3}, 3: {1, 2}}
 
 
-def _fake_runs(modes, seeds=(0, 1, 2)):
+def _synthetic_runs(modes, seeds=(0, 1, 2)):
     from bev_warp_sim.safety_layer_eval import MODES
 
     runs = [{"mode": m, "split": f"data/eval_{kind}", "kind": kind, "seed": s, "CR": 0.1 * MODES.index(m),
@@ -177,7 +177,7 @@ def _fake_runs(modes, seeds=(0, 1, 2)):
 def test_safety_layer_table_reports_self_correction_and_both_latencies():
     from bev_warp_sim.safety_layer_eval import MODES, summary_rows, table_lines
 
-    runs, latencies = _fake_runs(MODES)
+    runs, latencies = _synthetic_runs(MODES)
     rows = summary_rows(runs, MODES, 3, latencies)
     lines = table_lines(rows, runs, MODES, ["data/eval_safety", "data/eval_efficiency"], 3)
     row = next(line for line in lines if line.startswith("| + self-correction |"))
@@ -202,7 +202,7 @@ def test_safety_layer_runs_split_by_mode_merge_into_one_table(tmp_path):
     for name, modes, seeds in (("a", ("off", "self_correction"), (0, 1, 2)),
                                ("b", ("rejection_sampling", "candidate_selection"), (0, 1, 2)),
                                ("c", ("candidate_selection",), (0, 1))):
-        runs, latencies = _fake_runs(modes, seeds)
+        runs, latencies = _synthetic_runs(modes, seeds)
         (tmp_path / name).mkdir()
         (tmp_path / name / "results.json").write_text(json.dumps({
             "runs": runs, "latency": latencies, "num_candidates": 32, "command": f"run {name}",

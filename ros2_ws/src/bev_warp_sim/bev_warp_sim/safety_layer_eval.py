@@ -294,6 +294,16 @@ def drive_all(policy, sim, layers: dict, clips: dict[str, list], seeds, *, batch
     return runs, latency_obs
 
 
+def write_outputs(out: str | Path, table: str, results: dict[str, Any], rows: list[dict]) -> None:
+    """``table.md``, ``results.json`` and ``safety_layer.png`` in ``out``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "table.md").write_text(table + "\n")
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    plot(rows, out / "safety_layer.png")
+    print(f"wrote {out / 'table.md'}, {out / 'results.json'} and {out / 'safety_layer.png'}")
+
+
 def evaluate_safety_layer(
     splits: list[str],
     seeds: list[int],
@@ -349,12 +359,7 @@ def evaluate_safety_layer(
         "load_before": load_before, "num_candidates": policy.num_candidates,
         "safety_layers": {k: asdict(v) for k, v in layers.items()}, "wall_s": time.perf_counter() - t_start,
     }
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "table.md").write_text(table + "\n")
-    (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
-    plot(rows, out / "safety_layer.png")
-    print(f"wrote {out / 'table.md'}, {out / 'results.json'} and {out / 'safety_layer.png'}")
+    write_outputs(out, table, results, rows)
     return results
 
 
@@ -387,10 +392,5 @@ def merge_results(result_dirs: list[str | Path], out: str | Path) -> dict[str, A
     results = {"merged_from": [str(d) for d in result_dirs], "rows": rows, "runs": runs, "latency": latencies,
                "parts": [{k: p[k] for k in ("command", "hardware", "load_before", "wall_s", "safety_layers")}
                          for p in parts]}
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "table.md").write_text(table + "\n")
-    (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
-    plot(rows, out / "safety_layer.png")
-    print(f"wrote {out / 'table.md'}, {out / 'results.json'} and {out / 'safety_layer.png'}")
+    write_outputs(out, table, results, rows)
     return results
