@@ -182,7 +182,7 @@ def test_safety_layer_table_reports_self_correction_and_both_latencies():
     lines = table_lines(rows, runs, MODES, ["data/eval_safety", "data/eval_efficiency"], 3)
     row = next(line for line in lines if line.startswith("| + self-correction |"))
     assert row.rstrip().endswith("| 103.0 | 53.0 |")  # p99 without and with the round budget
-    assert "0.300" in row  # its own CR, not a placeholder
+    assert "0.300" in row  # the mode's own CR from its runs
 
 
 def test_shipped_self_correcting_generator_fits_the_shipped_planner(tmp_path):
@@ -215,3 +215,10 @@ def test_safety_layer_runs_split_by_mode_merge_into_one_table(tmp_path):
     assert "| + self-correction |" in table and (tmp_path / "merged" / "safety_layer.png").is_file()
     with pytest.raises(ValueError, match="other seeds"):
         merge_results([dirs[0], dirs[2]], tmp_path / "bad")
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "results.json").write_text("{}")
+    with pytest.raises(ValueError, match="results.json: not the results.*no runs"):
+        merge_results([dirs[0], tmp_path / "d"], tmp_path / "bad")
+    (tmp_path / "d" / "results.json").write_text("{trunc")
+    with pytest.raises(ValueError, match="results.json: unreadable"):
+        merge_results([tmp_path / "d"], tmp_path / "bad")

@@ -27,9 +27,11 @@ def test_help(tool, tmp_path):
     ("rl_experiments.py", ["--max-clips", "0"], "--max-clips"),
     ("rl_experiments.py", ["--arms", "il:best"], "il:best"),
     ("bench_all.py", ["--cycles", "0"], "--cycles"),
-    ("train_self_correction.py", ["--data", "data/train", "--out", "o", "--set", "trace_len=0"],
+    ("train_self_correction.py", ["--data", str(TOOLS.parent / "data" / "train"), "--out", "o", "--set",
+                                  "trace_len=0"],
      "self_correction.trace_len"),
     ("eval_safety_layer.py", ["--merge", "nowhere"], "--merge"),
+    ("train_self_correction.py", ["--data", "nowhere", "--out", "o"], "--data"),
 ])
 def test_bad_arguments_are_named(tool, args, name, tmp_path):
     res = subprocess.run([sys.executable, str(TOOLS / tool), *args], capture_output=True, text=True,

@@ -16,6 +16,7 @@ import argparse
 import json
 import shlex
 import sys
+from pathlib import Path
 
 import torch
 from rad2_planner.networks import PlannerModel
@@ -41,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
 def main() -> int:
     ap = _parser()
     args = ap.parse_args()
+    if not (Path(args.data) / "index.json").is_file():
+        ap.error(f"--data: {args.data} is not a dataset directory (no index.json)")
     overrides = {}
     for kv in args.set:
         key, sep, value = kv.partition("=")

@@ -367,7 +367,19 @@ def merge_results(result_dirs: list[str | Path], out: str | Path) -> dict[str, A
     """One table from runs of the same evaluation split by mode over several processes (e.g. one per
     core: ``--modes off self_correction`` and ``--modes rejection_sampling candidate_selection``).
     Refuses runs that differ in seeds, clips or M, so the rows stay comparable."""
-    parts = [json.loads((Path(d) / "results.json").read_text()) for d in result_dirs]
+    parts = []
+    for d in result_dirs:
+        path = Path(d) / "results.json"
+        try:
+            part = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{path}: unreadable ({exc})") from exc
+        missing = [k for k in ("runs", "latency", "num_candidates", "command", "wall_s", "safety_layers")
+                   if not isinstance(part, dict) or k not in part]
+        if missing:
+            raise ValueError(f"{path}: not the results of tools/eval_safety_layer.py "
+                             f"(no {', '.join(missing)})")
+        parts.append(part)
 
     def setting(part):
         runs = part["runs"]

@@ -24,7 +24,6 @@ expert conditioned on a trace of its own unsafe proposals. Here, on RAD-2's diff
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -38,7 +37,7 @@ from ..diffusion import NoiseSchedule, SamplerSpec, initial_noise
 from ..networks import ModelConfig, PlannerModel
 from ..runtime.base import SCENE_INPUTS
 from ..runtime.torch_backend import TorchBackend
-from .imitation import build_cache, diffusion_loss, lr_at, to_torch
+from .imitation import build_cache, diffusion_loss, lr_at, start_run, to_torch
 
 
 def self_correcting_copy(base: PlannerModel, trace_len: int) -> PlannerModel:
@@ -183,11 +182,7 @@ def train_self_correction(
     validate_overrides("training", {f"self_correction.{k}": v for k, v in (overrides or {}).items()})
     sc.update(overrides or {})
     seed = int(sc["seed"])
-    torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
-    torch.set_num_threads(int(os.environ.get("RAD2_TORCH_THREADS", "1")))
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    rng, out = start_run(seed, out_dir)
     from ..policy import resolve_path
 
     base = PlannerModel.load(base_checkpoint).eval()

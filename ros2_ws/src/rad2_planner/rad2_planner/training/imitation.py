@@ -344,6 +344,16 @@ def lr_at(step: int, base: float, warmup: int, total: int) -> float:
     return base * (0.05 + 0.95 * 0.5 * (1.0 + math.cos(math.pi * p)))
 
 
+def start_run(seed: int, out_dir: str | Path) -> tuple[np.random.Generator, Path]:
+    """Seed torch, size its thread pool (``RAD2_TORCH_THREADS``, default 1: the cache workers and the
+    simulator share the cores) and create the run directory; returns the run's NumPy generator."""
+    torch.manual_seed(seed)
+    torch.set_num_threads(int(os.environ.get("RAD2_TORCH_THREADS", "1")))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    return np.random.default_rng(seed), out
+
+
 def train(
     dataset: str | Path,
     out_dir: str | Path,
@@ -368,11 +378,7 @@ def train(
     tp = dict(require(training_params or load_params("training"), "imitation"))
     tp.update(overrides or {})
     seed = int(tp["seed"])
-    torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
-    torch.set_num_threads(int(os.environ.get("RAD2_TORCH_THREADS", "1")))
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    rng, out = start_run(seed, out_dir)
     pp = require(planner_params, "planner")
     plan_dt, plan_points = float(pp["plan_dt"]), int(pp["plan_points"])
     from ..policy import resolve_path
