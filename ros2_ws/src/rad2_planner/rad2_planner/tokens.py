@@ -142,6 +142,15 @@ class PreparedLanes:
         self.seg_owner = np.concatenate([np.full(len(c) - 1, k) for k, c in enumerate(self.lines)])
         self.seg_s0 = np.concatenate([cu[:-1] for cu in self.cums])
         self.seg_l2 = np.maximum(np.sum(self.seg_d**2, axis=1), 1e-12)
+        # All lanes on one arc-length axis, each shifted past the previous one's end by a metre, so that
+        # one np.interp / np.searchsorted call resamples any set of lanes at once (map_tokens).
+        self.total = np.array([cu[-1] for cu in self.cums])
+        self.axis_offset = np.concatenate([[0.0], np.cumsum(self.total + 1.0)[:-1]])
+        self.axis_s = np.concatenate([cu + off for cu, off in zip(self.cums, self.axis_offset)])
+        sizes = np.array([len(c) for c in self.lines])
+        self.point_start = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        self.seg_start = self.point_start - np.arange(len(sizes))  # lane k's first segment
+        self.point_dir = np.diff(self.points, axis=0)  # rows at a lane's last point are never used
 
 
 _LANES_CACHE: dict[str, PreparedLanes] = {}
@@ -167,7 +176,11 @@ def map_tokens(
     route_polyline=None,
     params: dict[str, Any] | TokenConfig | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """([N_map, P, 6] float32, [N_map] bool) nearest-lane polylines in the ego frame."""
+    """([N_map, P, 6] float32, [N_map] bool) nearest-lane polylines in the ego frame.
+
+    Vectorised over lanes (one pass over the map's segments, one resampling call for all chosen
+    lanes): the simulator builds these for every logged frame it warps.
+    """
     cfg = get_token_config(params)
     pose = np.asarray(ego_pose, np.float64)
     pl = prepare_lanes(lane_map)
@@ -176,34 +189,37 @@ def map_tokens(
     p = pose[:2]
     u = np.clip(np.sum((p - pl.seg_a) * pl.seg_d, axis=1) / pl.seg_l2, 0.0, 1.0)
     dist = np.linalg.norm(pl.seg_a + u[:, None] * pl.seg_d - p, axis=1)
-    n_lanes = len(pl.lines)
-    lane_dist = np.full(n_lanes, np.inf)
-    np.minimum.at(lane_dist, pl.seg_owner, dist)
+    # segments are stored lane after lane: per-lane minimum and its first segment (np.argmin's tie rule)
+    lane_dist = np.minimum.reduceat(dist, pl.seg_start)
     order = np.argsort(lane_dist, kind="stable")
     order = order[lane_dist[order] <= cfg.map_range][: cfg.n_map]
-    if len(order) == 0:
+    n = len(order)
+    if n == 0:
         return out, mask
-    # arc length of the closest point on each chosen lane
-    s_closest = np.zeros(n_lanes)
-    for k in order:
-        sel = np.flatnonzero(pl.seg_owner == k)
-        j = sel[np.argmin(dist[sel])]
-        s_closest[k] = pl.seg_s0[j] + u[j] * np.sqrt(pl.seg_l2[j])
+    at_min = np.flatnonzero(dist == lane_dist[pl.seg_owner])
+    lanes_at_min, first = np.unique(pl.seg_owner[at_min], return_index=True)
+    j = at_min[first][np.searchsorted(lanes_at_min, order)]
+    s_closest = pl.seg_s0[j] + u[j] * np.sqrt(pl.seg_l2[j])  # arc length of the closest point
     on_route = _on_route(pl, order, route_lane_ids, route_polyline)
+    # arc lengths of the P samples of each chosen lane: a window of max_length_m starting a quarter
+    # of it behind the closest point (clamped to the lane), or the whole lane when it is shorter
     frac = np.linspace(0.0, 1.0, cfg.points)
-    for row, k in enumerate(order):
-        total = pl.cums[k][-1]
-        if total > cfg.max_length:
-            a = min(max(s_closest[k] - 0.25 * cfg.max_length, 0.0), total - cfg.max_length)
-            s = a + frac * cfg.max_length
-        else:
-            s = frac * total
-        pts = resample_polyline(pl.lines[k], s, pl.cums[k])
-        out[row, :, 0:2] = world_to_ego(pts[:, :2], pose)
-        out[row, :, 2:4] = rotate_vectors(pts[:, 2:4], -pose[2])
-        out[row, :, 4] = pl.speed[k]
-        out[row, :, 5] = on_route[row]
-        mask[row] = True
+    total = pl.total[order]
+    start = np.minimum(np.maximum(s_closest - 0.25 * cfg.max_length, 0.0), total - cfg.max_length)
+    long_lane = total > cfg.max_length
+    s = np.where(long_lane[:, None], start[:, None] + frac * cfg.max_length, frac * total[:, None])
+    s = np.clip(s, 0.0, total[:, None]) + pl.axis_offset[order][:, None]
+    x = np.interp(s, pl.axis_s, pl.points[:, 0])
+    y = np.interp(s, pl.axis_s, pl.points[:, 1])
+    first_pt = pl.point_start[order][:, None]
+    last_seg = first_pt + np.array([len(pl.lines[k]) for k in order])[:, None] - 2
+    seg = np.clip(np.searchsorted(pl.axis_s, s, side="right") - 1, first_pt, last_seg)
+    h = np.arctan2(pl.point_dir[seg, 1], pl.point_dir[seg, 0])
+    out[:n, :, 0:2] = world_to_ego(np.stack([x, y], axis=-1), pose)
+    out[:n, :, 2:4] = rotate_vectors(np.stack([np.cos(h), np.sin(h)], axis=-1), -pose[2])
+    out[:n, :, 4] = pl.speed[order][:, None]
+    out[:n, :, 5] = on_route[:, None]
+    mask[:n] = True
     return out, mask
 
 
