@@ -148,3 +148,17 @@ def test_from_params_reads_planner_yaml():
     del p["selection_temperature"]
     with pytest.raises(ValueError, match="missing parameter 'planner.selection_temperature'"):
         CandidateDistribution.from_params(p)
+
+
+def test_medoid_is_the_candidate_nearest_the_others_on_average():
+    from rad2_planner.policy import medoid_index
+
+    t = np.arange(1, 9, dtype=np.float64)[:, None]
+    straight = np.hstack([t * 2.0, 0 * t])
+    fan = np.stack([straight + [0.0, dy] for dy in (-3.0, -1.0, 0.2, 1.0, 3.0)]).astype(np.float32)
+    assert medoid_index(fan) == 2  # the lateral offsets' median
+    rng = np.random.default_rng(3)
+    for m in (1, 2, 7, 40):
+        c = rng.normal(0.0, 5.0, (m, 8, 2)).astype(np.float32)
+        brute = [np.mean([np.linalg.norm(c[i] - c[j], axis=-1).mean() for j in range(m)]) for i in range(m)]
+        assert medoid_index(c) == int(np.argmin(brute))
