@@ -47,7 +47,11 @@ One planning cycle (identical for every runtime backend, see :mod:`rad2_planner.
    A sampled selection (RL rollouts) skips the layer: its log-probability must describe the draw that
    was executed.
 6. ``traffic_rules``: the executed candidate re-timed to stop for a red signal (after the safety stage).
-7. ``comfort_limits``: the executed plan re-timed along its path so that it accelerates from the ego's
+7. ``safety_envelope``: the executed plan re-timed along its path so that at every point the ego could
+   still stop behind every agent in its path (constant-velocity prediction) if that agent braked hard,
+   braking up to the vehicle's emergency limit where needed (:mod:`rad2_planner.safety_envelope`);
+   ``info["safety_envelope"]`` says why when it changed the plan.
+8. ``comfort_limits``: the executed plan re-timed along its path so that it accelerates from the ego's
    speed within ``comfort_limits.max_accel`` and ``max_jerk`` (braking never limited; the speed never
    exceeds the plan's, so stops are kept), :mod:`rad2_planner.comfort_limits`.
 
@@ -85,6 +89,7 @@ from .diffusion import SAMPLERS, NoiseSchedule, SamplerSpec, initial_noise
 from .observation import BOOL_FIELDS, FIELD_RANKS, ObservationError
 from .planning_interface import PlanResult
 from .runtime.base import DISCRIMINATOR_INPUTS, SCENE_INPUTS, make_backend
+from .safety_envelope import SafetyEnvelopeParams, apply_envelope, constant_velocity_boxes
 from .selection import CandidateDistribution
 from .selection import sample as sample_candidate
 from .traffic_rules import TrafficRuleParams, allowed_distance, limit_progress
@@ -178,17 +183,7 @@ def safe_medoid_index(
     if len(a) == 0:
         return medoid_index(candidates)
     m, t = candidates.shape[:2]
-    times = (np.arange(t) + 1.0) * plan_dt
-    agent_boxes = np.stack(
-        np.broadcast_arrays(
-            a[:, None, 0] + a[:, None, 4] * times,
-            a[:, None, 1] + a[:, None, 5] * times,
-            np.arctan2(a[:, 3], a[:, 2])[:, None],
-            a[:, None, 6],
-            a[:, None, 7],
-        ),
-        -1,
-    )  # N T 5
+    agent_boxes = constant_velocity_boxes(a, (np.arange(t) + 1.0) * plan_dt)  # N T 5
     yaw = plan_headings(candidates, max_curvature=max_curvature)
     ego = np.stack(np.broadcast_arrays(candidates[..., 0], candidates[..., 1], yaw, *ego_size), -1)  # M T 5
     hit = boxes_overlap(ego[:, None], agent_boxes[None]).any(axis=1)  # M T
@@ -288,6 +283,9 @@ class Rad2Policy:
             params if "traffic_rules" in params else default_params("planner"))
         self.comfort = ComfortLimitParams.from_params(
             params if "comfort_limits" in params else default_params("planner"))
+        self.envelope = SafetyEnvelopeParams.from_params(
+            params if "safety_envelope" in params else default_params("planner"))
+        self.emergency_decel = -float(vehicle.min_accel)
         self.params = params
         self.model = model
         self.cfg = model.cfg
@@ -523,6 +521,9 @@ class Rad2Policy:
         executed, rule_notes = self._traffic_rules(observation, candidates, selected, inputs)
         timings["traffic_rules"] = (time.perf_counter() - t0) * 1e3
         t0 = time.perf_counter()
+        executed, envelope_notes = self._safety_envelope(candidates, selected, executed, inputs)
+        timings["safety_envelope"] = (time.perf_counter() - t0) * 1e3
+        t0 = time.perf_counter()
         executed = self._comfort_limits(candidates, selected, executed, inputs)
         timings["comfort_limits"] = (time.perf_counter() - t0) * 1e3
         recorded = self._recorded_inputs(inputs, scene) if return_discriminator_inputs else [None] * b
@@ -536,7 +537,8 @@ class Rad2Policy:
                 plan_dt=self.plan_dt,
                 timings_ms=dict(timings),
                 info={**info, "seed": int(seed if row_seeds is None else row_seeds[i]), **safety_info[i],
-                      **({"traffic_rule": rule_notes[i]} if rule_notes[i] else {})},
+                      **({"traffic_rule": rule_notes[i]} if rule_notes[i] else {}),
+                      **({"safety_envelope": envelope_notes[i]} if envelope_notes[i] else {})},
                 executed=executed[i],
                 logits=logits[i],
                 log_prob=float("nan") if draw is None else float(draw.log_prob[i]),
@@ -701,6 +703,22 @@ class Rad2Policy:
                                          self.rules.comfort_decel).astype(np.float32)
             notes[i] = f"stop for {SIGNAL_STATE_NAMES[int(stops[i, 1])]} signal in {limit:.1f} m"
         return executed, notes
+
+    def _safety_envelope(self, candidates: np.ndarray, selected: list[int], executed: list,
+                         inputs: dict[str, np.ndarray]) -> tuple[list, list[str]]:
+        """Per row: the executed plan re-timed within the longitudinal safety envelope (unchanged where
+        the envelope did not bind), and a note saying why where it did."""
+        b = candidates.shape[0]
+        if not self.envelope.enabled:
+            return executed, [""] * b
+        out, notes = list(executed), [""] * b
+        for i in range(b):
+            plan = candidates[i, selected[i]] if executed[i] is None else executed[i]
+            res = apply_envelope(plan, self.plan_dt, float(inputs["ego_state"][i, 0]), inputs["agents"][i],
+                                 inputs["agents_mask"][i], self.ego_size, self.emergency_decel, self.envelope)
+            if res.fired:
+                out[i], notes[i] = res.plan.astype(np.float32), res.note()
+        return out, notes
 
     def _comfort_limits(self, candidates: np.ndarray, selected: list[int], executed: list,
                         inputs: dict[str, np.ndarray]) -> list:

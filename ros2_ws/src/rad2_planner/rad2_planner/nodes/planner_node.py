@@ -10,8 +10,8 @@ and pairs them by header stamp. Each pair is one planning cycle (``Rad2Policy.pl
     planning/markers      visualization_msgs/MarkerArray candidates coloured by score (red -> green)
     planning/diagnostics  rad2_msgs/PlanningDiagnostics  every cycle: stage timings (preprocess,
                           encode, denoise_<k>, score, select, critic, corrections, traffic_rules,
-                          comfort_limits, publish), end-to-end latency from the input stamp, deadline
-                          misses, rejected inputs, fallback state
+                          safety_envelope, comfort_limits, publish), end-to-end latency from the input
+                          stamp, deadline misses, rejected inputs, fallback state
 
 Safety layer (``safety_layer.*`` of planner.yaml, ``Rad2Policy`` stage 5): when ``safety_layer.mode`` is
 not ``off`` the stages carry the critic's time (``critic``) and that of the extra rejection-sampling
@@ -87,7 +87,8 @@ PARAM_FILES = ["bev", "vehicle", "planner", "nodes", "validators"]
 PREFIXES = ("bev", "tokens", "vehicle", "planner", "safety_layer", "model", "diffusion", "runtime",
             "planner_node", "heartbeat", "validators")
 # Rad2Policy.timings_ms keys reported as stages besides encode and the denoising steps, in pipeline order
-POLICY_STAGES = ("encode", "score", "select", "critic", "corrections", "traffic_rules", "comfort_limits")
+POLICY_STAGES = ("encode", "score", "select", "critic", "corrections", "traffic_rules", "safety_envelope",
+                 "comfort_limits")
 # PlanResult.info keys of the safety layer reported on /diagnostics
 SAFETY_INFO = ("safety_layer", "corrections", "critic_p", "critic_accepted", "safety_stopped_by_budget")
 
@@ -163,6 +164,8 @@ class PlannerNode(Node):
         self._safety: dict[str, object] = {}  # this cycle's safety-layer info (empty: off or no plan)
         self._safety_corrected = 0  # cycles the safety layer corrected
         self._safety_budget_stops = 0  # cycles whose rejection sampling the round budget stopped
+        self._envelope_cycles = 0  # cycles whose plan the longitudinal safety envelope slowed down
+        self._envelope_note = ""  # why, the last time it did
         self.create_subscription(BevFeatures, "perception/bev_features", self._on_bev, sensor_qos())
         self.create_subscription(SceneTokens, "perception/scene_tokens", self._on_tokens, sensor_qos())
         self.create_timer(float(n["input_period_s"]), self._watchdog)
@@ -329,7 +332,11 @@ class PlannerNode(Node):
         self._report(stamp_ns, stages, t_start, "")
 
     def _note_safety(self, info: dict) -> None:
-        """Keep the safety layer's part of this cycle's ``PlanResult.info`` for the report."""
+        """Keep the safety layer's part of this cycle's ``PlanResult.info`` for the report (and count the
+        cycles the safety envelope fired)."""
+        if info.get("safety_envelope"):
+            self._envelope_cycles += 1
+            self._envelope_note = str(info["safety_envelope"])
         if info.get("safety_layer", "off") == "off":
             return
         self._safety = {key: info[key] for key in SAFETY_INFO if key in info}
@@ -440,6 +447,8 @@ class PlannerNode(Node):
                 "rejected_input_count": rep.rejected_input_count,
                 "deadline_miss_count": self.stats.deadline_miss_count,
                 "end_to_end_ms": f"{rep.end_to_end_ms:.1f}", "last_fault": self._last_fault[:300],
+                "safety_envelope_cycle_count": self._envelope_cycles,
+                "safety_envelope_last": self._envelope_note[:300],
                 **self._safety_values()})
         if rep.deadline_missed and self.throttle("deadline"):
             self.get_logger().warning(f"deadline missed: {rep.end_to_end_ms:.1f} ms end-to-end "

@@ -1,0 +1,233 @@
+"""Longitudinal safety envelope on the executed plan (no ROS, no networks).
+
+The learned generator imitates drivers, and neither it nor the ``safe_medoid`` selection keeps a
+safe distance: the selection only avoids candidates whose boxes *overlap* the agents extrapolated at
+constant velocity, so a plan that tails a leader at 0.4 s (it merged in behind it) passes as long as
+the leader does not slow down; when it does, the replanned candidates brake too late and the ego
+runs into its rear (at fault, ``bev_warp_sim.safety`` rule 3). This stage bounds the executed plan's
+speed along its own path (the path is kept, only the timing changes, like ``comfort_limits`` and
+``traffic_rules``) so that at every plan point the ego could still stop behind every agent in its
+path even if that agent braked hard from then on (the safe speed of Gipps' car-following model, a
+form of the RSS longitudinal distance):
+
+    s_ego(t) + v(t)·reaction_time_s + v(t)²/(2·ego_decel)  <=  s_hit(t) + v_a(t)²/(2·agent_decel) - margin_m
+
+- ``s_hit(t)``: the arc length along the plan's path (extended straight ahead beyond its end) at
+  which the ego box, widened by ``lateral_margin_m`` on each side, first touches the agent's box at
+  time t predicted at constant velocity from its observation token (the agent is *in the path* at t
+  when there is such a point); ``v_a`` the agent's speed along the path there (>= 0).
+- only agents whose centre is ahead of the ego's centre now count (a follower is its own hazard), and
+  at a plan point only where they meet the path ahead of the ego there (an agent crossing behind it,
+  or moving in beside it, is not one to stop for). An agent crossing the path (heading more than
+  ``crossing_angle_deg`` from the path's) where the ego could not stop before it even at the emergency
+  limit is not stopped for either: the ego is already in its way, and braking would leave it standing
+  there (like a red light in the dilemma zone, ``traffic_rules``).
+- the plan's speed on each interval is lowered to the largest speed that satisfies the bound at the
+  interval's end; it never drops faster than the vehicle's emergency deceleration (``vehicle.min_accel``
+  of params/vehicle.yaml): when the bound asks for more, the plan brakes at that limit. When the bound
+  of a later point cannot be met even so (an agent cutting in), the plan brakes at that limit from now
+  on, for as few intervals as make it reachable: braking starts at once, not when the agent is in the
+  path. A plan that satisfies the bound is returned unchanged.
+
+The comfort stage after it only re-times plans slower (braking is never limited), so an envelope stop
+stays a stop. Parameters: ``safety_envelope.*`` in params/planner.yaml.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .geometry import boxes_overlap
+from .tokens import arc_lengths
+
+
+@dataclass(frozen=True)
+class SafetyEnvelopeParams:
+    enabled: bool
+    reaction_time_s: float  # s, the ego's response delay assumed by the bound
+    ego_decel: float  # m/s^2, braking the ego counts on to stop (below its emergency limit: a reserve)
+    agent_decel: float  # m/s^2, hardest braking assumed of an agent ahead
+    margin_m: float  # m, kept between the ego's box and the agent's when both have stopped
+    lateral_margin_m: float  # m, the ego's box is widened by this on each side for the in-path test
+    station_step_m: float  # m, spacing of the ego boxes swept along the path
+    crossing_angle_deg: float  # deg, an agent whose heading differs more from the path's is crossing it
+
+    def __post_init__(self):
+        for name in ("ego_decel", "agent_decel", "station_step_m"):
+            value = getattr(self, name)
+            if not np.isfinite(value) or value <= 0.0:
+                raise ValueError(f"safety_envelope.{name}: must be a positive number, got {value!r}")
+        if not 0.0 < self.crossing_angle_deg <= 90.0:
+            raise ValueError(f"safety_envelope.crossing_angle_deg: must be in (0, 90], got "
+                             f"{self.crossing_angle_deg!r}")
+        for name in ("reaction_time_s", "margin_m", "lateral_margin_m"):
+            value = getattr(self, name)
+            if not np.isfinite(value) or value < 0.0:
+                raise ValueError(f"safety_envelope.{name}: must be a number >= 0, got {value!r}")
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> SafetyEnvelopeParams:
+        from .config import require
+
+        c = require(params, "safety_envelope")
+        return cls(bool(c["enabled"]), float(c["reaction_time_s"]), float(c["ego_decel"]),
+                   float(c["agent_decel"]), float(c["margin_m"]), float(c["lateral_margin_m"]),
+                   float(c["station_step_m"]), float(c["crossing_angle_deg"]))
+
+
+def constant_velocity_boxes(agents: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """Boxes ``[N, len(times), 5]`` (x, y, yaw, length, width) of observation agent tokens ``agents
+    [N, 10]`` (x, y, cos, sin, vx, vy, length, width, ...; ego frame) extrapolated at constant velocity
+    to ``times`` (s from now)."""
+    a = np.asarray(agents, np.float64)
+    t = np.asarray(times, np.float64)
+    return np.stack(
+        np.broadcast_arrays(
+            a[:, None, 0] + a[:, None, 4] * t,
+            a[:, None, 1] + a[:, None, 5] * t,
+            np.arctan2(a[:, 3], a[:, 2])[:, None],
+            a[:, None, 6],
+            a[:, None, 7],
+        ),
+        -1,
+    )
+
+
+@dataclass(frozen=True)
+class EnvelopeResult:
+    plan: np.ndarray  # [T, 2] the executed plan (the input itself when unchanged)
+    fired: bool  # the bound lowered the plan's speed somewhere
+    agent: int  # index (into the unmasked agent tokens) of the agent that bound it first, -1 if none
+    gap_m: float  # nearest point along the path where the ego box would touch that agent, nan if none
+    decel: float  # m/s^2, the hardest deceleration of the re-timed plan (0 when unchanged)
+
+    def note(self) -> str:
+        return (f"brake for agent {self.agent} in the path {self.gap_m:.1f} m ahead (plan decel up to "
+                f"{self.decel:.1f} m/s^2)") if self.fired else ""
+
+
+def _path(plan: np.ndarray, extension_m: float) -> tuple[np.ndarray, np.ndarray]:
+    """The plan's path from the origin, points closer than 1 cm dropped, extended straight along its
+    last direction (the ego's heading when it does not move) by ``extension_m``; with arc lengths."""
+    pts = np.vstack([np.zeros((1, 2)), np.asarray(plan, np.float64)])
+    keep = np.concatenate([[True], np.linalg.norm(np.diff(pts, axis=0), axis=1) > 1e-2])
+    pts = pts[keep]
+    if len(pts) >= 2:
+        d = pts[-1] - pts[-2]
+        d = d / np.linalg.norm(d)
+    else:
+        d = np.array([1.0, 0.0])
+    pts = np.vstack([pts, pts[-1] + extension_m * d])
+    return pts, arc_lengths(pts)
+
+
+def apply_envelope(plan: np.ndarray, plan_dt: float, ego_speed: float, agents: np.ndarray,
+                   agents_mask: np.ndarray, ego_size: tuple[float, float], emergency_decel: float,
+                   p: SafetyEnvelopeParams) -> EnvelopeResult:
+    """``plan`` [T, 2] (ego frame, point k at (k+1)·plan_dt) re-timed along its path within the bound
+    of the module doc against the agents ``agents [N, 10]`` (observation tokens, ``agents_mask [N]``),
+    braking at most at ``emergency_decel`` (m/s^2, > 0)."""
+    pts = np.asarray(plan, np.float64)
+    unchanged = EnvelopeResult(pts.copy(), False, -1, float("nan"), 0.0)
+    idx = np.flatnonzero(np.asarray(agents_mask, bool))
+    if not p.enabled or len(idx) == 0 or len(pts) == 0:
+        return unchanged
+    a = np.asarray(agents, np.float64)[idx]
+    ahead = a[:, 0] > 0.0  # centre ahead of the ego's centre now
+    idx, a = idx[ahead], a[ahead]
+    if len(idx) == 0:
+        return unchanged
+    v0 = max(float(ego_speed), 0.0)
+    own_cum = arc_lengths(np.vstack([np.zeros((1, 2)), pts]))
+    own_speed = np.diff(own_cum) / plan_dt  # the plan's speed on each interval
+    v_top = max(v0, float(own_speed.max()))
+    a_speed = np.hypot(a[:, 4], a[:, 5])
+    reach = v_top * (p.reaction_time_s + plan_dt) + v_top**2 / (2.0 * p.ego_decel) + p.margin_m + ego_size[0]
+    path, cum = _path(pts, max(reach, 1.0) + p.station_step_m)
+    # the ego box swept along the path: stations every station_step_m with the path's heading there
+    s = np.arange(0.0, cum[-1] + 1e-9, p.station_step_m)
+    seg = np.clip(np.searchsorted(cum, s, side="right") - 1, 0, len(path) - 2)
+    d = np.diff(path, axis=0)[seg]
+    yaw = np.arctan2(d[:, 1], d[:, 0])
+    ego = np.stack(np.broadcast_arrays(np.interp(s, cum, path[:, 0]), np.interp(s, cum, path[:, 1]), yaw,
+                                       ego_size[0], ego_size[1] + 2.0 * p.lateral_margin_m), -1)  # S 5
+    times = np.arange(len(pts) + 1) * plan_dt  # now and every plan point
+    boxes = constant_velocity_boxes(a, times)  # N T+1 5
+    hit = boxes_overlap(ego[None, None], boxes[:, :, None])  # N T+1 S
+    any_hit = hit.any(-1)
+    if not any_hit.any():
+        return unchanged
+    first = hit.argmax(-1)
+    # the last station before the first touching one (conservative by at most one station)
+    s_hit = np.where(any_hit, np.maximum(s[first] - p.station_step_m, 0.0), np.inf)  # N T+1
+    # the agent's speed along the path where it is met, >= 0 (an oncoming agent stops nowhere ahead)
+    v_along = np.maximum(a[:, None, 4] * np.cos(yaw[first]) + a[:, None, 5] * np.sin(yaw[first]), 0.0)
+    v_along = np.minimum(v_along, a_speed[:, None])
+    # where the ego's centre must be able to stop by, per agent and time
+    limit = s_hit + v_along**2 / (2.0 * p.agent_decel) - p.margin_m  # N T+1
+    # an agent crossing the path that the ego cannot stop before even at its emergency limit (it is
+    # already in the agent's way): braking would leave it standing there, so the plan goes on
+    crossing = np.abs(np.cos(np.arctan2(a[:, 3], a[:, 2])[:, None] - yaw[first])) < np.cos(
+        np.radians(p.crossing_angle_deg))
+    limit = np.where(crossing & (v0**2 / (2.0 * emergency_decel) > s_hit), np.inf, limit)
+    # the middle of the stations touching the agent: where it is along the path
+    last = hit.shape[-1] - 1 - hit[..., ::-1].argmax(-1)
+    middle = np.where(any_hit, 0.5 * (s[first] + s[last]), -np.inf)  # N T+1
+    b = p.reaction_time_s + plan_dt
+    step_down = emergency_decel * plan_dt
+
+    def retime(forced: int) -> tuple[np.ndarray, bool, int, int]:
+        """Forward pass braking at the emergency limit on the first ``forced`` intervals; returns the
+        progress at every point, whether the speed was lowered, the first interval whose bound even
+        emergency braking could not meet (-1: none) and the agent that bound the plan first."""
+        s_now, v_prev = 0.0, v0
+        out = np.empty(len(pts))
+        lowered, short_of, binding = False, -1, -1
+        for k, v_own in enumerate(own_speed):
+            u = float(v_own)
+            # agents that are ahead of the ego (not beside or behind it) where they meet its path
+            ahead_now = middle[:, k + 1] > s_now
+            room = limit[ahead_now, k + 1].min(initial=np.inf) - s_now
+            # the largest constant speed u on the interval with s_now + u·dt + u·reaction_time_s
+            # + u²/(2·ego_decel) <= the limit at its end
+            u_max = p.ego_decel * (-b + np.sqrt(b * b + 2.0 * room / p.ego_decel)) if room > 0 else 0.0
+            floor = max(v_prev - step_down, 0.0)
+            if k < forced:
+                u = min(u, floor)
+            elif u_max < u - 1e-6:
+                u = min(u, max(u_max, floor))
+                if short_of < 0 and u_max < floor - 1e-6:
+                    short_of = k
+            if u < v_own - 1e-6:
+                lowered = True
+                if binding < 0 and ahead_now.any():
+                    binding = int(np.flatnonzero(ahead_now)[np.argmin(limit[ahead_now, k + 1])])
+            s_now += u * plan_dt
+            out[k] = s_now
+            v_prev = u
+        return out, lowered, short_of, binding
+
+    # when the bound cannot be met further on even braking at the emergency limit, brake at that limit
+    # from now on for as few intervals as make it reachable (or for all of them before it)
+    forced = 0
+    out_s, fired, short_of, binding = retime(forced)
+    while short_of > forced:
+        forced += 1
+        out_s, fired, short_of, binding = retime(forced)
+    if not fired:
+        return unchanged
+    if binding < 0:
+        binding = int(np.argmin(limit.min(1)))
+    met = s_hit[binding][np.isfinite(s_hit[binding])]
+    gap = float(met.min()) if met.size else float("nan")
+    speeds = np.diff(np.concatenate([[0.0], out_s])) / plan_dt
+    decel = float(np.max(-np.diff(np.concatenate([[v0], speeds])) / plan_dt, initial=0.0))
+    x = np.interp(out_s, own_cum, np.concatenate([[0.0], pts[:, 0]]))
+    y = np.interp(out_s, own_cum, np.concatenate([[0.0], pts[:, 1]]))
+    return EnvelopeResult(np.stack([x, y], -1), True, int(idx[binding]), gap, max(decel, 0.0))
+
+
+__all__ = ["EnvelopeResult", "SafetyEnvelopeParams", "apply_envelope", "constant_velocity_boxes"]

@@ -1,0 +1,177 @@
+"""The longitudinal safety envelope on the executed plan (rad2_planner/safety_envelope.py)."""
+
+import numpy as np
+import pytest
+from rad2_planner.comfort_limits import ComfortLimitParams, limit_acceleration
+from rad2_planner.config import load_params
+from rad2_planner.geometry import boxes_overlap
+from rad2_planner.safety_envelope import SafetyEnvelopeParams, apply_envelope, constant_velocity_boxes
+
+DT = 0.5
+T = 8
+EGO = (4.8, 1.9)
+EMERGENCY = 8.0
+P = SafetyEnvelopeParams(enabled=True, reaction_time_s=0.5, ego_decel=4.0, agent_decel=4.0, margin_m=2.0,
+                         lateral_margin_m=0.2, station_step_m=1.0, crossing_angle_deg=45.0)
+
+
+def straight_plan(speed: float, lateral: float = 0.0) -> np.ndarray:
+    x = speed * DT * (np.arange(T) + 1.0)
+    return np.stack([x, np.full(T, lateral)], -1)
+
+
+def agent(x: float, y: float, vx: float = 0.0, vy: float = 0.0, length: float = 4.5, width: float = 1.8):
+    return np.array([x, y, 1.0, 0.0, vx, vy, length, width, 0.0, 0.0])
+
+
+def run(plan, speed, agents, p=P):
+    agents = np.atleast_2d(np.asarray(agents, float)) if len(agents) else np.zeros((0, 10))
+    return apply_envelope(plan, DT, speed, agents, np.ones(len(agents), bool), EGO, EMERGENCY, p)
+
+
+def ego_front_progress(plan: np.ndarray) -> np.ndarray:
+    return np.linalg.norm(plan, axis=1) + 0.5 * EGO[0]
+
+
+def test_stopped_car_ahead_brakes_and_stops_before_it():
+    plan = straight_plan(15.0)  # 60 m in 4 s, straight through the car
+    car = agent(45.0, 0.0)  # rear bumper at 42.75 m from the ego's centre
+    res = run(plan, 15.0, [car])
+    assert res.fired and res.agent == 0
+    assert "brake for agent 0" in res.note()
+    steps = np.diff(np.linalg.norm(np.vstack([[0, 0], res.plan]), axis=1))
+    assert np.all(steps >= -1e-9)  # never backwards
+    assert steps[-1] / DT < 0.3 * 15.0  # most of the speed is gone within the 4 s horizon
+    assert np.all(np.diff(steps) <= 1e-9)  # slowing down all the way
+    rear = 45.0 - 0.5 * 4.5
+    assert np.all(ego_front_progress(res.plan) <= rear - P.margin_m + 1e-6)
+    # the path is kept: every point stays on the x axis
+    np.testing.assert_allclose(res.plan[:, 1], 0.0, atol=1e-9)
+    # no box of the executed plan overlaps the car
+    boxes = np.stack([res.plan[:, 0], res.plan[:, 1], np.zeros(T), np.full(T, EGO[0]), np.full(T, EGO[1])],
+                     -1)
+    assert not boxes_overlap(boxes, constant_velocity_boxes(car[None], np.zeros(1))[0, 0]).any()
+
+
+def test_emergency_braking_is_allowed_but_bounded_by_the_vehicle_limit():
+    plan = straight_plan(20.0)
+    res = run(plan, 20.0, [agent(25.0, 0.0)])  # too close to stop at ego_decel: brake harder
+    assert res.fired
+    speeds = np.diff(np.concatenate([[0.0], res.plan[:, 0]])) / DT
+    decel = -np.diff(np.concatenate([[20.0], speeds])) / DT
+    assert decel.max() > P.ego_decel + 1.0  # harder than the planning deceleration ...
+    assert decel.max() <= EMERGENCY + 1e-6  # ... never beyond the vehicle's emergency limit
+    assert res.decel == pytest.approx(decel.max())
+
+
+def test_comfort_limits_keep_the_envelope_stop():
+    res = run(straight_plan(15.0), 15.0, [agent(45.0, 0.0)])
+    comfort = ComfortLimitParams(enabled=True, max_accel=2.0, max_jerk=3.0, step_s=0.05)
+    limited = limit_acceleration(res.plan, DT, 15.0, 0.0, comfort)
+    assert ego_front_progress(limited)[-1] <= ego_front_progress(res.plan)[-1] + 1e-6
+
+
+def test_free_road_plan_unchanged():
+    plan = straight_plan(25.0)
+    res = run(plan, 25.0, [])
+    assert not res.fired and res.note() == ""
+    np.testing.assert_array_equal(res.plan, plan)
+
+
+@pytest.mark.parametrize("lateral", [3.5, -3.5])
+def test_car_in_adjacent_lane_unchanged(lateral):
+    plan = straight_plan(20.0)
+    res = run(plan, 20.0, [agent(15.0, lateral), agent(40.0, lateral, vx=5.0)])
+    assert not res.fired
+    np.testing.assert_array_equal(res.plan, plan)
+
+
+def test_leader_at_a_safe_distance_unchanged_and_tailgating_slows_down():
+    # same speed, a 2 s gap: nothing to do
+    plan = straight_plan(20.0)
+    assert not run(plan, 20.0, [agent(4.65 + 40.0, 0.0, vx=20.0)]).fired
+    # same speed, a 0.3 s gap (6 m): the plan slows down to open the gap
+    res = run(plan, 20.0, [agent(4.65 + 6.0, 0.0, vx=20.0)])
+    assert res.fired
+    assert res.plan[-1, 0] < plan[-1, 0] - 1.0
+
+
+def test_follower_and_oncoming_in_other_lane_ignored():
+    plan = straight_plan(15.0)
+    # a faster car behind in our lane (its own hazard), an oncoming one in the other lane
+    oncoming = np.array([50.0, 3.5, -1.0, 0.0, -15.0, 0.0, 4.5, 1.8, 0.0, 0.0])
+    res = run(plan, 15.0, [agent(-10.0, 0.0, vx=25.0), oncoming])
+    assert not res.fired
+
+
+def test_disabled_is_identity():
+    plan = straight_plan(15.0)
+    off = SafetyEnvelopeParams(**{**P.__dict__, "enabled": False})
+    res = run(plan, 15.0, [agent(20.0, 0.0)], off)
+    assert not res.fired
+    np.testing.assert_array_equal(res.plan, plan)
+
+
+def test_params_file_and_validation():
+    p = SafetyEnvelopeParams.from_params(load_params("planner"))
+    assert p.enabled
+    with pytest.raises(ValueError, match="safety_envelope.ego_decel: must be a positive number"):
+        SafetyEnvelopeParams(**{**P.__dict__, "ego_decel": 0.0})
+    with pytest.raises(ValueError, match="safety_envelope.margin_m: must be a number >= 0"):
+        SafetyEnvelopeParams(**{**P.__dict__, "margin_m": -1.0})
+
+
+def test_cut_in_from_alongside_brakes_at_once():
+    # a slow car beside the ego, ahead, pulling into the ego's lane: in its path only from 1 s on, but
+    # the bound there cannot be met unless the ego brakes at its emergency limit now
+    plan = straight_plan(25.0)
+    res = run(plan, 25.0, [agent(8.0, 3.2, vx=5.0, vy=-1.6)])
+    assert res.fired
+    first_speed = res.plan[0, 0] / DT
+    assert first_speed == pytest.approx(25.0 - EMERGENCY * DT)  # emergency braking from the first interval
+
+
+def test_agent_crossing_behind_the_ego_ignored():
+    # crosses the ego's path 10 m ahead in 2 s; the ego (20 m/s) is 30 m further on by then
+    plan = straight_plan(20.0)
+    res = run(plan, 20.0, [np.array([10.0, 10.0, 0.0, -1.0, 0.0, -5.0, 4.5, 1.8, 0.0, 0.0])])
+    assert not res.fired
+
+
+def test_policy_applies_the_envelope_with_the_vehicle_emergency_limit(tmp_path):
+    import torch
+    from rad2_planner.policy import Rad2Policy
+    from rad2_planner.runtime.base import SCENE_INPUTS
+    from rad2_planner.runtime.onnx_export import example_inputs
+    from tiny_models import randomised_model, tiny_config
+
+    torch.set_num_threads(1)
+    model = randomised_model(tiny_config())
+    policy = Rad2Policy(model, backend="pytorch", onnx_dir=tmp_path, num_candidates=4)
+    assert policy.envelope.enabled and policy.emergency_decel == pytest.approx(8.0)  # vehicle.yaml
+    ex = example_inputs(model.cfg, batch=1, seed=0)
+    inputs = {k: np.array(ex[k]) for k in SCENE_INPUTS}
+    inputs["ego_state"][0, 0] = 15.0
+    inputs["agents_mask"][:] = False
+    inputs["agents"][0, 0] = agent(45.0, 0.0)
+    inputs["agents_mask"][0, 0] = True
+    candidates = np.repeat(straight_plan(15.0)[None, None], 4, axis=1).astype(np.float32)
+    executed, notes = policy._safety_envelope(candidates, [0], [None], inputs)
+    assert notes[0].startswith("brake for agent 0")
+    assert np.all(ego_front_progress(executed[0]) <= 45.0 - 2.25 - P.margin_m + 1e-4)
+    # a plan_batch cycle reports the stage's time
+    result = policy.plan_batch({k: v for k, v in inputs.items()}, seeds=[0])[0]
+    assert "safety_envelope" in result.timings_ms
+
+
+def test_crossing_agent_stopped_for_only_where_the_ego_can_stop_before_its_path():
+    crosser = np.array([30.0, 12.0, 0.0, -1.0, 0.0, -8.0, 4.5, 1.8, 0.0, 0.0])  # crosses 30 m ahead at 1.5 s
+    res = run(straight_plan(10.0), 10.0, [crosser])
+    assert res.fired  # room to stop: yield
+    assert np.all(ego_front_progress(res.plan)[:4] <= 30.0 - 0.9 + 1e-6)
+    # one sweeping over the ego's front now: it cannot stop short of it, so it keeps its plan
+    over_front = np.array([4.0, 4.0, 0.0, -1.0, 0.0, -8.0, 4.5, 1.8, 0.0, 0.0])
+    plan = straight_plan(7.0)
+    res = run(plan, 7.0, [over_front])
+    assert not res.fired
+    np.testing.assert_array_equal(res.plan, plan)
