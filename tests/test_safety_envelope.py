@@ -175,3 +175,12 @@ def test_crossing_agent_stopped_for_only_where_the_ego_can_stop_before_its_path(
     res = run(plan, 7.0, [over_front])
     assert not res.fired
     np.testing.assert_array_equal(res.plan, plan)
+
+
+def test_impossible_ego_speed_keeps_the_sweep_bounded_and_nan_is_named():
+    # 1e6 m/s cannot happen (the nodes reject it); the core must still answer at once, not sweep 1e11 m
+    res = apply_envelope(straight_plan(15.0), DT, 1.0e6, np.atleast_2d(agent(45.0, 0.0)), np.ones(1, bool),
+                         EGO, EMERGENCY, P, max_speed=40.0)
+    assert res.fired and np.all(np.isfinite(res.plan))
+    with pytest.raises(ValueError, match="ego_speed"):
+        run(straight_plan(15.0), float("nan"), [agent(45.0, 0.0)])

@@ -286,6 +286,7 @@ class Rad2Policy:
         self.envelope = SafetyEnvelopeParams.from_params(
             params if "safety_envelope" in params else default_params("planner"))
         self.emergency_decel = -float(vehicle.min_accel)
+        self.max_speed = float(vehicle.max_speed)
         self.params = params
         self.model = model
         self.cfg = model.cfg
@@ -715,7 +716,8 @@ class Rad2Policy:
         for i in range(b):
             plan = candidates[i, selected[i]] if executed[i] is None else executed[i]
             res = apply_envelope(plan, self.plan_dt, float(inputs["ego_state"][i, 0]), inputs["agents"][i],
-                                 inputs["agents_mask"][i], self.ego_size, self.emergency_decel, self.envelope)
+                                 inputs["agents_mask"][i], self.ego_size, self.emergency_decel, self.envelope,
+                                 max_speed=self.max_speed)
             if res.fired:
                 out[i], notes[i] = res.plan.astype(np.float32), res.note()
         return out, notes

@@ -126,10 +126,17 @@ def _path(plan: np.ndarray, extension_m: float) -> tuple[np.ndarray, np.ndarray]
 
 def apply_envelope(plan: np.ndarray, plan_dt: float, ego_speed: float, agents: np.ndarray,
                    agents_mask: np.ndarray, ego_size: tuple[float, float], emergency_decel: float,
-                   p: SafetyEnvelopeParams) -> EnvelopeResult:
+                   p: SafetyEnvelopeParams, max_speed: float | None = None) -> EnvelopeResult:
     """``plan`` [T, 2] (ego frame, point k at (k+1)·plan_dt) re-timed along its path within the bound
     of the module doc against the agents ``agents [N, 10]`` (observation tokens, ``agents_mask [N]``),
-    braking at most at ``emergency_decel`` (m/s^2, > 0)."""
+    braking at most at ``emergency_decel`` (m/s^2, > 0).
+
+    ``max_speed`` (m/s, the vehicle's): the speed the swept path's length is computed from is capped
+    there, so an impossible ego or plan speed (the nodes' validators reject those before planning) cannot
+    make the sweep, and its memory, unbounded. A non-finite ``ego_speed`` is an error naming it.
+    """
+    if not np.isfinite(ego_speed):
+        raise ValueError(f"ego_speed: {ego_speed!r} m/s is not finite")
     pts = np.asarray(plan, np.float64)
     unchanged = EnvelopeResult(pts.copy(), False, -1, float("nan"), 0.0)
     idx = np.flatnonzero(np.asarray(agents_mask, bool))
@@ -144,6 +151,8 @@ def apply_envelope(plan: np.ndarray, plan_dt: float, ego_speed: float, agents: n
     own_cum = arc_lengths(np.vstack([np.zeros((1, 2)), pts]))
     own_speed = np.diff(own_cum) / plan_dt  # the plan's speed on each interval
     v_top = max(v0, float(own_speed.max()))
+    if max_speed is not None:
+        v_top = min(v_top, float(max_speed))
     a_speed = np.hypot(a[:, 4], a[:, 5])
     reach = v_top * (p.reaction_time_s + plan_dt) + v_top**2 / (2.0 * p.ego_decel) + p.margin_m + ego_size[0]
     path, cum = _path(pts, max(reach, 1.0) + p.station_step_m)
