@@ -435,6 +435,12 @@ def run_node(node_class, args: list[str] | None = None, **kwargs) -> int:
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except Exception:
+        # A callback that was running when SIGINT shut the context down fails at its next ROS call
+        # (e.g. a publisher whose context is no longer valid): that is the requested shutdown, not a
+        # fault, and must not turn a clean stop into exit 1. While the context is up, errors propagate.
+        if rclpy.ok():
+            raise
     finally:
         if node is not None:
             try:
