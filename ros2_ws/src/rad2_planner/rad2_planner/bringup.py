@@ -335,6 +335,12 @@ def run_composed(graph: str, args: dict[str, str], overrides: dict[str, dict[str
             executor.spin_once(timeout_sec=0.1)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except Exception:
+        # as in nodes.common.run_node: an error from a wait set or callback whose context SIGINT has
+        # already shut down is the shutdown itself (CI saw "guard condition ... rcl_shutdown() was
+        # called" end a clean stop with exit 1); while the context is up, errors propagate
+        if rclpy.ok():
+            raise
     finally:
         for node in nodes:
             try:
@@ -342,6 +348,10 @@ def run_composed(graph: str, args: dict[str, str], overrides: dict[str, dict[str
                 node.destroy_node()
             except Exception:  # noqa: BLE001 -- best effort on shutdown
                 pass
-        executor.shutdown(timeout_sec=2.0)
+        try:
+            executor.shutdown(timeout_sec=2.0)
+        except Exception:  # noqa: BLE001 -- its guard condition dies with a context already shut down
+            if rclpy.ok():
+                raise
         rclpy.try_shutdown()
     return 0
