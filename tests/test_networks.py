@@ -353,6 +353,43 @@ def test_safe_medoid_avoids_an_extrapolated_agent():
     assert safe_medoid_index(cands, agents, mask, 0.5, *limits) == medoid_index(cands)
 
 
+def test_safe_medoid_progress_quantile_keeps_the_faster_safe_candidates_along_the_route():
+    from rad2_planner.control.bicycle import VehicleParams
+    from rad2_planner.open_loop_metrics import vehicle_max_curvature
+    from rad2_planner.policy import safe_medoid_index
+    from rad2_planner.route_path import observation_route
+
+    vehicle = VehicleParams.from_params()
+    limits = ((vehicle.length, vehicle.width), vehicle_max_curvature())
+    times = (np.arange(8) + 1) * 0.5
+    # a left turn: straight for 10 m, then along +y
+    route_tokens = np.array([[0.0, 0.0], [10.0, 0.0], [10.0, 40.0]], np.float32)
+    route = observation_route(route_tokens, np.ones(3, bool))
+
+    def along(speed):  # a candidate following the route at a constant speed
+        s = speed * times
+        return np.stack([np.minimum(s, 10.0), np.maximum(s - 10.0, 0.0)], -1)
+
+    slow = [along(v) for v in (2.0, 2.2, 2.4, 2.6, 2.8)]  # the crowded slow mode
+    fast = [along(v) for v in (6.0, 6.3)]
+    straight_on = np.stack([7.0 * times, np.zeros(8)], -1)  # long, but leaves the route at the turn
+    cands = np.stack(slow + fast + [straight_on])
+    no_agents, mask = np.zeros((1, 10), np.float32), np.zeros(1, bool)
+    plain = safe_medoid_index(cands, no_agents, mask, 0.5, *limits)
+    assert plain in range(5)  # the medoid sits in the slow mode
+    assert safe_medoid_index(cands, no_agents, mask, 0.5, *limits, route, 0.0) == plain
+    # the faster quarter by progress ALONG THE ROUTE: the two fast ones (the straight-on one gets only
+    # about 10 m along the turning route although its path is longer)
+    picked = safe_medoid_index(cands, no_agents, mask, 0.5, *limits, route, 0.75)
+    assert picked in (5, 6)
+    # safety comes first: a stopped car 14 m up the turn makes the fast ones unsafe
+    agents = np.zeros((1, 10), np.float32)
+    agents[0, :8] = [10.0, 14.0, 0.0, 1.0, 0.0, 0.0, 4.5, 2.0]
+    safe_pick = safe_medoid_index(cands, agents, np.ones(1, bool), 0.5, *limits, route, 0.75)
+    assert safe_pick in range(5) or safe_pick == 7
+    assert np.abs(cands[safe_pick, :, 1]).max() < 14.0 - 2.25 - 2.5
+
+
 def test_corrupted_checkpoints_are_errors_naming_the_file(tmp_path):
     from rad2_planner.networks.model import CheckpointError
 

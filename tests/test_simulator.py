@@ -16,6 +16,7 @@ from bev_warp_sim.trace import EpisodeTrace, decision_intervals
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 from rad2_planner.config import load_params
+from rad2_planner.route_path import RoutePath
 from synthetic_scenes import make_clip
 
 PARAMS = load_params("sim")
@@ -244,7 +245,7 @@ def test_rewards_match_the_paper():
     assert rw.r_eff(1.3, 1.05, 1.10) == pytest.approx(0.8)
     assert rw.progress_ratio(5.0, 0.2, 1.0) == 1.0
     assert rw.progress_ratio(45.0, 50.0, 1.0) == pytest.approx(0.9)
-    path = rw.RoutePath(np.array([[0.0, 0.0], [10.0, 0.0], [10.0, 10.0]]))
+    path = RoutePath(np.array([[0.0, 0.0], [10.0, 0.0], [10.0, 10.0]]))
     s, lat, _ = path.project(np.array([[5.0, 1.0], [11.0, 5.0]]))
     np.testing.assert_allclose(s, [5.0, 15.0])
     np.testing.assert_allclose(lat, [1.0, -1.0])
@@ -367,7 +368,7 @@ def test_route_that_doubles_back_is_refused_naming_clip_and_place():
     bad = replace(clip, route_polyline=route)
     with pytest.raises(SimulationError, match=r"'zigzag'.*doubles back at point 1 \(40.0, 0.0\)"):
         Simulator().init(bad)
-    assert rw.RoutePath(clip.route_polyline).reversal(120.0) is None  # a real route passes
+    assert RoutePath(clip.route_polyline).reversal(120.0) is None  # a real route passes
 
 
 def test_plan_consistency_is_the_planned_speed_change_between_cycles():

@@ -24,6 +24,7 @@ import numpy as np
 from rad2_planner.config import load_params
 from rad2_planner.geometry import world_to_ego
 from rad2_planner.planning_interface import PlanResult
+from rad2_planner.route_path import RoutePath, observation_route
 
 
 class PolicyError(ValueError):
@@ -117,14 +118,6 @@ class IdmLaneFollower:
     def reset(self, clip: Any | None = None, start_step: int = 0, seed: int | None = None) -> None:
         pass
 
-    def _route(self, obs) -> np.ndarray:
-        pts = np.asarray(obs.route, dtype=np.float64)[np.asarray(obs.route_mask, bool)][:, :2]
-        if len(pts) == 0 or pts[0, 0] > 0.5:
-            pts = np.concatenate([np.zeros((1, 2)), pts]) if len(pts) else np.array([[0.0, 0.0], [1.0, 0.0]])
-        if len(pts) < 2:
-            pts = np.concatenate([pts, pts[-1:] + [[1.0, 0.0]]])
-        return pts
-
     def _speed_limit(self, obs) -> float:
         mp = np.asarray(obs.map_polylines, dtype=np.float64)
         mm = np.asarray(obs.map_mask, bool)
@@ -138,10 +131,8 @@ class IdmLaneFollower:
         return float(near[4]) if near[4] > 0 else self.cfg["fallback_speed"]
 
     def plan(self, observation: Any) -> PlanResult:
-        from bev_warp_sim.rewards import RoutePath
-
         cfg = self.cfg
-        route = RoutePath(self._route(observation))
+        route = RoutePath(observation_route(observation.route, observation.route_mask))
         s_ego = float(route.project(np.zeros(2))[0])
         v = float(np.asarray(observation.ego_state)[0])
         v0 = min(self._speed_limit(observation), cfg["max_speed"])

@@ -44,9 +44,9 @@ import numpy as np
 from rad2_planner.config import load_params
 from rad2_planner.geometry import wrap_angle
 from rad2_planner.planning_interface import PlanResult
+from rad2_planner.route_path import RoutePath
 from rad2_planner.traffic_rules import next_signal_stop, stop_line_crossings
 
-from bev_warp_sim import rewards as rw
 from bev_warp_sim import safety
 from bev_warp_sim.metrics import EpisodeResult, episode_outcome
 from bev_warp_sim.trace import DecisionPoint, EpisodeTrace, frozen_array
@@ -200,7 +200,7 @@ class _ClipData:
             self.valid[:, :t_total] = clip.agent_valid
             self.vel[:, :t_total, 0] = clip.agent_vx
             self.vel[:, :t_total, 1] = clip.agent_vy
-        self.route = rw.RoutePath(clip.route_polyline)
+        self.route = RoutePath(clip.route_polyline)
         doubled = self.route.reversal(route_max_turn_deg)
         if doubled:
             raise SimulationError(f"clip {clip.clip_id!r}: {doubled} (EP would count progress along it "

@@ -16,7 +16,8 @@ One planning cycle (identical for every runtime backend, see :mod:`rad2_planner.
      distance to the others — the mode of the candidate set, robust to a stray sample), ``first``, or
      ``safe_medoid`` (the medoid of the candidates whose ego box does not overlap any observed agent
      extrapolated at constant velocity from the agent tokens; when all overlap, the candidates whose
-     first overlap comes latest).
+     first overlap comes latest; with ``planner.selection_progress_quantile`` q > 0, only the safe
+     candidates reaching at least the q-quantile of their progress along the route count).
    - ``sample`` (RL rollouts, scenario curation): a draw from the categorical distribution of
      :mod:`rad2_planner.selection` (``planner.selection_distribution``, temperature, top-K); the
      result carries the draw's log-probability and the distribution's entropy.
@@ -88,6 +89,7 @@ from .config import default_params, load_params, require, resource_path
 from .diffusion import SAMPLERS, NoiseSchedule, SamplerSpec, initial_noise
 from .observation import BOOL_FIELDS, FIELD_RANKS, ObservationError
 from .planning_interface import PlanResult
+from .route_path import RoutePath, observation_route
 from .runtime.base import DISCRIMINATOR_INPUTS, SCENE_INPUTS, make_backend
 from .safety_envelope import SafetyEnvelopeParams, apply_envelope, constant_velocity_boxes
 from .selection import CandidateDistribution
@@ -168,27 +170,43 @@ def medoid_index(candidates: np.ndarray) -> int:
 
 def safe_medoid_index(
     candidates: np.ndarray, agents: np.ndarray, agents_mask: np.ndarray, plan_dt: float,
-    ego_size: tuple[float, float], max_curvature: float,
+    ego_size: tuple[float, float], max_curvature: float, route: np.ndarray | None = None,
+    progress_quantile: float = 0.0,
 ) -> int:
     """Medoid of the candidates that avoid the constant-velocity extrapolation of the observed agents.
 
     ``agents [N, 10]`` are observation agent tokens (x, y, cos, sin, vx, vy, length, width, ...), ego
     frame. Candidates overlapping an agent are dropped; if none is left, those whose first overlap is
     latest are kept.
+
+    ``progress_quantile`` q in [0, 1) (``planner.selection_progress_quantile``): of the safe candidates,
+    only those whose end point gets at least as far along ``route`` (``[P >= 2, 2]`` ego-frame points,
+    :func:`rad2_planner.route_path.observation_route`) as the q-quantile of them are kept before the
+    medoid is taken. Why: the generator's samples spread around a mode that is slower than the logged
+    drivers (it imitates their average, and more so where it is unsure, e.g. before a sharp turn), and
+    the medoid of the whole set sits at that mode; q = 0 keeps every safe candidate. Progress is
+    counted up to the route's last point only.
     """
     from .geometry import boxes_overlap
     from .open_loop_metrics import plan_headings
 
-    a = agents[agents_mask.astype(bool)]
-    if len(a) == 0:
-        return medoid_index(candidates)
     m, t = candidates.shape[:2]
-    agent_boxes = constant_velocity_boxes(a, (np.arange(t) + 1.0) * plan_dt)  # N T 5
-    yaw = plan_headings(candidates, max_curvature=max_curvature)
-    ego = np.stack(np.broadcast_arrays(candidates[..., 0], candidates[..., 1], yaw, *ego_size), -1)  # M T 5
-    hit = boxes_overlap(ego[:, None], agent_boxes[None]).any(axis=1)  # M T
-    first = np.where(hit.any(1), hit.argmax(1), t)
-    keep = np.nonzero(first == first.max())[0]
+    keep = np.arange(m)
+    a = agents[agents_mask.astype(bool)]
+    if len(a):
+        agent_boxes = constant_velocity_boxes(a, (np.arange(t) + 1.0) * plan_dt)  # N T 5
+        yaw = plan_headings(candidates, max_curvature=max_curvature)
+        # M T 5
+        ego = np.stack(np.broadcast_arrays(candidates[..., 0], candidates[..., 1], yaw, *ego_size), -1)
+        hit = boxes_overlap(ego[:, None], agent_boxes[None]).any(axis=1)  # M T
+        first = np.where(hit.any(1), hit.argmax(1), t)
+        keep = np.nonzero(first == first.max())[0]
+    if progress_quantile > 0.0 and route is not None and len(keep) > 1:
+        path = RoutePath(route)
+        # past the route's last point there is nothing to gain (RoutePath extrapolates beyond it)
+        end = np.minimum(path.project(candidates[keep, -1].astype(np.float64))[0], path.length)
+        progress = end - path.project(np.zeros(2))[0]
+        keep = keep[progress >= np.quantile(progress, progress_quantile)]
     return int(keep[medoid_index(candidates[keep])])
 
 
@@ -312,6 +330,12 @@ class Rad2Policy:
         self.fallback = fallback_selection or p["fallback_selection"]
         if self.fallback not in FALLBACK_RULES:
             raise ValueError(f"planner.fallback_selection: unknown value {self.fallback!r} {FALLBACK_RULES}")
+        # params built for an older planner.yaml get the file's default
+        key = "selection_progress_quantile"
+        self.progress_quantile = float(p[key] if key in p else default_params("planner")["planner"][key])
+        if not 0.0 <= self.progress_quantile < 1.0:
+            raise ValueError("planner.selection_progress_quantile: must be in [0, 1), got "
+                             f"{self.progress_quantile!r}")
         self.always_score = always_score
         self.selection = _check_mode(selection or require(params, "planner.selection_mode"))
         self.distribution = candidate_distribution or CandidateDistribution.from_params(p)
@@ -681,8 +705,7 @@ class Rad2Policy:
         if self.fallback == "medoid":
             return int(allowed[medoid_index(sub)])
         if self.fallback == "safe_medoid":
-            return int(allowed[safe_medoid_index(sub, inputs["agents"][i], inputs["agents_mask"][i],
-                                                 self.plan_dt, self.ego_size, self.max_curvature)])
+            return int(allowed[self._safe_medoid(sub, inputs, i)])
         return int(allowed[0])
 
     def _traffic_rules(self, observation: Any, candidates: np.ndarray, selected: list[int],
@@ -768,12 +791,18 @@ class Rad2Policy:
         if self.fallback == "medoid":
             return [medoid_index(candidates[i]) for i in range(b)], "medoid"
         if self.fallback == "safe_medoid":
-            return [
-                safe_medoid_index(candidates[i], inputs["agents"][i], inputs["agents_mask"][i], self.plan_dt,
-                                  self.ego_size, self.max_curvature)
-                for i in range(b)
-            ], "safe_medoid"
+            return [self._safe_medoid(candidates[i], inputs, i) for i in range(b)], "safe_medoid"
         return [0] * b, "first"
+
+    def _safe_medoid(self, candidates: np.ndarray, inputs: dict[str, np.ndarray], i: int) -> int:
+        """:func:`safe_medoid_index` of row ``i``'s candidates ``[M', T, 2]`` with this policy's settings."""
+        route = None
+        # where the route ends within the route tokens' look-ahead (the end of the mission, or of the
+        # mapped road the expert stops at) nothing is gained by hurrying: the plain safe medoid
+        if self.progress_quantile > 0.0 and inputs["route_mask"][i].all():
+            route = observation_route(inputs["route"][i], inputs["route_mask"][i])
+        return safe_medoid_index(candidates, inputs["agents"][i], inputs["agents_mask"][i], self.plan_dt,
+                                 self.ego_size, self.max_curvature, route, self.progress_quantile)
 
     def _recorded_inputs(self, inputs: dict[str, np.ndarray], scene: dict[str, Any]) -> list[dict]:
         """Per row, the discriminator's inputs besides the trajectories (copies, float32 / bool)."""
