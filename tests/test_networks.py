@@ -181,6 +181,38 @@ def test_normalizer_roundtrip_and_speed_awareness():
         TrajectoryNormalizer(np.zeros((8, 2)), np.zeros((8, 2)), 0.5)
 
 
+def test_speed_conditioned_normalizer_centres_a_standstill_on_standing_still():
+    """Drivers at speed brake on average, drivers at a standstill stay or creep forward: one all-speed
+    mean would centre a standing ego on a plan that reverses; the speed tables must not."""
+    rng = np.random.default_rng(1)
+    times = (np.arange(8) + 1) * 0.5
+    speeds = np.concatenate([np.zeros(300), rng.uniform(8, 20, 700)])
+    decel = np.where(speeds > 0, 1.0, 0.0)  # 1 m/s² braking at speed; standing cars creep at 0.3 m/s
+    x = speeds[:, None] * times - 0.5 * decel[:, None] * times**2 + (speeds == 0)[:, None] * 0.3 * times
+    trajs = np.stack([x + rng.normal(0, 0.2, x.shape), rng.normal(0, 0.2, x.shape)], -1)
+    flat = TrajectoryNormalizer.fit(trajs, speeds, 0.5)
+    by_speed = TrajectoryNormalizer.fit(trajs, speeds, 0.5, speed_step=2.5, prior_samples=10)
+    assert by_speed.speed_conditioned and not flat.speed_conditioned
+    zero = np.zeros((1, 8, 2), np.float32)
+    assert flat.denormalize(zero, np.zeros(1))[0, -1, 0] < -1.0  # the all-speed mean reverses from rest
+    assert by_speed.denormalize(zero, np.zeros(1))[0, -1, 0] == pytest.approx(1.2, abs=0.3)
+    assert by_speed.denormalize(zero, np.full(1, 12.0))[0, -1, 0] == pytest.approx(12 * 4 - 8, abs=1.0)
+    # exact round trip, numpy and torch agree, speeds past the last table are held at it
+    z = by_speed.normalize(trajs, speeds)
+    assert np.allclose(by_speed.denormalize(z, speeds), trajs, atol=1e-3)
+    as_torch = (torch.from_numpy(a.astype(np.float32)) for a in (trajs, speeds))
+    zt = by_speed.normalize(*as_torch)
+    assert np.allclose(zt.numpy(), z, atol=1e-4)
+    far = by_speed.denormalize(zero, np.full(1, 500.0)) - by_speed.prior(np.full(1, 500.0))
+    last = by_speed.denormalize(zero, np.full(1, by_speed.speed_knots[-1])) - by_speed.prior(
+        np.full(1, by_speed.speed_knots[-1]))
+    assert np.allclose(far, last, atol=1e-4)
+    restored = TrajectoryNormalizer.from_dict(by_speed.to_dict())
+    assert np.allclose(restored.denormalize(z, speeds), trajs, atol=1e-3)
+    with pytest.raises(ValueError, match="speed_step"):
+        TrajectoryNormalizer(by_speed.mean, by_speed.std, 0.5, 0.0)
+
+
 @pytest.mark.parametrize("sampler", ["ddim", "dpmpp_2m"])
 def test_sampler_recovers_oracle_and_is_deterministic(sampler):
     sched = NoiseSchedule(1000)

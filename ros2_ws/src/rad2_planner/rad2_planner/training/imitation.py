@@ -337,6 +337,17 @@ def open_loop_eval(
     return acc.summary()
 
 
+def fit_normalizer(cache: FeatureCache, train_idx: np.ndarray, tp: dict[str, Any], plan_dt: float
+                   ) -> TrajectoryNormalizer:
+    """The trajectory normaliser of the training samples' targets (``imitation.normalizer_*``)."""
+    rows = np.sort(train_idx)
+    return TrajectoryNormalizer.fit(
+        np.asarray(cache.arrays["target"][rows]), np.asarray(cache.arrays["ego_state"][rows, 0]), plan_dt,
+        speed_step=float(tp["normalizer_speed_step_mps"]),
+        prior_samples=float(tp["normalizer_prior_samples"]),
+    )
+
+
 def lr_at(step: int, base: float, warmup: int, total: int) -> float:
     if step < warmup:
         return base * (step + 1) / warmup
@@ -409,13 +420,14 @@ def train(
         state = torch.load(state_path, weights_only=False)
         start_step = int(state["step"])
     elif init_from is not None:
-        # fine-tune: weights, normalisation and BEV scaling of an earlier run, fresh optimiser
+        # fine-tune: weights, normalisation and BEV scaling of an earlier run, fresh optimiser; with
+        # refit_normalizer the network learns its targets in the new normalised space
         model = PlannerModel.load(init_from)
+        if bool(tp["refit_normalizer"]):
+            model.normalizer = fit_normalizer(cache, train_idx, tp, plan_dt)
         state, start_step = None, 0
     else:
-        tgt = np.asarray(cache.arrays["target"][np.sort(train_idx)])
-        spd = np.asarray(cache.arrays["ego_state"][np.sort(train_idx), 0])
-        normalizer = TrajectoryNormalizer.fit(tgt, spd, plan_dt)
+        normalizer = fit_normalizer(cache, train_idx, tp, plan_dt)
         cfg.bev_channel_scale = bev_channel_scale(cache, rng)
         model = PlannerModel(cfg, normalizer)
         state, start_step = None, 0
