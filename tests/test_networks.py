@@ -207,6 +207,9 @@ def test_speed_conditioned_normalizer_centres_a_standstill_on_standing_still():
     last = by_speed.denormalize(zero, np.full(1, by_speed.speed_knots[-1])) - by_speed.prior(
         np.full(1, by_speed.speed_knots[-1]))
     assert np.allclose(far, last, atol=1e-4)
+    # an invalid speed must not index outside the tables: NaN stays NaN, as with one table
+    assert np.isnan(by_speed.denormalize(zero, np.full(1, np.nan))).all()
+    assert np.isnan(by_speed.denormalize(torch.zeros(1, 8, 2), torch.full((1,), float("nan"))).numpy()).all()
     restored = TrajectoryNormalizer.from_dict(by_speed.to_dict())
     assert np.allclose(restored.denormalize(z, speeds), trajs, atol=1e-3)
     with pytest.raises(ValueError, match="speed_step"):

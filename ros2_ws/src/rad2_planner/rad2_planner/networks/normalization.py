@@ -89,8 +89,9 @@ class TrajectoryNormalizer:
             std = torch.as_tensor(self.std, device=like.device)
             if not self.speed_conditioned:
                 return mean, std
-            pos = (torch.as_tensor(speed, device=like.device).float() / self.speed_step).clamp(
-                0.0, self.mean.shape[0] - 1.0)
+            # a NaN speed picks table 0 here and still yields NaN through the prior, as before
+            scaled = torch.as_tensor(speed, device=like.device).float() / self.speed_step
+            pos = torch.nan_to_num(scaled).clamp(0.0, self.mean.shape[0] - 1.0)
             lo = pos.floor().clamp(max=max(self.mean.shape[0] - 2, 0)).long()
             hi = (lo + 1).clamp(max=self.mean.shape[0] - 1)
             w = (pos - lo.float())[..., None, None]
@@ -98,7 +99,7 @@ class TrajectoryNormalizer:
         if not self.speed_conditioned:
             return self.mean, self.std
         k = self.mean.shape[0]
-        pos = np.clip(np.asarray(speed, dtype=np.float32) / self.speed_step, 0.0, k - 1.0)
+        pos = np.clip(np.nan_to_num(np.asarray(speed, dtype=np.float32) / self.speed_step), 0.0, k - 1.0)
         lo = np.minimum(np.floor(pos).astype(np.int64), max(k - 2, 0))
         hi = np.minimum(lo + 1, k - 1)
         w = (pos - lo)[..., None, None].astype(np.float32)
