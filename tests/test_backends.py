@@ -115,6 +115,36 @@ def test_single_call_sampler_matches_the_step_by_step_loop(setup, sampler):
     assert SamplerSpec.from_dict(manifest["generators"][paths["generator"].name]) == spec
 
 
+def test_candidate_shards_compute_what_one_call_computes(setup):
+    """runtime.ort_candidate_shards splits the candidate-axis graphs into concurrent calls; the
+    candidates are independent, so every M (odd, below the shard count) gives the one-call result."""
+    model, onnx_dir, _ = setup
+    spec = SamplerSpec(2, "ddim", 4.0)
+    paths = ensure_onnx(model, onnx_dir, spec)
+    base = dict(load_params("planner")["runtime"], ort_intra_op_threads=2)
+    one = OrtBackend(paths, dict(base, ort_candidate_shards=1), sampler_spec=spec)
+    two = OrtBackend(paths, dict(base, ort_candidate_shards=2), sampler_spec=spec)
+    assert (one.shards, two.shards) == (1, 2)
+    # capped at the intra-op threads: a one-thread Ray worker gets one call
+    capped = OrtBackend(paths, dict(base, ort_intra_op_threads=1, ort_candidate_shards=4), sampler_spec=spec)
+    assert capped.shards == 1
+    with pytest.raises(ValueError, match="ort_candidate_shards"):
+        OrtBackend(paths, dict(base, ort_candidate_shards=0), sampler_spec=spec)
+    schedule = NoiseSchedule(model.cfg.num_train_steps)
+    for m in (1, 2, 7):
+        ex = example_inputs(model.cfg, batch=2, m=m, seed=m)
+        inputs = {k: ex[k] for k in SCENE_INPUTS}
+        scene = one.encode(inputs)
+        for a, b in zip(
+            (one.generate(ex["x_t"], scene, schedule, spec), one.denoise(ex["x_t"], ex["t"], scene),
+             *one.score_logits(ex["trajectories"], inputs, scene)),
+            (two.generate(ex["x_t"], scene, schedule, spec), two.denoise(ex["x_t"], ex["t"], scene),
+             *two.score_logits(ex["trajectories"], inputs, scene)),
+        ):
+            assert a.shape == b.shape and a.shape[:2] == (2, m)
+            assert np.abs(a - b).max() < 1e-5, m
+
+
 def test_exported_discriminator_outputs_logits_and_scores(setup):
     _, onnx_dir, paths = setup
     sess = OrtBackend(paths, load_params("planner")["runtime"]).sessions["discriminator"]

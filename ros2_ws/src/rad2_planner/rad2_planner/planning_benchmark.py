@@ -183,7 +183,8 @@ def run_latency_benchmark(ms: list[int], *, backend: str | None = None, device: 
     flops = {m: planning_cycle_flops(policy.model, m, policy.num_steps) for m in ms}
     print(
         f"backend {policy.backend_name}, K={policy.num_steps}, sampler {policy.sampler}, weights {weights}, "
-        f"{cycles} cycles per M, fused sampler {bool(params['runtime'].get('fused_sampler'))}"
+        f"{cycles} cycles per M, fused sampler {bool(params['runtime'].get('fused_sampler'))}, "
+        f"candidate shards {getattr(policy.backend, 'shards', 1)}"
     )
     results = {}
     for m in ms:
@@ -196,6 +197,7 @@ def run_latency_benchmark(ms: list[int], *, backend: str | None = None, device: 
     meta = {
         "backend": policy.backend_name, "K": policy.num_steps, "sampler": policy.sampler, "weights": weights,
         "cycles": cycles, "time": time.strftime("%Y-%m-%d %H:%M:%S"), "run": ctx.to_dict(),
+        "candidate_shards": getattr(policy.backend, "shards", 1),
         "load_avg": [ctx.load_before, ctx.load_after], "selection_agents": agents,
     }
     payload = {"meta": meta, "results": results, "selection": selection}

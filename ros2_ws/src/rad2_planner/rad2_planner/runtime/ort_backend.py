@@ -1,8 +1,18 @@
-"""ONNX Runtime backend: the three exported graphs, CPU (default) or CUDA execution provider."""
+"""ONNX Runtime backend: the three exported graphs, CPU (default) or CUDA execution provider.
+
+Candidate shards (``runtime.ort_candidate_shards``): the generator, denoiser and discriminator treat
+the M candidates independently, so their calls can be split along the candidate axis into shards run
+concurrently, each on its share of the intra-op threads. A graph of these sizes (d = 128, a few
+hundred tokens) is made of many small operators that one call cannot spread over two threads
+(measured here: 2 threads were 1.11x faster than 1 on the K = 4 generator at M = 32), whereas two
+single-threaded calls on half the candidates each keep both cores busy (1.6x). The scene encoder
+has no candidate axis and keeps all the threads.
+"""
 
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +31,22 @@ from .base import (
 )
 from .onnx_export import ensure_onnx
 
+# Graphs whose calls may be split along the candidate axis (axis 1 of these inputs and of every output).
+_CANDIDATE_INPUTS = {"denoiser": "x_t", "generator": "x_init", "discriminator": "trajectories"}
 
-def _session_options(ort, runtime_params: dict[str, Any]):
+
+def candidate_shards(runtime_params: dict[str, Any]) -> int:
+    """Concurrent calls per candidate-axis graph: ``runtime.ort_candidate_shards``, at most the
+    intra-op threads (the shards share them; a Ray worker on one thread gets one shard)."""
+    shards = int(runtime_params.get("ort_candidate_shards", 1))
+    if shards < 1:
+        raise ValueError(f"runtime.ort_candidate_shards: must be >= 1, got {shards}")
+    return max(1, min(shards, int(runtime_params["ort_intra_op_threads"])))
+
+
+def _session_options(ort, runtime_params: dict[str, Any], intra_op_threads: int | None = None):
     so = ort.SessionOptions()
-    so.intra_op_num_threads = int(runtime_params["ort_intra_op_threads"])
+    so.intra_op_num_threads = int(intra_op_threads or runtime_params["ort_intra_op_threads"])
     so.inter_op_num_threads = int(runtime_params["ort_inter_op_threads"])
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -51,11 +73,20 @@ class OrtBackend(Backend):
             import onnxruntime as ort
         except ImportError as e:  # pragma: no cover - onnxruntime is a pinned dependency
             raise BackendUnavailableError(f"onnxruntime backend: cannot import onnxruntime ({e})") from e
-        so = _session_options(ort, runtime_params)
         providers = providers or ["CPUExecutionProvider"]
+        # Shards only where they can run side by side: on the CPU provider.
+        self.shards = candidate_shards(runtime_params) if providers == ["CPUExecutionProvider"] else 1
+        threads = int(runtime_params["ort_intra_op_threads"])
+        so_all = _session_options(ort, runtime_params)
+        so_shard = _session_options(ort, runtime_params, max(1, threads // self.shards))
         self.sessions = {
-            g: ort.InferenceSession(str(p), so, providers=providers) for g, p in onnx_paths.items()
+            g: ort.InferenceSession(
+                str(p), so_shard if g in _CANDIDATE_INPUTS and self.shards > 1 else so_all,
+                providers=providers,
+            )
+            for g, p in onnx_paths.items()
         }
+        self._pool = ThreadPoolExecutor(self.shards, "ort-shard") if self.shards > 1 else None
         self.paths = dict(onnx_paths)
         if "generator" in self.sessions and sampler_spec is None:
             raise ValueError(
@@ -76,6 +107,22 @@ class OrtBackend(Backend):
         d = onnx_dir or runtime_params["onnx_dir"]
         return cls(ensure_onnx(model, d, sampler_spec), runtime_params, sampler_spec=sampler_spec)
 
+    def _run(self, graph: str, feed: dict[str, np.ndarray], outputs=None) -> list[np.ndarray]:
+        """``session.run`` of a candidate-axis graph, split into ``self.shards`` concurrent calls
+        along the candidates (outputs joined back in order); one call when M is below the shards."""
+        key = _CANDIDATE_INPUTS[graph]
+        m = feed[key].shape[1]
+        session = self.sessions[graph]
+        if self._pool is None or m < self.shards:
+            return session.run(outputs, feed)
+        parts = []
+        for idx in np.array_split(np.arange(m), self.shards):
+            part = dict(feed)
+            part[key] = np.ascontiguousarray(feed[key][:, idx[0] : idx[-1] + 1])
+            parts.append(part)
+        results = list(self._pool.map(lambda f: session.run(outputs, f), parts))
+        return [np.concatenate(outs, axis=1) for outs in zip(*results)]
+
     def encode(self, inputs: dict[str, np.ndarray]) -> dict[str, Any]:
         outs = self.sessions["scene_encoder"].run(None, {k: inputs[k] for k in SCENE_INPUTS})
         return dict(zip(SCENE_OUTPUTS, outs))
@@ -83,7 +130,7 @@ class OrtBackend(Backend):
     def denoise(self, x_t: np.ndarray, t: np.ndarray, scene: dict[str, Any]) -> np.ndarray:
         feed = {"x_t": x_t, "t": t}
         feed.update({k: scene[k] for k in DENOISER_INPUTS[2:]})
-        return self.sessions["denoiser"].run(None, feed)[0]
+        return self._run("denoiser", feed)[0]
 
     def generate(self, x_init, scene, schedule: NoiseSchedule, spec: SamplerSpec, timings=None) -> np.ndarray:
         if self.sampler_spec != spec:
@@ -91,7 +138,7 @@ class OrtBackend(Backend):
         t0 = time.perf_counter()
         feed = {"x_init": np.ascontiguousarray(x_init, dtype=np.float32)}
         feed.update({k: scene[k] for k in GENERATOR_INPUTS[1:]})
-        x0 = self.sessions["generator"].run(None, feed)[0]
+        x0 = self._run("generator", feed)[0]
         if timings is not None:
             timings["generate"] = (time.perf_counter() - t0) * 1e3
         return x0
@@ -111,5 +158,5 @@ class OrtBackend(Backend):
         feed = {k: inputs[k] for k in DISCRIMINATOR_INPUTS[1:-1]}
         feed["trajectories"] = np.ascontiguousarray(trajectories, dtype=np.float32)
         feed["bev_tokens"] = scene["bev_tokens"]
-        logits, scores = self.sessions["discriminator"].run(list(DISCRIMINATOR_OUTPUTS), feed)
+        logits, scores = self._run("discriminator", feed, list(DISCRIMINATOR_OUTPUTS))
         return logits, scores
