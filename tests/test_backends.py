@@ -143,6 +143,16 @@ def test_candidate_shards_compute_what_one_call_computes(setup):
         ):
             assert a.shape == b.shape and a.shape[:2] == (2, m)
             assert np.abs(a - b).max() < 1e-5, m
+        # the discriminator's context computed beside the encoder (prefetch) or at scoring time, and
+        # the one-graph discriminator: the same logits
+        prefetched = two.encode(inputs, prefetch_scores=True)
+        assert two.split_discriminator and "_discriminator_context" in prefetched
+        whole = one.sessions["discriminator"].run(["logits"], {
+            **{k: inputs[k] for k in ("map_polylines", "map_mask", "agents", "agents_mask", "ego_state")},
+            "trajectories": ex["trajectories"], "bev_tokens": scene["bev_tokens"]})[0]
+        for logits in (two.score_logits(ex["trajectories"], inputs, prefetched)[0],
+                       one.score_logits(ex["trajectories"], inputs, scene)[0]):
+            assert np.abs(logits - whole).max() < 1e-5, m
 
 
 def test_exported_discriminator_outputs_logits_and_scores(setup):

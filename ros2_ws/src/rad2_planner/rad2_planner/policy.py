@@ -508,7 +508,7 @@ class Rad2Policy:
                 noise_seed = self.base_seed
 
         t0 = time.perf_counter()
-        scene = self.backend.encode({key: inputs[key] for key in SCENE_INPUTS})
+        scene = self.backend.encode({key: inputs[key] for key in SCENE_INPUTS}, prefetch_scores=scored)
         timings["encode"] = (time.perf_counter() - t0) * 1e3
 
         t0 = time.perf_counter()

@@ -79,6 +79,38 @@ class Discriminator(nn.Module):
         bev_tokens: torch.Tensor,
     ) -> torch.Tensor:
         """trajectories [B, M, T, 2] ego-frame metres -> logits [B, M] (real, pre-sigmoid)."""
+        return self.head(trajectories, bev_tokens,
+                         *self.context(map_polylines, map_mask, agents, agents_mask, ego_state))
+
+    def context(
+        self,
+        map_polylines: torch.Tensor,
+        map_mask: torch.Tensor,
+        agents: torch.Tensor,
+        agents_mask: torch.Tensor,
+        ego_state: torch.Tensor,
+    ) -> tuple[torch.Tensor, ...]:
+        """What :meth:`logits` computes from the observation alone (neither the candidates nor the
+        scene encoder's BEV tokens): the ego embedding and, for the map, agent and agent∩map
+        cross-attentions Ψ, the projected keys/values and key bias of their contexts
+        (``DISCRIMINATOR_CONTEXT_OUTPUTS`` order). A runtime can compute it once per scene, at the
+        same time as the scene encoder, and only :meth:`head` per candidate shard."""
+        t_m, bias_m = self._with_null(self.map(map_polylines), mask_to_bias(map_mask), self.null[0])
+        t_a_raw = self.agents(agents)
+        t_a, bias_a = self._with_null(t_a_raw, mask_to_bias(agents_mask), self.null[2])
+        t_am = self.psi_am_tokens(t_a_raw, t_m, bias_m)
+        t_am, bias_am = self._with_null(t_am, mask_to_bias(agents_mask), self.null[3])
+        return (self.ego(ego_state), *self.psi_m.project_context(t_m), bias_m,
+                *self.psi_a.project_context(t_a), bias_a, *self.psi_am.project_context(t_am), bias_am)
+
+    def head(
+        self, trajectories: torch.Tensor, bev_tokens: torch.Tensor, ego: torch.Tensor,
+        k_m: torch.Tensor, v_m: torch.Tensor, bias_m: torch.Tensor,
+        k_a: torch.Tensor, v_a: torch.Tensor, bias_a: torch.Tensor,
+        k_am: torch.Tensor, v_am: torch.Tensor, bias_am: torch.Tensor,
+    ) -> torch.Tensor:
+        """Logits [B, M] of trajectories [B, M, T, 2] given the BEV tokens and the scene's :meth:`context`
+        (the BEV tokens' projection is small: 16 tokens)."""
         b, m, t, _ = trajectories.shape
         prev = torch.cat([torch.zeros_like(trajectories[:, :, :1]), trajectories[:, :, :-1]], dim=2)
         feats = torch.cat([trajectories, trajectories - prev], dim=-1) * self.traj_scale
@@ -86,18 +118,11 @@ class Discriminator(nn.Module):
         x = torch.cat([self.cls.expand(b * m, 1, e.shape[-1]), e], dim=1) + self.pos
         for layer in self.traj_layers:
             x = layer(x)
-        q = self.traj_norm(x[:, 0]).reshape(b, m, -1) + self.ego(ego_state)[:, None, :]
-
-        t_m, bias_m = self._with_null(self.map(map_polylines), mask_to_bias(map_mask), self.null[0])
-        t_a_raw = self.agents(agents)
-        t_a, bias_a = self._with_null(t_a_raw, mask_to_bias(agents_mask), self.null[2])
-        t_am = self.psi_am_tokens(t_a_raw, t_m, bias_m)
-        t_am, bias_am = self._with_null(t_am, mask_to_bias(agents_mask), self.null[3])
-
-        o_m = self.psi_m(q, t_m, bias_m)
+        q = self.traj_norm(x[:, 0]).reshape(b, m, -1) + ego[:, None, :]
+        o_m = self.psi_m.attend(q, k_m, v_m, bias_m)
         o_b = self.psi_b(q, bev_tokens, None)
-        o_a = self.psi_a(q, t_a, bias_a)
-        o_am = self.psi_am(q, t_am, bias_am)
+        o_a = self.psi_a.attend(q, k_a, v_a, bias_a)
+        o_am = self.psi_am.attend(q, k_am, v_am, bias_am)
         return self.fusion(torch.cat([o_m, o_b, o_a, o_am], dim=-1))[..., 0]
 
     def forward(self, *args: torch.Tensor, **kwargs: torch.Tensor) -> torch.Tensor:

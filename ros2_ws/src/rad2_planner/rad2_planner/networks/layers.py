@@ -124,7 +124,17 @@ class CrossAttentionLayer(nn.Module):
         self.mlp = MLP(d_model, d_model * mlp_ratio, d_model)
 
     def forward(self, q: torch.Tensor, ctx: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        x = q + self.attn(self.nq(q), self.nc(ctx), bias)
+        return self.attend(q, *self.project_context(ctx), bias)
+
+    def project_context(self, ctx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The context's normalised, projected keys and values (:meth:`Attention.project_kv`): the part
+        that does not depend on the queries, computed once for a context queried many times."""
+        return self.attn.project_kv(self.nc(ctx))
+
+    def attend(self, q: torch.Tensor, k_t: torch.Tensor, v: torch.Tensor,
+               bias: torch.Tensor | None = None) -> torch.Tensor:
+        """The layer on queries ``q`` given :meth:`project_context` of its context."""
+        x = q + self.attn.attend(self.nq(q), k_t, v, bias)
         return x + self.mlp(self.n2(x))
 
 

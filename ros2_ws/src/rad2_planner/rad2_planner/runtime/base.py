@@ -17,7 +17,11 @@ Tensor names (also the ONNX input/output names):
   configuration matches and the step-by-step loop otherwise
 - discriminator: ``trajectories [B,M,T,2] (metres), map_polylines, map_mask, agents, agents_mask,
   ego_state, bev_tokens`` -> ``logits [B,M], scores [B,M]`` (scores = sigmoid(logits), both from
-  the same evaluation so that no caller has to invert a saturated float32 sigmoid)
+  the same evaluation so that no caller has to invert a saturated float32 sigmoid); also exported
+  split in two, ``discriminator_context`` (the observation inputs: map, agents, ego state ->
+  ``DISCRIMINATOR_CONTEXT_OUTPUTS``, once per scene) and ``discriminator_head`` (``trajectories``,
+  ``bev_tokens`` + the context -> logits, scores), which ONNX Runtime runs (the context at the same
+  time as the scene encoder, the head per candidate shard)
 - correction encoder (self-correcting generators only, ``model.correction_trace_len`` L > 0):
   ``scene_tokens, scene_bias, correction_trace [B,L,T,2] (normalised), correction_mask [B,L] bool``
   -> ``corrected_tokens [B,S+L,D], corrected_bias [B,S+L]``; the denoiser and generator graphs of such
@@ -58,6 +62,16 @@ DISCRIMINATOR_INPUTS = (
     "bev_tokens",
 )
 DISCRIMINATOR_OUTPUTS = ("logits", "scores")
+# The discriminator in two graphs (ONNX Runtime): its candidate-independent part once per scene, then
+# the per-candidate part (networks.discriminator.Discriminator.context / .head); same result.
+DISCRIMINATOR_CONTEXT_INPUTS = DISCRIMINATOR_INPUTS[1:-1]  # not the candidates, not the BEV tokens
+DISCRIMINATOR_CONTEXT_OUTPUTS = (
+    "disc_ego",
+    "disc_map_keys", "disc_map_values", "disc_map_bias",
+    "disc_agent_keys", "disc_agent_values", "disc_agent_bias",
+    "disc_agent_map_keys", "disc_agent_map_values", "disc_agent_map_bias",
+)
+DISCRIMINATOR_HEAD_INPUTS = ("trajectories", "bev_tokens", *DISCRIMINATOR_CONTEXT_OUTPUTS)
 CORRECTION_INPUTS = ("scene_tokens", "scene_bias", "correction_trace", "correction_mask")
 CORRECTION_OUTPUTS = ("corrected_tokens", "corrected_bias")
 BACKENDS = ("pytorch", "onnxruntime", "tensorrt")
@@ -73,8 +87,10 @@ class Backend(ABC):
     name: str = "?"
 
     @abstractmethod
-    def encode(self, inputs: dict[str, np.ndarray]) -> dict[str, Any]:
-        """Scene encoder on a batch of observations (keys ``SCENE_INPUTS``)."""
+    def encode(self, inputs: dict[str, np.ndarray], prefetch_scores: bool = False) -> dict[str, Any]:
+        """Scene encoder on a batch of observations (keys ``SCENE_INPUTS``). ``prefetch_scores``: the
+        caller will score candidates of this scene (:meth:`score_logits` with the same ``inputs``), so
+        a backend may start the discriminator's candidate-independent work now."""
 
     @abstractmethod
     def denoise(self, x_t: np.ndarray, t: np.ndarray, scene: dict[str, Any]) -> np.ndarray:

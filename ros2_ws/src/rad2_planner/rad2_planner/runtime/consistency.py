@@ -85,9 +85,9 @@ def _recording_backend(backend) -> dict[str, list[dict[str, np.ndarray]]]:
         "scene_encoder": [], "denoiser": [], "generator": [], "discriminator": []}
     enc, den, sco = backend.encode, backend.denoise, backend.score_logits
 
-    def r_enc(inputs):
+    def r_enc(inputs, prefetch_scores=False):
         rec["scene_encoder"].append({k: np.array(v) for k, v in inputs.items()})
-        return enc(inputs)
+        return enc(inputs, prefetch_scores=prefetch_scores)
 
     def r_den(x, t, scene):
         rec["denoiser"].append(

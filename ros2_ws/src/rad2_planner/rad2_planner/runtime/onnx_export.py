@@ -1,6 +1,8 @@
 """Export the three planner graphs to ONNX (``torch.onnx.export(..., dynamo=True)``) with a cache.
 
-Files in the ONNX directory: ``scene_encoder.onnx``, ``denoiser.onnx``, ``discriminator.onnx``,
+Files in the ONNX directory: ``scene_encoder.onnx``, ``denoiser.onnx``, ``discriminator.onnx`` (and
+the same discriminator in two parts, ``discriminator_context.onnx`` and ``discriminator_head.onnx``,
+which ONNX Runtime runs: runtime/base.py),
 optionally ``generator_<sampler>_k<K>_clip<x0_clip>.onnx`` (all K sampler steps in one graph; one
 file per sampler configuration, listed under ``generators`` in the manifest), and ``manifest.json``
 (the weights hash they were exported from, the export format, tensor names, opset).
@@ -29,6 +31,9 @@ from .base import (
     CORRECTION_OUTPUTS,
     DENOISER_INPUTS,
     DENOISER_OUTPUTS,
+    DISCRIMINATOR_CONTEXT_INPUTS,
+    DISCRIMINATOR_CONTEXT_OUTPUTS,
+    DISCRIMINATOR_HEAD_INPUTS,
     DISCRIMINATOR_INPUTS,
     DISCRIMINATOR_OUTPUTS,
     GENERATOR_INPUTS,
@@ -38,12 +43,14 @@ from .base import (
 )
 
 GRAPHS = ("scene_encoder", "denoiser", "discriminator")
+SPLIT_DISCRIMINATOR_GRAPHS = ("discriminator_context", "discriminator_head")
 CORRECTION_GRAPH = "correction_encoder"  # self-correcting generators only (runtime/base.py)
 OPSET = 18
 # Bump whenever the graphs' interface or content changes for the same weights, so that every cached
 # export (a user's checkpoints/*/onnx) is refreshed. 2: the discriminator outputs logits and scores.
 # 3: linear layers on 2-D views (Gemm with fused bias), same results, faster.
-EXPORT_FORMAT = 3
+# 4: the discriminator also in two parts (SPLIT_DISCRIMINATOR_GRAPHS).
+EXPORT_FORMAT = 4
 log = logging.getLogger(__name__)
 
 
@@ -87,9 +94,38 @@ class DiscriminatorGraph(torch.nn.Module):
         )
 
 
+class DiscriminatorContextGraph(torch.nn.Module):
+    """The exported candidate-independent part of the discriminator (``Discriminator.context``)."""
+
+    def __init__(self, discriminator: torch.nn.Module):
+        super().__init__()
+        self.discriminator = discriminator
+
+    def forward(self, map_polylines, map_mask, agents, agents_mask, ego_state):
+        return self.discriminator.context(map_polylines, map_mask, agents, agents_mask, ego_state)
+
+
+class DiscriminatorHeadGraph(torch.nn.Module):
+    """The exported per-candidate part of the discriminator: ``(logits, scores)`` given the context."""
+
+    def __init__(self, discriminator: torch.nn.Module):
+        super().__init__()
+        self.discriminator = discriminator
+
+    def forward(self, trajectories, bev_tokens, disc_ego, disc_map_keys, disc_map_values, disc_map_bias,
+                disc_agent_keys, disc_agent_values, disc_agent_bias, disc_agent_map_keys,
+                disc_agent_map_values, disc_agent_map_bias):
+        logits = self.discriminator.head(
+            trajectories, bev_tokens, disc_ego, disc_map_keys, disc_map_values, disc_map_bias,
+            disc_agent_keys, disc_agent_values, disc_agent_bias, disc_agent_map_keys,
+            disc_agent_map_values, disc_agent_map_bias)
+        return logits, torch.sigmoid(logits)
+
+
 def exported_graphs(model) -> tuple[str, ...]:
     """The graphs exported for ``model``."""
-    return GRAPHS if getattr(model, "correction", None) is None else (*GRAPHS, CORRECTION_GRAPH)
+    graphs = (*GRAPHS, *SPLIT_DISCRIMINATOR_GRAPHS)
+    return graphs if getattr(model, "correction", None) is None else (*graphs, CORRECTION_GRAPH)
 
 
 def _example_trace(cfg, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -226,6 +262,27 @@ def export_onnx(model, out_dir: str | Path, sampler_spec: SamplerSpec | None = N
         dyn,
         paths["discriminator"],
     )
+    disc_ctx_args = disc_args[1:-1]
+    _export(
+        DiscriminatorContextGraph(model.discriminator),
+        disc_ctx_args,
+        DISCRIMINATOR_CONTEXT_INPUTS,
+        DISCRIMINATOR_CONTEXT_OUTPUTS,
+        {k: {0: B} for k in DISCRIMINATOR_CONTEXT_INPUTS},
+        paths["discriminator_context"],
+    )
+    with torch.no_grad():
+        disc_ctx = model.discriminator.context(*disc_ctx_args)
+    head_dyn = {k: {0: B} for k in DISCRIMINATOR_HEAD_INPUTS}
+    head_dyn["trajectories"] = {0: B, 1: M}
+    _export(
+        DiscriminatorHeadGraph(model.discriminator),
+        (ex["trajectories"], bev_tokens, *disc_ctx),
+        DISCRIMINATOR_HEAD_INPUTS,
+        DISCRIMINATOR_OUTPUTS,
+        head_dyn,
+        paths["discriminator_head"],
+    )
     manifest = {
         "weights_hash": model.weights_hash(),
         "export_format": EXPORT_FORMAT,
@@ -236,11 +293,15 @@ def export_onnx(model, out_dir: str | Path, sampler_spec: SamplerSpec | None = N
             "scene_encoder": SCENE_INPUTS,
             "denoiser": DENOISER_INPUTS,
             "discriminator": DISCRIMINATOR_INPUTS,
+            "discriminator_context": DISCRIMINATOR_CONTEXT_INPUTS,
+            "discriminator_head": DISCRIMINATOR_HEAD_INPUTS,
         },
         "outputs": {
             "scene_encoder": SCENE_OUTPUTS,
             "denoiser": DENOISER_OUTPUTS,
             "discriminator": DISCRIMINATOR_OUTPUTS,
+            "discriminator_context": DISCRIMINATOR_CONTEXT_OUTPUTS,
+            "discriminator_head": DISCRIMINATOR_OUTPUTS,
         },
     }
     if model.correction is not None:

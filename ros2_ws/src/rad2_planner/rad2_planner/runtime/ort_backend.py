@@ -21,6 +21,8 @@ import numpy as np
 from ..diffusion import NoiseSchedule, SamplerSpec
 from .base import (
     DENOISER_INPUTS,
+    DISCRIMINATOR_CONTEXT_INPUTS,
+    DISCRIMINATOR_CONTEXT_OUTPUTS,
     DISCRIMINATOR_INPUTS,
     DISCRIMINATOR_OUTPUTS,
     GENERATOR_INPUTS,
@@ -32,7 +34,11 @@ from .base import (
 from .onnx_export import ensure_onnx
 
 # Graphs whose calls may be split along the candidate axis (axis 1 of these inputs and of every output).
-_CANDIDATE_INPUTS = {"denoiser": "x_t", "generator": "x_init", "discriminator": "trajectories"}
+_CANDIDATE_INPUTS = {"denoiser": "x_t", "generator": "x_init", "discriminator": "trajectories",
+                     "discriminator_head": "trajectories"}
+# The discriminator's candidate-independent part runs on one thread beside the scene encoder.
+_SIDE_GRAPHS = ("discriminator_context",)
+_CONTEXT_KEY = "_discriminator_context"  # scene dict entry: a Future of the context, or its arrays
 
 
 def candidate_shards(runtime_params: dict[str, Any]) -> int:
@@ -79,20 +85,25 @@ class OrtBackend(Backend):
         threads = int(runtime_params["ort_intra_op_threads"])
         so_all = _session_options(ort, runtime_params)
         so_shard = _session_options(ort, runtime_params, max(1, threads // self.shards))
+        shard_graphs = set(_CANDIDATE_INPUTS) | set(_SIDE_GRAPHS) if self.shards > 1 else set()
         self.sessions = {
-            g: ort.InferenceSession(
-                str(p), so_shard if g in _CANDIDATE_INPUTS and self.shards > 1 else so_all,
-                providers=providers,
-            )
+            g: ort.InferenceSession(str(p), so_shard if g in shard_graphs else so_all, providers=providers)
             for g, p in onnx_paths.items()
         }
-        self._pool = ThreadPoolExecutor(self.shards, "ort-shard") if self.shards > 1 else None
+        self._pool = ThreadPoolExecutor(self.shards - 1, "ort-shard") if self.shards > 1 else None
         self.paths = dict(onnx_paths)
         if "generator" in self.sessions and sampler_spec is None:
             raise ValueError(
                 "onnxruntime backend: a generator graph needs the sampler_spec it was exported for"
             )
         self.sampler_spec = sampler_spec if "generator" in self.sessions else None
+        # the discriminator in two graphs (onnx_export.SPLIT_DISCRIMINATOR_GRAPHS) when both were given
+        self.split_discriminator = {"discriminator_context", "discriminator_head"} <= set(self.sessions)
+        # while the discriminator's context takes a shard thread, the scene encoder runs on the rest
+        self._encoder_beside_context = None
+        if self.split_discriminator and self._pool is not None and "scene_encoder" in onnx_paths:
+            self._encoder_beside_context = ort.InferenceSession(
+                str(onnx_paths["scene_encoder"]), so_shard, providers=providers)
 
     @classmethod
     def from_model(
@@ -120,12 +131,28 @@ class OrtBackend(Backend):
             part = dict(feed)
             part[key] = np.ascontiguousarray(feed[key][:, idx[0] : idx[-1] + 1])
             parts.append(part)
-        results = list(self._pool.map(lambda f: session.run(outputs, f), parts))
+        # the calling thread runs the first shard itself: one thread hand-off fewer per call
+        others = [self._pool.submit(session.run, outputs, f) for f in parts[1:]]
+        results = [session.run(outputs, parts[0])] + [f.result() for f in others]
         return [np.concatenate(outs, axis=1) for outs in zip(*results)]
 
-    def encode(self, inputs: dict[str, np.ndarray]) -> dict[str, Any]:
-        outs = self.sessions["scene_encoder"].run(None, {k: inputs[k] for k in SCENE_INPUTS})
-        return dict(zip(SCENE_OUTPUTS, outs))
+    def encode(self, inputs: dict[str, np.ndarray], prefetch_scores: bool = False) -> dict[str, Any]:
+        """The scene encoder; with ``prefetch_scores`` (and candidate shards), the discriminator's
+        context graph runs at the same time on a shard thread (it needs nothing the encoder makes)."""
+        context, encoder = None, self.sessions["scene_encoder"]
+        if prefetch_scores and self._encoder_beside_context is not None:
+            context = self._pool.submit(self._discriminator_context, inputs)
+            encoder = self._encoder_beside_context
+        outs = encoder.run(None, {k: inputs[k] for k in SCENE_INPUTS})
+        scene = dict(zip(SCENE_OUTPUTS, outs))
+        if context is not None:
+            scene[_CONTEXT_KEY] = context
+        return scene
+
+    def _discriminator_context(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        feed = {k: inputs[k] for k in DISCRIMINATOR_CONTEXT_INPUTS}
+        outs = self.sessions["discriminator_context"].run(None, feed)
+        return dict(zip(DISCRIMINATOR_CONTEXT_OUTPUTS, outs))
 
     def denoise(self, x_t: np.ndarray, t: np.ndarray, scene: dict[str, Any]) -> np.ndarray:
         feed = {"x_t": x_t, "t": t}
@@ -155,8 +182,15 @@ class OrtBackend(Backend):
     def score_logits(
         self, trajectories: np.ndarray, inputs: dict[str, np.ndarray], scene: dict[str, Any]
     ) -> tuple[np.ndarray, np.ndarray]:
+        traj = np.ascontiguousarray(trajectories, dtype=np.float32)
+        if self.split_discriminator:
+            context = scene.get(_CONTEXT_KEY)
+            context = context.result() if context is not None else self._discriminator_context(inputs)
+            feed = {"trajectories": traj, "bev_tokens": scene["bev_tokens"], **context}
+            logits, scores = self._run("discriminator_head", feed, list(DISCRIMINATOR_OUTPUTS))
+            return logits, scores
         feed = {k: inputs[k] for k in DISCRIMINATOR_INPUTS[1:-1]}
-        feed["trajectories"] = np.ascontiguousarray(trajectories, dtype=np.float32)
+        feed["trajectories"] = traj
         feed["bev_tokens"] = scene["bev_tokens"]
         logits, scores = self._run("discriminator", feed, list(DISCRIMINATOR_OUTPUTS))
         return logits, scores

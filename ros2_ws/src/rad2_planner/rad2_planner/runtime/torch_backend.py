@@ -32,7 +32,7 @@ class TorchBackend(Backend):
         return torch.as_tensor(np.ascontiguousarray(a), device=self.device)
 
     @torch.inference_mode()
-    def encode(self, inputs: dict[str, np.ndarray]) -> dict[str, Any]:
+    def encode(self, inputs: dict[str, np.ndarray], prefetch_scores: bool = False) -> dict[str, Any]:
         outs = self.model.encoder(*(self._t(inputs[k]) for k in SCENE_INPUTS))
         return dict(zip(SCENE_OUTPUTS, outs))
 

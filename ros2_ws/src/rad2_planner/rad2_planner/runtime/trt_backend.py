@@ -234,7 +234,7 @@ class TensorRTBackend(Backend):
             raise RuntimeError(f"TensorRT failed to build the {graph} engine")
         return bytes(serialized)
 
-    def encode(self, inputs: dict[str, np.ndarray]) -> dict[str, Any]:
+    def encode(self, inputs: dict[str, np.ndarray], prefetch_scores: bool = False) -> dict[str, Any]:
         eng = self.engines["scene_encoder"]
         outs = dict(zip(eng.outputs, eng.run({k: inputs[k] for k in SCENE_INPUTS})))
         return {k: outs[k] for k in SCENE_OUTPUTS}
