@@ -7,6 +7,7 @@ reports median / p90 / p99 / max per stage, the efficiency against the FLOP floo
 
 from __future__ import annotations
 
+import gc
 import json
 import time
 from pathlib import Path
@@ -179,8 +180,13 @@ def run_latency_benchmark(ms: list[int], *, backend: str | None = None, device: 
         import torch
 
         threads = torch.get_num_threads()
-    ctx = RunContext.start(threads)
     flops = {m: planning_cycle_flops(policy.model, m, policy.num_steps) for m in ms}
+    # As the planner node does after start-up (nodes/common.run_node): the start-up heap (torch, the
+    # networks, the observations) leaves the collector's reach, so a collection during a timed cycle
+    # scans only what the cycles allocate.
+    gc.collect()
+    gc.freeze()
+    ctx = RunContext.start(threads)
     print(
         f"backend {policy.backend_name}, K={policy.num_steps}, sampler {policy.sampler}, weights {weights}, "
         f"{cycles} cycles per M, fused sampler {bool(params['runtime'].get('fused_sampler'))}, "
