@@ -1,4 +1,4 @@
-"""ONNX Runtime backend: the three exported graphs, CPU (default) or CUDA execution provider.
+"""ONNX Runtime backend: the exported graphs, CPU (default) or CUDA execution provider.
 
 Candidate shards (``runtime.ort_candidate_shards``): the generator, denoiser and discriminator treat
 the M candidates independently, so their calls can be split along the candidate axis into shards run
@@ -38,7 +38,7 @@ _CANDIDATE_INPUTS = {"denoiser": "x_t", "generator": "x_init", "discriminator": 
                      "discriminator_head": "trajectories"}
 # The discriminator's candidate-independent part runs on one thread beside the scene encoder.
 _SIDE_GRAPHS = ("discriminator_context",)
-_CONTEXT_KEY = "_discriminator_context"  # scene dict entry: a Future of the context, or its arrays
+_CONTEXT_KEY = "_discriminator_context"  # scene dict entry: a Future of the context's arrays (prefetch)
 
 
 def candidate_shards(runtime_params: dict[str, Any]) -> int:
