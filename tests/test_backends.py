@@ -128,8 +128,9 @@ def test_candidate_shards_compute_what_one_call_computes(setup):
     # capped at the intra-op threads: a one-thread Ray worker gets one call
     capped = OrtBackend(paths, dict(base, ort_intra_op_threads=1, ort_candidate_shards=4), sampler_spec=spec)
     assert capped.shards == 1
-    with pytest.raises(ValueError, match="ort_candidate_shards"):
-        OrtBackend(paths, dict(base, ort_candidate_shards=0), sampler_spec=spec)
+    for bad in (0, 2.5, True, "2"):
+        with pytest.raises(ValueError, match="ort_candidate_shards"):
+            OrtBackend(paths, dict(base, ort_candidate_shards=bad), sampler_spec=spec)
     schedule = NoiseSchedule(model.cfg.num_train_steps)
     for m in (1, 2, 7):
         ex = example_inputs(model.cfg, batch=2, m=m, seed=m)

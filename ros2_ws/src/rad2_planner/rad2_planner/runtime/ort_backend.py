@@ -44,10 +44,11 @@ _CONTEXT_KEY = "_discriminator_context"  # scene dict entry: a Future of the con
 def candidate_shards(runtime_params: dict[str, Any]) -> int:
     """Concurrent calls per candidate-axis graph: ``runtime.ort_candidate_shards``, at most the
     intra-op threads (the shards share them; a Ray worker on one thread gets one shard)."""
-    shards = int(runtime_params.get("ort_candidate_shards", 1))
-    if shards < 1:
-        raise ValueError(f"runtime.ort_candidate_shards: must be >= 1, got {shards}")
-    return max(1, min(shards, int(runtime_params["ort_intra_op_threads"])))
+    shards = runtime_params.get("ort_candidate_shards", 1)
+    # params/ files are schema-checked at load; a dict built in code is checked here
+    if isinstance(shards, bool) or not isinstance(shards, (int, np.integer)) or shards < 1:
+        raise ValueError(f"runtime.ort_candidate_shards: must be an integer >= 1, got {shards!r}")
+    return max(1, min(int(shards), int(runtime_params["ort_intra_op_threads"])))
 
 
 def _session_options(ort, runtime_params: dict[str, Any], intra_op_threads: int | None = None):
@@ -98,10 +99,12 @@ class OrtBackend(Backend):
             )
         self.sampler_spec = sampler_spec if "generator" in self.sessions else None
         # the discriminator in two graphs (onnx_export.SPLIT_DISCRIMINATOR_GRAPHS) when both were given
-        self.split_discriminator = {"discriminator_context", "discriminator_head"} <= set(self.sessions)
+        # and there is a shard thread to run the context on; else the one-graph discriminator (one call)
+        self.split_discriminator = (
+            self._pool is not None and {"discriminator_context", "discriminator_head"} <= set(self.sessions))
         # while the discriminator's context takes a shard thread, the scene encoder runs on the rest
         self._encoder_beside_context = None
-        if self.split_discriminator and self._pool is not None and "scene_encoder" in onnx_paths:
+        if self.split_discriminator and "scene_encoder" in onnx_paths:
             self._encoder_beside_context = ort.InferenceSession(
                 str(onnx_paths["scene_encoder"]), so_shard, providers=providers)
 
