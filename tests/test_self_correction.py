@@ -8,7 +8,7 @@ import pytest
 import torch
 from rad2_planner.networks import PlannerModel
 from rad2_planner.networks.critic import CollisionCritic, CriticConfig
-from rad2_planner.policy import Rad2Policy, SafetyLayerParams
+from rad2_planner.policy import Rad2Policy, SafetyLayerParams, correction_inputs
 from rad2_planner.runtime.base import SCENE_INPUTS
 from rad2_planner.runtime.onnx_export import example_inputs
 from rad2_planner.training.correction import draw_traces, same_scene_encoder, self_correcting_copy
@@ -113,9 +113,17 @@ def test_self_correction_conditions_each_round_on_every_rejected_proposal(models
     for j, res in enumerate(reference):  # round 1's trace: the plain planner's selection
         z = base.normalizer.normalize(res.candidates[res.selected], obs["ego_state"][j, 0])
         np.testing.assert_allclose(seen[0][0][j, 0], z, atol=1e-5)
-    for res in results:
+    for j, res in enumerate(results):
         assert res.info["safety_layer"] == "self_correction" and res.info["corrections"] == 4
         assert not res.info["critic_accepted"]  # nothing could be accepted; the least risky is executed
+        # the cycle records every rejected proposal (the plain one and the four corrected ones); all but
+        # the last are exactly what the corrector attended to in the last round
+        recorded = res.info["correction_trace"]
+        assert recorded.shape == (5, base.cfg.plan_points, 2)
+        trace, mask = correction_inputs([list(recorded[:-1])], obs["ego_state"][j:j + 1, 0], base.normalizer,
+                                        TRACE_LEN, base.cfg.plan_points)
+        np.testing.assert_allclose(trace[0], seen[-1][0][j], atol=1e-5)
+        assert mask[0].all()
     # the same noise without the trace (rejection sampling) proposes something else
     plain = _policy(base, tmp_path, critic, mode="rejection_sampling", threshold=0.5, max_rounds=4)
     other = plain.plan_batch(obs, seeds=[1, 2, 3])
@@ -129,6 +137,7 @@ def test_accepted_first_proposal_needs_no_correction(models, tmp_path):
     off = _policy(base, tmp_path, ScriptedCritic(offset=1e6), mode="off")
     for a, b in zip(lenient.plan_batch(obs, seeds=[1, 2, 3]), off.plan_batch(obs, seeds=[1, 2, 3])):
         assert np.array_equal(a.candidates, b.candidates) and a.info["corrections"] == 0
+        assert a.info["correction_trace"].shape == (0, base.cfg.plan_points, 2)
 
 
 def test_correction_checkpoint_must_fit_the_planner(models, tmp_path):

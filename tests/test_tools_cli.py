@@ -13,7 +13,8 @@ TOOLS = Path(__file__).resolve().parents[1] / "tools"
 
 @pytest.mark.parametrize("tool", ["bench_all.py", "bench_planner_latency.py", "bench_ilqr.py", "bench_sim.py",
                                   "bench_rollouts.py", "train_rl.py", "rl_experiments.py",
-                                  "evaluate_policy.py", "train_self_correction.py", "eval_safety_layer.py"])
+                                  "evaluate_policy.py", "train_self_correction.py", "eval_safety_layer.py",
+                                  "finetune_self_correction.py"])
 def test_help(tool, tmp_path):
     res = subprocess.run([sys.executable, str(TOOLS / tool), "--help"], capture_output=True, text=True,
                          timeout=120, cwd=tmp_path)
@@ -32,6 +33,9 @@ def test_help(tool, tmp_path):
      "self_correction.trace_len"),
     ("eval_safety_layer.py", ["--merge", "nowhere"], "--merge"),
     ("train_self_correction.py", ["--data", "nowhere", "--out", "o"], "--data"),
+    ("finetune_self_correction.py", ["--data", str(TOOLS.parent / "data" / "train"), "--out", "o", "--set",
+                                     "kl_weight=-1"], "self_correction_rl.kl_weight"),
+    ("finetune_self_correction.py", ["--data", "nowhere"], "--data"),
 ])
 def test_bad_arguments_are_named(tool, args, name, tmp_path):
     res = subprocess.run([sys.executable, str(TOOLS / tool), *args], capture_output=True, text=True,

@@ -153,6 +153,21 @@ def observation_inputs(observation: Any, cfg=None) -> dict[str, np.ndarray]:
     return out
 
 
+def correction_inputs(traces: list[list[np.ndarray]], speeds, normalizer, trace_len: int, plan_points: int
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """Correction-encoder inputs of rows' rejected proposals (lists of ``[T, 2]`` ego-frame metres, oldest
+    first): the newest ``trace_len`` of each, normalised like the generator's output at the row's speed,
+    zero-padded, and the mask of the filled slots -> ``(trace [B, L, T, 2], mask [B, L])``."""
+    trace = np.zeros((len(traces), trace_len, plan_points, 2), np.float32)
+    mask = np.zeros((len(traces), trace_len), bool)
+    for j, rejected in enumerate(traces):
+        kept = list(rejected)[-trace_len:]
+        if kept:
+            trace[j, :len(kept)] = normalizer.normalize(np.stack(kept).astype(np.float32), float(speeds[j]))
+            mask[j, :len(kept)] = True
+    return trace, mask
+
+
 def medoid_index(candidates: np.ndarray) -> int:
     """Index of the candidate [M, T, 2] with the smallest mean point-wise distance to the others.
 
@@ -676,25 +691,20 @@ class Rad2Policy:
                 if p_new[j] < p_sel[i]:
                     candidates[i], scores[i], logits[i] = new[j], new_scores[j], new_logits[j]
                     selected[i], p_sel[i] = int(new_sel[j]), float(p_new[j])
+        # the rejected proposals ride along in the cycle's info (ego-frame metres, oldest first): the
+        # closed-loop fine-tuning of the corrector (rad2_rl.correction_rl) conditions on them again
         out = [{"safety_layer": self.safety.mode, "corrections": int(rounds[i]), "critic_p": float(p_sel[i]),
-                "critic_accepted": bool(p_sel[i] < thr), "safety_stopped_by_budget": bool(stopped[i])}
+                "critic_accepted": bool(p_sel[i] < thr), "safety_stopped_by_budget": bool(stopped[i]),
+                "correction_trace": (np.stack(traces[i]).astype(np.float32) if traces[i]
+                                     else np.zeros((0, self.cfg.plan_points, 2), np.float32))}
                for i in rows]
         return candidates, scores, logits, selected, out
 
     def _correction_trace(self, traces: list[list[np.ndarray]], inputs: dict[str, np.ndarray]
                           ) -> tuple[np.ndarray, np.ndarray]:
-        """Rows' rejected proposals (metres) as the correction encoder's input: the newest L of each,
-        normalised like the generator's output, padded, with the mask of the filled slots."""
-        n = self._corrector_trace_len
-        trace = np.zeros((len(traces), n, self.cfg.plan_points, 2), np.float32)
-        mask = np.zeros((len(traces), n), bool)
-        for j, rejected in enumerate(traces):
-            kept = rejected[-n:]
-            if kept:
-                speed = inputs["ego_state"][j, 0]
-                trace[j, :len(kept)] = self.normalizer.normalize(np.stack(kept).astype(np.float32), speed)
-                mask[j, :len(kept)] = True
-        return trace, mask
+        """Rows' rejected proposals (metres) as the correction encoder's input (:func:`correction_inputs`)."""
+        return correction_inputs(traces, inputs["ego_state"][:, 0], self.normalizer,
+                                 self._corrector_trace_len, self.cfg.plan_points)
 
     def _select_among(self, i: int, allowed: np.ndarray, candidates: np.ndarray, logits: np.ndarray,
                       inputs: dict[str, np.ndarray]) -> int:

@@ -264,14 +264,26 @@ def diffusion_loss(
     draws: int,
     gen: torch.Generator,
     correction: tuple[torch.Tensor, torch.Tensor] | None = None,
+    sample_weight: torch.Tensor | None = None,
+    reference: PlannerModel | None = None,
+    kl_weight: float = 0.0,
 ) -> torch.Tensor:
     """x0-prediction MSE in the normalised space, ``draws`` noise levels per encoded scene.
 
     ``correction``: ``(trace [B, L, T, 2], mask [B, L])`` of a self-correcting generator
-    (``training/correction.py``), appended to the scene tokens by its correction encoder."""
-    tokens, bias, cond, _ = model.encoder(*(batch[k] for k in SCENE_INPUTS))
-    if correction is not None:
-        tokens, bias = model.correction(tokens, bias, *correction)
+    (``training/correction.py``), appended to the scene tokens by its correction encoder.
+    ``sample_weight [B]`` weighs each sample's error (reward-weighted regression). ``reference`` (a
+    frozen model of the same kind) adds ``kl_weight`` × the squared distance between the two models' x0
+    predictions at the same noisy inputs: for two denoisers on one noise schedule the KL divergence of
+    their reverse processes is a weighted sum of exactly these terms, so it keeps a fine-tuned generator
+    near the one it started from."""
+    def x0_prediction(net: PlannerModel, zt: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        tokens, bias, cond, _ = net.encoder(*(batch[k] for k in SCENE_INPUTS))
+        if correction is not None:
+            tokens, bias = net.correction(tokens, bias, *correction)
+        tokens, bias, cond = (x.repeat_interleave(draws, 0) for x in (tokens, bias, cond))
+        return net.denoiser(zt[:, None], t, tokens, bias, cond)[:, 0]
+
     speed = batch["ego_state"][:, 0]
     z0 = model.normalizer.normalize(batch["target"], speed)  # B T 2
     b = z0.shape[0]
@@ -279,9 +291,16 @@ def diffusion_loss(
     t = torch.rand(b * draws, generator=gen) * (schedule.n - 1)
     eps = torch.randn(z0.shape, generator=gen)
     zt = schedule.add_noise(z0, eps, t.numpy())
-    tokens, bias, cond = (x.repeat_interleave(draws, 0) for x in (tokens, bias, cond))
-    x0_hat = model.denoiser(zt[:, None], t, tokens, bias, cond)[:, 0]
-    return torch.mean((x0_hat - z0) ** 2)
+    x0_hat = x0_prediction(model, zt, t)
+    err = ((x0_hat - z0) ** 2).mean(dim=(1, 2))  # B*draws
+    if sample_weight is not None:
+        err = err * sample_weight.to(err.dtype).repeat_interleave(draws)
+    loss = err.mean()
+    if reference is not None and kl_weight > 0:
+        with torch.no_grad():
+            x0_ref = x0_prediction(reference, zt, t)
+        loss = loss + kl_weight * torch.mean((x0_hat - x0_ref) ** 2)
+    return loss
 
 
 @torch.no_grad()

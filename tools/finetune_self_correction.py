@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Closed-loop fine-tuning of the self-correcting generator with the rollout engine (CorrectionPlanner's
+RL stage on RAD-2's diffusion generator; see ros2_ws/src/rad2_rl/rad2_rl/correction_rl.py).
+
+Starts from the imitation corrector (safety_layer.correction_checkpoint of params/planner.yaml, or
+--start), drives training clips with the self-correction planner, and fine-tunes the corrector on the
+decisions it took part in. Writes <out>/iter_<k>/, <out>/final/, history.json and history.png.
+
+Example (the shipped checkpoint's command is recorded in its config.json under training.command):
+    .venv/bin/python tools/finetune_self_correction.py --data data/train --out out/self_correction_rl \\
+        --export-to checkpoints/self_correction
+Hyper-parameters come from params/training.yaml (self_correction_rl.*); --set key=value overrides one.
+Evaluate the result against the other safety layers with
+    .venv/bin/python tools/eval_safety_layer.py --correction out/self_correction_rl/final ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default="data/train", help="dataset directory of the training clips")
+    ap.add_argument("--out", default="out/self_correction_rl", help="run directory")
+    ap.add_argument("--start", default=None,
+                    help="corrector to start from (default: safety_layer.correction_checkpoint)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a self_correction_rl.* hyper-parameter (JSON), e.g. --set iterations=2")
+    ap.add_argument("--time-budget-min", type=float, default=None,
+                    help="stop after the iteration that passes N minutes")
+    ap.add_argument("--export-to", default=None, help="also write the result here, float16 (shipped form)")
+    ap.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    return ap
+
+
+def main() -> int:
+    ap = _parser()
+    args = ap.parse_args()
+    if not (Path(args.data) / "index.json").is_file():
+        ap.error(f"--data: {args.data} is not a dataset directory (no index.json)")
+    overrides = {}
+    for kv in args.set:
+        key, sep, value = kv.partition("=")
+        if not sep:
+            ap.error(f"--set expects KEY=VALUE, got {kv!r}")
+        try:
+            overrides[key] = json.loads(value)
+        except ValueError:
+            overrides[key] = value
+    import torch
+    from rad2_planner.config import ParameterError, ResourceNotFoundError, load_params, validate_overrides
+    from rad2_planner.networks import PlannerModel
+    from rad2_planner.networks.model import CheckpointError
+    from rad2_rl.correction_rl import CorrectionRLConfig, finetune
+
+    try:
+        validate_overrides("training", {f"self_correction_rl.{k}": v for k, v in overrides.items()})
+        cfg = CorrectionRLConfig.from_params(load_params("training")["self_correction_rl"], **overrides)
+        model, history = finetune(
+            args.data, args.out, cfg, command=" ".join(shlex.quote(a) for a in sys.argv),
+            correction_checkpoint=args.start, progress=not args.no_progress,
+            time_budget_s=None if args.time_budget_min is None else args.time_budget_min * 60.0)
+    except (ParameterError, ResourceNotFoundError, CheckpointError, ValueError) as exc:
+        ap.error(str(exc))
+    if args.export_to:
+        model.save(args.export_to, dtype=torch.float16)
+        PlannerModel.load(args.export_to)  # the shipped form must load
+        print(f"exported to {args.export_to}")
+    last = history[-1]
+    print(f"{len(history)} iterations: collision rate {history[0]['collision_rate']:.3f} -> "
+          f"{last['collision_rate']:.3f}, reward {history[0]['reward']:.3f} -> {last['reward']:.3f}; "
+          f"wrote {Path(args.out) / 'final'}, history.json, history.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
