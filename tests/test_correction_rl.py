@@ -31,15 +31,15 @@ def _decision(step: int, corrections: int, accepted: bool, trace_len: int, v: fl
                                "correction_trace": trace.astype(np.float32), "plan_dt": PLAN_DT})
 
 
-def _rollout(clip_id: str, reward: float, collided: bool, ttc: float, lag_m: float, decisions
-             ) -> SimpleNamespace:
+def _rollout(clip_id: str, reward: float, collided: bool, ttc: float, lag_m: float, decisions,
+             at_fault: bool = False) -> SimpleNamespace:
     n = 80  # 8 s at 10 Hz, driving 10 m/s straight along x
     ego = np.zeros((n, 6))
     ego[:, 0] = np.arange(n) * 1.0
     ego[:, 3] = 10.0
     route_s = ego[:, 0].copy()
     trace = SimpleNamespace(clip_id=clip_id, start_step=0, dt=0.1, ego=ego, ttc=np.full(n, ttc),
-                            route_s=route_s, expert_s=route_s + lag_m, collided=collided,
+                            route_s=route_s, expert_s=route_s + lag_m, collided=collided, at_fault=at_fault,
                             decisions=tuple(decisions))
     return SimpleNamespace(trace=trace, rewards={"correction_planner": reward})
 
@@ -57,15 +57,18 @@ def test_samples_follow_the_outcome_of_each_corrected_decision():
         _decision(15, 3, False, 4),  # corrected but never accepted: what ran is one of the rejected
     ])
     crashed = _rollout("crashed", -1.0, True, ttc=1.0, lag_m=5.0, decisions=[_decision(20, 2, True, 2)])
-    lagging_crash = _rollout("lagging_crash", -1.0, True, ttc=8.0, lag_m=5.0,
-                             decisions=[_decision(7, 1, True, 1)])
+    ran_into = _rollout("ran_into", -1.0, True, ttc=8.0, lag_m=5.0, decisions=[_decision(7, 1, True, 1)],
+                        at_fault=True)
+    rear_ended = _rollout("rear_ended", -1.0, True, ttc=8.0, lag_m=5.0, decisions=[_decision(9, 1, True, 1)])
     slow = _rollout("slow", 0.4, False, ttc=8.0, lag_m=5.0, decisions=[_decision(30, 1, True, 1)])
-    rollouts = [good, crashed, lagging_crash, slow]
+    rollouts = [good, crashed, ran_into, slow, rear_ended]
     samples = correction_samples(rollouts, "correction_planner", OGO, T, PLAN_DT, advantage_clip=1.0)
     by_clip = {s.clip_id: s for s in samples}
-    # lagging after a crash gives no acceleration target, and a negative advantage no reinforcement
-    assert sorted(by_clip) == ["crashed", "good", "slow"]
-    adv = normalised_advantages([1.0, -1.0, -1.0, 0.4])
+    # lagging before an at-fault crash gives no acceleration target, and a negative advantage no
+    # reinforcement; lagging before being rear-ended does
+    assert sorted(by_clip) == ["crashed", "good", "rear_ended", "slow"]
+    assert by_clip["rear_ended"].kind == "accelerate"
+    adv = normalised_advantages([1.0, -1.0, -1.0, 0.4, -1.0])
 
     s = by_clip["good"]
     assert (s.kind, s.step) == ("reinforce", 5)

@@ -222,6 +222,20 @@ def test_safety_layer_runs_split_by_mode_merge_into_one_table(tmp_path):
                                                    "self_correction"]
     table = (tmp_path / "merged" / "table.md").read_text()
     assert "| + self-correction |" in table and (tmp_path / "merged" / "safety_layer.png").is_file()
+    # a later directory's runs of a mode replace the earlier ones (one mode re-evaluated after retraining)
+    runs, latencies = _synthetic_runs(("self_correction",))
+    for r in runs:
+        r["CR"] = 0.05
+    (tmp_path / "e").mkdir()
+    (tmp_path / "e" / "results.json").write_text(json.dumps({
+        "runs": runs, "latency": {"self_correction": {"p99_ms": 7.0, "budget": {"p99_ms": 6.0}}},
+        "num_candidates": 32, "command": "run e", "wall_s": 1.0, "safety_layers": {"self_correction": {}},
+        "hardware": {}, "load_before": [0.0]}))
+    again = merge_results([*dirs[:2], tmp_path / "e"], tmp_path / "again")
+    row = again["rows"][-1]
+    assert row["mode"] == "self_correction" and row["CR"][0] == pytest.approx(0.05)
+    assert row["p99_budget_ms"][0] == 6.0 and len(again["runs"]) == len(merged["runs"])
+    assert again["rows"][0]["CR"] == merged["rows"][0]["CR"]  # the other modes are untouched
     with pytest.raises(ValueError, match="other seeds"):
         merge_results([dirs[0], dirs[2]], tmp_path / "bad")
     (tmp_path / "d").mkdir()

@@ -85,7 +85,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--out", default="out/safety_layer", help="output directory")
     ap.add_argument("--merge", nargs="+", default=None, metavar="DIR",
-                    help="only merge the results.json of runs split by --modes (one per core) into --out")
+                    help="only merge the results.json of runs split by --modes (one per core) into --out; "
+                         "a mode found in several keeps the last directory's runs")
     ap.add_argument("--no-progress", action="store_true", help="hide progress bars")
     return ap
 

@@ -390,15 +390,20 @@ def merge_results(result_dirs: list[str | Path], out: str | Path) -> dict[str, A
     for d, part in zip(result_dirs, parts):
         if setting(part) != first:
             raise ValueError(f"{d}: other seeds, clips or M than {result_dirs[0]}; not one evaluation")
-    runs = [r for part in parts for r in part["runs"]]
-    latencies = {m: lat for part in parts for m, lat in part["latency"].items()}
+    # a mode evaluated in several directories keeps the last one's runs (re-evaluate one mode, e.g. after
+    # retraining its network, and merge it over the earlier table)
+    owner = {m: i for i, part in enumerate(parts) for m in dict.fromkeys(r["mode"] for r in part["runs"])}
+    runs = [r for i, part in enumerate(parts) for r in part["runs"] if owner[r["mode"]] == i]
+    latencies = {m: lat for i, part in enumerate(parts) for m, lat in part["latency"].items()
+                 if owner.get(m) == i}
     modes = [m for m in MODES if any(r["mode"] == m for r in runs)]
     splits = list(dict.fromkeys(r["split"] for r in runs))
     seeds = first[0]
     rows = summary_rows(runs, modes, len(seeds), latencies)
     note = "\nMerged from " + ", ".join(
-        f"{d} ({', '.join(p['safety_layers'])}; {p['command']}; {p['wall_s']:.0f} s)"
-        for d, p in zip(result_dirs, parts)) + "."
+        f"{d} ({', '.join(m for m in p['safety_layers'] if owner.get(m) == i) or 'nothing kept'}; "
+        f"{p['command']}; {p['wall_s']:.0f} s)"
+        for i, (d, p) in enumerate(zip(result_dirs, parts))) + "."
     table = "\n".join(table_lines(rows, runs, modes, splits, len(seeds))) + "\n" + note
     print("\n" + table)
     results = {"merged_from": [str(d) for d in result_dirs], "rows": rows, "runs": runs, "latency": latencies,
