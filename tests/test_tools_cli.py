@@ -36,6 +36,8 @@ def test_help(tool, tmp_path):
     ("finetune_self_correction.py", ["--data", str(TOOLS.parent / "data" / "train"), "--out", "o", "--set",
                                      "kl_weight=-1"], "self_correction_rl.kl_weight"),
     ("finetune_self_correction.py", ["--data", "nowhere"], "--data"),
+    ("finetune_self_correction.py", ["--data", str(TOOLS.parent / "data" / "train"), "--set", "iterations"],
+     "--set 'iterations'"),
 ])
 def test_bad_arguments_are_named(tool, args, name, tmp_path):
     res = subprocess.run([sys.executable, str(TOOLS / tool), *args], capture_output=True, text=True,

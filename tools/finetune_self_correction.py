@@ -17,7 +17,6 @@ Evaluate the result against the other safety layers with
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from pathlib import Path
@@ -43,23 +42,14 @@ def main() -> int:
     args = ap.parse_args()
     if not (Path(args.data) / "index.json").is_file():
         ap.error(f"--data: {args.data} is not a dataset directory (no index.json)")
-    overrides = {}
-    for kv in args.set:
-        key, sep, value = kv.partition("=")
-        if not sep:
-            ap.error(f"--set expects KEY=VALUE, got {kv!r}")
-        try:
-            overrides[key] = json.loads(value)
-        except ValueError:
-            overrides[key] = value
     import torch
-    from rad2_planner.config import ParameterError, ResourceNotFoundError, load_params, validate_overrides
+    from rad2_planner.config import ParameterError, ResourceNotFoundError, load_params, parse_block_overrides
     from rad2_planner.networks import PlannerModel
     from rad2_planner.networks.model import CheckpointError
     from rad2_rl.correction_rl import CorrectionRLConfig, finetune
 
     try:
-        validate_overrides("training", {f"self_correction_rl.{k}": v for k, v in overrides.items()})
+        overrides = parse_block_overrides("training", "self_correction_rl", args.set)
         cfg = CorrectionRLConfig.from_params(load_params("training")["self_correction_rl"], **overrides)
         model, history = finetune(
             args.data, args.out, cfg, command=" ".join(shlex.quote(a) for a in sys.argv),

@@ -44,20 +44,12 @@ def main() -> int:
     args = ap.parse_args()
     if not (Path(args.data) / "index.json").is_file():
         ap.error(f"--data: {args.data} is not a dataset directory (no index.json)")
-    overrides = {}
-    for kv in args.set:
-        key, sep, value = kv.partition("=")
-        if not sep:
-            ap.error(f"--set expects KEY=VALUE, got {kv!r}")
-        try:
-            overrides[key] = json.loads(value)
-        except ValueError:
-            overrides[key] = value
-    from rad2_planner.config import ParameterError, ResourceNotFoundError
+    from rad2_planner.config import ParameterError, ResourceNotFoundError, parse_block_overrides
     from rad2_planner.networks.critic import CriticCheckpointError
     from rad2_planner.networks.model import CheckpointError
 
     try:
+        overrides = parse_block_overrides("training", "self_correction", args.set)
         model, check = train_self_correction(
             args.data, args.out, resolve_path(args.base), resolve_path(args.critic), overrides, args.workers,
             not args.no_progress, " ".join(shlex.quote(a) for a in sys.argv),

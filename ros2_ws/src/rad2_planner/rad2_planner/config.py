@@ -268,6 +268,21 @@ def parse_node_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def parse_block_overrides(name: str, block: str, items: list[str]) -> dict[str, Any]:
+    """``--set KEY=VALUE`` items of one block of ``params/<name>.yaml`` (e.g. the ``self_correction``
+    block of training.yaml for tools/train_self_correction.py) -> ``{KEY: value}``. VALUE is parsed as
+    YAML (an empty VALUE stays ""); the items are checked against the schema as ``block.KEY``, so a bad
+    one raises a ParameterError naming it."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ParameterError(f"--set {item!r}: expected KEY=VALUE with KEY a setting of {block}")
+        out[key.strip()] = yaml.safe_load(value) if value != "" else ""
+    validate_overrides(name, {f"{block}.{k}": v for k, v in out.items()})
+    return out
+
+
 # --------------------------------------------------------------------------------------------------
 # Schema: params/<name>.schema.yaml beside each parameter file
 # --------------------------------------------------------------------------------------------------
