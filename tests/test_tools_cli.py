@@ -36,6 +36,10 @@ def test_help(tool, tmp_path):
     ("finetune_self_correction.py", ["--data", str(TOOLS.parent / "data" / "train"), "--out", "o", "--set",
                                      "kl_weight=-1"], "self_correction_rl.kl_weight"),
     ("finetune_self_correction.py", ["--data", "nowhere"], "--data"),
+    ("finetune_self_correction.py", ["--data", str(TOOLS.parent / "data" / "train"),
+                                     "--time-budget-min", "nan"], "--time-budget-min"),
+    ("train_self_correction.py", ["--data", str(TOOLS.parent / "data" / "train"), "--out", "o",
+                                  "--time-budget-min", "-1"], "--time-budget-min"),
     ("finetune_self_correction.py", ["--data", str(TOOLS.parent / "data" / "train"), "--set", "iterations"],
      "--set 'iterations'"),
 ])

@@ -43,7 +43,13 @@ def main() -> int:
     if not (Path(args.data) / "index.json").is_file():
         ap.error(f"--data: {args.data} is not a dataset directory (no index.json)")
     import torch
-    from rad2_planner.config import ParameterError, ResourceNotFoundError, load_params, parse_block_overrides
+    from rad2_planner.config import (
+        ParameterError,
+        ResourceNotFoundError,
+        budget_seconds,
+        load_params,
+        parse_block_overrides,
+    )
     from rad2_planner.networks import PlannerModel
     from rad2_planner.networks.model import CheckpointError
     from rad2_rl.correction_rl import CorrectionRLConfig, finetune
@@ -54,7 +60,7 @@ def main() -> int:
         model, history = finetune(
             args.data, args.out, cfg, command=" ".join(shlex.quote(a) for a in sys.argv),
             correction_checkpoint=args.start, progress=not args.no_progress,
-            time_budget_s=None if args.time_budget_min is None else args.time_budget_min * 60.0)
+            time_budget_s=budget_seconds(args.time_budget_min, "--time-budget-min"))
     except (ParameterError, ResourceNotFoundError, CheckpointError, ValueError) as exc:
         ap.error(str(exc))
     if args.export_to:

@@ -44,7 +44,12 @@ def main() -> int:
     args = ap.parse_args()
     if not (Path(args.data) / "index.json").is_file():
         ap.error(f"--data: {args.data} is not a dataset directory (no index.json)")
-    from rad2_planner.config import ParameterError, ResourceNotFoundError, parse_block_overrides
+    from rad2_planner.config import (
+        ParameterError,
+        ResourceNotFoundError,
+        budget_seconds,
+        parse_block_overrides,
+    )
     from rad2_planner.networks.critic import CriticCheckpointError
     from rad2_planner.networks.model import CheckpointError
 
@@ -53,7 +58,7 @@ def main() -> int:
         model, check = train_self_correction(
             args.data, args.out, resolve_path(args.base), resolve_path(args.critic), overrides, args.workers,
             not args.no_progress, " ".join(shlex.quote(a) for a in sys.argv),
-            None if args.time_budget_min is None else args.time_budget_min * 60.0)
+            budget_seconds(args.time_budget_min, "--time-budget-min"))
     except (ParameterError, ResourceNotFoundError, CheckpointError, CriticCheckpointError) as exc:
         ap.error(str(exc))
     if args.export_to:

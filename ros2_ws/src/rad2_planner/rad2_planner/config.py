@@ -268,6 +268,16 @@ def parse_node_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def budget_seconds(minutes: float | None, name: str) -> float | None:
+    """A ``--time-budget-min``-style value in seconds (None stays None); a ParameterError naming ``name``
+    and the value unless it is a finite number of minutes > 0."""
+    if minutes is None:
+        return None
+    if not (math.isfinite(minutes) and minutes > 0):
+        raise ParameterError(f"{name}: must be a finite number of minutes > 0, got {minutes!r}")
+    return float(minutes) * 60.0
+
+
 def parse_block_overrides(name: str, block: str, items: list[str]) -> dict[str, Any]:
     """``--set KEY=VALUE`` items of one block of ``params/<name>.yaml`` (e.g. the ``self_correction``
     block of training.yaml for tools/train_self_correction.py) -> ``{KEY: value}``. VALUE is parsed as
