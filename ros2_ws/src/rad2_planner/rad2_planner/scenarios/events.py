@@ -6,6 +6,8 @@ changes into the ego lane just ahead), ``crossing_conflict`` (a vehicle runs a r
 right of way at a junction, timed to cross just ahead of the ego), ``pull_out`` (a stopped vehicle
 in the adjacent lane pulls out into the ego lane ahead).
 Efficiency-oriented: ``slow_leader``, ``congestion``, ``free_road``.
+Start-up (training data only, not in the bundled sets): ``junction_start`` (the ego starts at rest a
+short way before a junction on its route and pulls away through it, mostly into a turn).
 
 Each controller: ``setup(ctx)`` is called every step of the prologue until it has placed its actors
 (they are inserted before the first logged step); ``control(ctx, k)`` runs after every logged step
@@ -23,7 +25,10 @@ from .traffic import sample_range
 
 SAFETY_KINDS = ("hard_brake", "cut_in", "crossing_conflict", "pull_out")
 EFFICIENCY_KINDS = ("slow_leader", "congestion", "free_road")
-ALL_KINDS = SAFETY_KINDS + EFFICIENCY_KINDS
+START_KINDS = ("junction_start",)
+BUNDLED_KINDS = SAFETY_KINDS + EFFICIENCY_KINDS  # the kinds of the committed data/ sets
+ALL_KINDS = BUNDLED_KINDS + START_KINDS
+TURN_DIRECTIONS = ("l", "r", "L", "R")  # SUMO connection directions: left, right, partly left / right
 
 ACTOR_ID = "actor0"
 ACTOR_LENGTH = 4.5  # the actor vType (traffic.vehicle_types)
@@ -462,18 +467,8 @@ class CrossingConflict(Event):
             self._set_signal(ctx, self.plan[0], None)
 
     def _set_signal(self, ctx, e_in: str, also_green: str | None) -> None:
-        """Freeze the junction's signal: green for the ego's approach (and ``also_green``), red elsewhere."""
-        green = {e_in, also_green}
-        for tls in ctx.sim.trafficlight.getIDList():
-            links = ctx.sim.trafficlight.getControlledLinks(tls)
-            edges = [lk[0][0].rsplit("_", 1)[0] if lk else "" for lk in links]
-            if e_in not in edges:
-                continue
-            ctx.sim.trafficlight.setRedYellowGreenState(
-                tls, "".join("G" if e in green else "r" for e in edges)
-            )
+        if freeze_signal(ctx, e_in, also_green):
             self.params["forced_signal"] = 1
-            return
 
     def control(self, ctx, k):
         if not ctx.present(ACTOR_ID) or self.phase == "done":
@@ -503,6 +498,99 @@ class CrossingConflict(Event):
         return float(np.hypot(x - self.conflict[0], y - self.conflict[1]))
 
 
+def freeze_signal(ctx: SimContext, e_in: str, also_green: str | None = None) -> bool:
+    """Freeze the signal of the junction ``e_in`` leads into: green for the approach from ``e_in`` (and
+    ``also_green``), red elsewhere. False when no traffic light controls ``e_in``."""
+    green = {e_in, also_green}
+    for tls in ctx.sim.trafficlight.getIDList():
+        links = ctx.sim.trafficlight.getControlledLinks(tls)
+        edges = [lk[0][0].rsplit("_", 1)[0] if lk else "" for lk in links]
+        if e_in not in edges:
+            continue
+        ctx.sim.trafficlight.setRedYellowGreenState(tls, "".join("G" if e in green else "r" for e in edges))
+        return True
+    return False
+
+
+class JunctionStart(Event):
+    """The ego starts at rest a few metres before a junction on its route and pulls away through it.
+
+    Why this kind exists: closed loop, the IL planner that had slowed to a stop before a sharp junction
+    turn proposed only plans that went backwards, because the SUMO logs hold almost no starts from rest
+    (README, "Where the remaining progress goes"). Here the stop is made in the unlogged prologue (a SUMO
+    stop ``stop_gap_m`` before the end of the approach lane) and released as logging starts, so the
+    logged driver, at rest at step 0, drives off at once: with probability ``turn_fraction`` into a turn
+    (left or right), otherwise straight on. A traffic light on that approach is frozen at green, so the
+    start is never a wait at a red light the clip cannot show (signals are exported only with --signals).
+    Nothing else about the traffic is changed."""
+
+    kind = "junction_start"
+
+    def __init__(self, cfg, rng):
+        super().__init__(cfg, rng)
+        self.stop_gap = self._sample(rng, "stop_gap_m")
+        turn_fraction = float(self.p.get("turn_fraction", -1.0))
+        if not 0.0 <= turn_fraction <= 1.0:
+            raise ValueError(
+                f"scenarios.events.junction_start.turn_fraction must be in [0, 1], got {turn_fraction}"
+            )
+        self.want_turn = bool(rng.random() < turn_fraction)
+        self.params["turn"] = int(self.want_turn)
+        self.braking = float(cfg["ego"]["decel_mps2"])
+        self.phase = "seek"
+
+    def _movement(self, ctx, edge: str):
+        """The connection from ``edge`` to the next route edge that makes the wanted movement, or None."""
+        route = ctx.remaining_route(EGO_ID)
+        if len(route) < 2 or route[0] != edge:
+            return None
+        e_in, e_out = ctx.net.getEdge(edge), ctx.net.getEdge(route[1])
+        wanted = TURN_DIRECTIONS if self.want_turn else ("s",)
+        conns = [c for c in e_in.getOutgoing().get(e_out, []) if c.getDirection() in wanted]
+        if not conns:
+            return None
+        _, idx, _, _ = ctx.lane_of(EGO_ID)
+        same_lane = [c for c in conns if c.getFromLane().getIndex() == idx]
+        return (same_lane or conns)[0]
+
+    def setup(self, ctx):
+        sim = ctx.sim
+        if self.phase == "stopping":
+            if sim.vehicle.isStopped(EGO_ID) and ctx.speed(EGO_ID) < 0.05:
+                self.trigger_step = 0
+                return True
+            return False
+        lane, _, pos, edge = ctx.lane_of(EGO_ID)
+        if _is_internal(edge):
+            return False
+        conn = self._movement(ctx, edge)
+        if conn is None:
+            return False
+        lane_idx = conn.getFromLane().getIndex()
+        stop_pos = ctx.lane_length(f"{edge}_{lane_idx}") - self.stop_gap
+        v = ctx.speed(EGO_ID)
+        # room to stop at half the ego's usual deceleration, plus two steps of travel and a margin
+        needed = v * v / self.braking + 2.0 * v * ctx.dt + 2.0
+        if stop_pos < 5.0 or stop_pos - pos < needed:
+            return False
+        try:
+            sim.vehicle.setStop(EGO_ID, edge, pos=stop_pos, laneIndex=lane_idx, duration=3600.0)
+        except sim.TraCIException:  # SUMO cannot brake for it after all: try the next junction
+            return False
+        self.phase = "stopping"
+        self.approach = edge
+        node = conn.getFrom().getToNode()
+        self.params["direction"] = conn.getDirection()
+        self.params["junction_type"] = node.getType()
+        return False
+
+    def confirm(self, ctx):
+        super().confirm(ctx)
+        if freeze_signal(ctx, self.approach):
+            self.params["forced_signal"] = 1
+        ctx.sim.vehicle.resume(EGO_ID)
+
+
 def _via_shape(net, conn) -> np.ndarray | None:
     """Polyline through a junction for a connection (its chain of internal lanes)."""
     via = conn.getViaLaneID()
@@ -524,7 +612,8 @@ def _via_shape(net, conn) -> np.ndarray | None:
 
 
 EVENTS = {
-    cls.kind: cls for cls in (HardBrake, CutIn, CrossingConflict, PullOut, SlowLeader, Congestion, FreeRoad)
+    cls.kind: cls
+    for cls in (HardBrake, CutIn, CrossingConflict, PullOut, SlowLeader, Congestion, FreeRoad, JunctionStart)
 }
 
 
