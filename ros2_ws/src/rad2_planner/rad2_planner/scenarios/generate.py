@@ -167,9 +167,10 @@ def generate_clip(
 
 
 def _job(args) -> GenerationResult:
-    kind, seed, cache_dir, log_safety, network_kind, signals = args
-    return generate_clip(kind, seed, log_safety=log_safety, cache_dir=cache_dir, network_kind=network_kind,
-                         signals=signals)
+    kind, seed, cache_dir, log_safety, network_kind, signals, params = args
+    cfg, vehicle, sim_params = params
+    return generate_clip(kind, seed, log_safety=log_safety, cfg=cfg, vehicle=vehicle, sim_params=sim_params,
+                         cache_dir=cache_dir, network_kind=network_kind, signals=signals)
 
 
 def plan_jobs(kinds: list[str], count: int, seed: int) -> list[tuple[str, int]]:
@@ -203,7 +204,10 @@ def generate_dataset(
 ) -> dict[str, Any]:
     """Generate ``count`` clips into a dataset directory; returns a report (also written as
     ``generation_report.json`` next to ``index.json``). ``log_safety``: see :data:`LogSafety`."""
-    cfg, _, _ = load_config()
+    # read once and handed to every job: a run keeps the parameters it started with even if
+    # params/ is edited while it runs (worker processes are restarted every 50 clips)
+    params = load_config()
+    cfg = params[0]
     cache = resolve_cache_dir(cfg, cache_dir)
     jobs = plan_jobs(kinds, count, seed)
     # build every network once up front so workers never race on netgenerate
@@ -225,7 +229,7 @@ def generate_dataset(
             first_save = False
             pending = []
 
-    args = [(k, s, str(cache), log_safety, network_kind, bool(signals)) for k, s in jobs]
+    args = [(k, s, str(cache), log_safety, network_kind, bool(signals), params) for k, s in jobs]
     if workers > 1:
         import multiprocessing as mp
 
