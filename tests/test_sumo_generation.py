@@ -161,6 +161,24 @@ def test_dataset_generation_shares_maps(tmp_path, cache):
     assert (tmp_path / "ds" / "generation_report.json").is_file()
 
 
+def test_dataset_generation_reads_params_once(tmp_path, cache, monkeypatch):
+    """A run reads params/ once and hands the values to its jobs: an edit of params/ during the run (here:
+    the next read returns a broken config) changes nothing in it."""
+    reads = []
+    real = gen.load_config
+
+    def counting_load_config():
+        reads.append(1)
+        if len(reads) > 1:
+            raise AssertionError("params/ read again during the run")
+        return real()
+
+    monkeypatch.setattr(gen, "load_config", counting_load_config)
+    rep = gen.generate_dataset(tmp_path / "ds", ["free_road"], 2, seed=7, log_safety=safety.min_ttc_of_log,
+                               cache_dir=cache, progress=False)
+    assert rep["clips"] == 2 and len(reads) == 1
+
+
 def test_bad_inputs_are_named():
     with pytest.raises(ValueError, match="teleport"):
         gen.plan_jobs(["teleport"], 3, 0)
