@@ -58,11 +58,14 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--signals", action="store_true",
                     help="export traffic-light states (map signals + per-step states; off for the "
                     "bundled sets)")
+    ap.add_argument("--rich", action="store_true",
+                    help="richer scenes: pedestrians, cyclists, parked cars, varied lane widths, ego sizes "
+                    "and densities (scenarios.rich in params/scenarios.yaml; off for the bundled sets)")
     return ap
 
 
 def _settings(args: argparse.Namespace, ap: argparse.ArgumentParser, presets: dict) -> tuple:
-    """(kinds, network, signals, count, seed) from the flags over the --preset (flags win)."""
+    """(kinds, network, signals, rich, count, seed) from the flags over the --preset (flags win)."""
     spec = {}
     if args.preset:
         args.preset = args.preset.replace("-", "_")
@@ -72,6 +75,7 @@ def _settings(args: argparse.Namespace, ap: argparse.ArgumentParser, presets: di
     kinds = args.kinds or spec.get("kinds") or list(events.ALL_KINDS)
     network = args.network or spec.get("network")
     signals = bool(args.signals or spec.get("signals", False))
+    rich = bool(args.rich or spec.get("rich", False))
     count = args.count if args.count is not None else spec.get("count")
     seed = args.seed if args.seed is not None else spec.get("seed", 0)
     if args.out is None:
@@ -80,7 +84,7 @@ def _settings(args: argparse.Namespace, ap: argparse.ArgumentParser, presets: di
         ap.error("--count is required (or a --preset that sets it)")
     if count < 1:
         ap.error(f"--count must be >= 1, got {count}")
-    return kinds, network, signals, count, seed
+    return kinds, network, signals, rich, count, seed
 
 
 def main(argv=None) -> int:
@@ -95,7 +99,7 @@ def main(argv=None) -> int:
                          cache_dir=args.cache_dir)
         return 0
 
-    kinds, network, signals, count, seed = _settings(args, ap, presets)
+    kinds, network, signals, rich, count, seed = _settings(args, ap, presets)
     if not args.append:
         clean_dataset_dir(args.out)
     rep = generate_dataset(
@@ -108,9 +112,11 @@ def main(argv=None) -> int:
         cache_dir=args.cache_dir,
         append=args.append,
         description=f"SUMO clips: kinds {list(kinds)}, count {count}, seed {seed}"
-        + (f", network {network}" if network else "") + (", with signals" if signals else ""),
+        + (f", network {network}" if network else "") + (", with signals" if signals else "")
+        + (", rich scenes" if rich else ""),
         network_kind=network,
         signals=signals,
+        rich=rich,
     )
     print_report(args.out.name, rep)
     print(json.dumps({"out": str(args.out), "clips": rep["clips"]}))

@@ -6,13 +6,19 @@ import re
 
 import numpy as np
 
-from ..clip import AGENT_VEHICLE, Clip, LaneMap
+from ..clip import Clip, LaneMap
 from ..tokens import arc_lengths, clean_polyline
 from .networks import LaneGeometry
+from .rich import CYCLIST_PREFIX, PARKED_PREFIX, PEDESTRIAN_PREFIX
 
 ACTOR_ID_BASE = 10_000_000
 _BG = re.compile(r"^bg(\d+)$")
 _ACTOR = re.compile(r"^actor(\d+)$")
+# rich-scene road users: (pattern, id block) -> block * ACTOR_ID_BASE + n
+_RICH = tuple(
+    (re.compile(rf"^{prefix}(\d+)$"), block)
+    for prefix, block in ((PEDESTRIAN_PREFIX, 3), (CYCLIST_PREFIX, 4), (PARKED_PREFIX, 5))
+)
 
 
 def lane_map_from_geometry(geom: LaneGeometry) -> LaneMap:
@@ -29,13 +35,18 @@ def lane_map_from_geometry(geom: LaneGeometry) -> LaneMap:
 
 
 def agent_int_id(sumo_id: str, fallback: int) -> int:
-    """Stable integer id: background ``bg<n>`` -> n + 1, event actors ``actor<k>`` -> 10_000_000 + k."""
+    """Stable integer id: background ``bg<n>`` -> n + 1, event actors ``actor<k>`` -> 10_000_000 + k;
+    pedestrians ``ped<n>``, cyclists ``cyc<n>`` and parked cars ``parked<n>`` -> 30 / 40 / 50 million + n."""
     m = _BG.match(sumo_id)
     if m:
         return int(m.group(1)) + 1
     m = _ACTOR.match(sumo_id)
     if m:
         return ACTOR_ID_BASE + int(m.group(1))
+    for pattern, block in _RICH:
+        m = pattern.match(sumo_id)
+        if m:
+            return block * ACTOR_ID_BASE + int(m.group(1))
     return 2 * ACTOR_ID_BASE + fallback
 
 
@@ -187,7 +198,7 @@ def record_to_clip(
         ego_length=raw.ego_length,
         ego_width=raw.ego_width,
         agent_ids=ids,
-        agent_types=np.full(n, AGENT_VEHICLE, dtype=np.int8),
+        agent_types=np.array([a.agent_type for a in raw.agents], dtype=np.int8),
         agent_length=length,
         agent_width=width,
         agent_x=arr["x"],

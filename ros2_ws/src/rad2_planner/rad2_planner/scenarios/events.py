@@ -112,7 +112,7 @@ class Event:
     def _adjacent_lanes(self, ctx: SimContext, st) -> list[int]:
         """Indices of the lanes beside the ego's (right first); records a setup failure if there are none."""
         _, idx, _, edge = st
-        options = [j for j in (idx - 1, idx + 1) if 0 <= j < ctx.num_lanes(edge)]
+        options = [j for j in (idx - 1, idx + 1) if 0 <= j < ctx.num_lanes(edge) and ctx.car_lane(edge, j)]
         if not options:
             self.setup_failure = "ego edge has no adjacent lane"
         return options

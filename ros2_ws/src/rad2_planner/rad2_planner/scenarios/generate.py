@@ -26,6 +26,7 @@ import numpy as np
 from ..clip import Clip, save_dataset
 from ..config import load_params, resource_path
 from . import convert, events, networks
+from . import rich as rich_scenes
 from .runner import ScenarioRejected, run_scenario
 
 _NET_CACHE: dict[str, tuple[Any, networks.LaneGeometry, Any]] = {}
@@ -102,9 +103,11 @@ def generate_clip(
     network_kind: str | None = None,
     max_attempts: int | None = None,
     signals: bool = False,
+    rich: bool = False,
 ) -> GenerationResult:
     """One clip of ``kind`` for ``seed`` (retrying with derived seeds); ``clip`` is None if all failed.
-    ``log_safety``: see :data:`LogSafety`."""
+    ``log_safety``: see :data:`LogSafety`. ``rich``: a richer scene (see ``scenarios.rich``), drawn from
+    a fourth random stream so that the clips without it are unchanged."""
     if cfg is None or vehicle is None or sim_params is None:
         c, v, s = load_config()
         cfg, vehicle, sim_params = cfg or c, vehicle or v, sim_params or s
@@ -124,17 +127,23 @@ def generate_clip(
     t0 = time.perf_counter()
     for attempt in range(attempts):
         ss = np.random.SeedSequence([int(seed), attempt])
-        net_ss, ev_ss, sim_ss = ss.spawn(3)
+        net_ss, ev_ss, sim_ss, rich_ss = ss.spawn(4)  # children 0-2 do not depend on the count
         net_rng = np.random.default_rng(net_ss)
         net_kind = nets[int(net_rng.integers(len(nets)))]
-        specs = networks.network_specs(cfg["networks"], net_kind)
+        run_vehicle, rich_run = vehicle, None
+        if rich:
+            rich_rng = np.random.default_rng(rich_ss)
+            settings = rich_scenes.draw_settings(cfg["rich"], rich_rng)
+            rich_run = rich_scenes.RichRun(cfg["rich"], settings, rich_rng)
+            run_vehicle = {**vehicle, "length": settings.ego_length_m, "width": settings.ego_width_m}
+        specs = _specs(cfg, net_kind, rich_run)
         spec = specs[int(net_rng.integers(len(specs)))]
         net_file, net, geom, lane_map = _network(spec, cache)
         event = events.make_event(kind, cfg, np.random.default_rng(ev_ss))
         sim_seed = int(sim_ss.generate_state(1)[0] % (2**31 - 1))
         try:
             raw = run_scenario(
-                event, net_kind, net_file, net, sim_seed, cfg, vehicle, str(kind_cfg["demand"])
+                event, net_kind, net_file, net, sim_seed, cfg, run_vehicle, str(kind_cfg["demand"]), rich_run
             )
             if raw.sumo_collisions:
                 raise ScenarioRejected("collision", "SUMO reported an ego collision")
@@ -148,6 +157,8 @@ def generate_clip(
                 "sumo_seed": sim_seed,
                 "demand": str(kind_cfg["demand"]),
             }
+            if rich_run is not None:
+                meta["rich"] = rich_run.settings.as_metadata()
             clip = convert.record_to_clip(
                 raw, geom, lane_map, f"sumo_{kind}_{int(seed)}", meta, float(cfg["sim"]["route_extension_m"]),
                 signals=signals,
@@ -166,11 +177,28 @@ def generate_clip(
     )
 
 
+def _specs(cfg: dict, net_kind: str, rich_run: rich_scenes.RichRun | None) -> list[networks.NetworkSpec]:
+    """The maps of a network kind: as committed, or with the rich scene's lane width and sidewalks."""
+    if rich_run is None:
+        return networks.network_specs(cfg["networks"], net_kind)
+    return networks.network_specs(cfg["networks"], net_kind, rich_run.settings.lane_width_m,
+                                  float(cfg["rich"]["sidewalk_width_m"]))
+
+
+def _all_specs(cfg: dict, net_kind: str, rich: bool) -> list[networks.NetworkSpec]:
+    """Every map a run may draw for a network kind (rich: one per lane width)."""
+    if not rich:
+        return networks.network_specs(cfg["networks"], net_kind)
+    sidewalk = float(cfg["rich"]["sidewalk_width_m"])
+    return [spec for w in cfg["rich"]["lane_width_m"]
+            for spec in networks.network_specs(cfg["networks"], net_kind, float(w), sidewalk)]
+
+
 def _job(args) -> GenerationResult:
-    kind, seed, cache_dir, log_safety, network_kind, signals, params = args
+    kind, seed, cache_dir, log_safety, network_kind, signals, rich, params = args
     cfg, vehicle, sim_params = params
     return generate_clip(kind, seed, log_safety=log_safety, cfg=cfg, vehicle=vehicle, sim_params=sim_params,
-                         cache_dir=cache_dir, network_kind=network_kind, signals=signals)
+                         cache_dir=cache_dir, network_kind=network_kind, signals=signals, rich=rich)
 
 
 def plan_jobs(kinds: list[str], count: int, seed: int) -> list[tuple[str, int]]:
@@ -201,6 +229,7 @@ def generate_dataset(
     append: bool = False,
     network_kind: str | None = None,
     signals: bool = False,
+    rich: bool = False,
 ) -> dict[str, Any]:
     """Generate ``count`` clips into a dataset directory; returns a report (also written as
     ``generation_report.json`` next to ``index.json``). ``log_safety``: see :data:`LogSafety`."""
@@ -213,7 +242,7 @@ def generate_dataset(
     # build every network once up front so workers never race on netgenerate
     for k in sorted(set(kinds)):
         for nk in ([network_kind] if network_kind else cfg["kinds"][k]["networks"]):
-            for spec in networks.network_specs(cfg["networks"], nk):
+            for spec in _all_specs(cfg, nk, rich):
                 networks.build_network(spec, cache)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -229,7 +258,7 @@ def generate_dataset(
             first_save = False
             pending = []
 
-    args = [(k, s, str(cache), log_safety, network_kind, bool(signals), params) for k, s in jobs]
+    args = [(k, s, str(cache), log_safety, network_kind, bool(signals), bool(rich), params) for k, s in jobs]
     if workers > 1:
         import multiprocessing as mp
 

@@ -53,20 +53,33 @@ class NetworkSpec:
 
     @property
     def name(self) -> str:
-        return f"{self.kind}{self.variant}" if self.kind == "random" else self.kind
+        base = f"{self.kind}{self.variant}" if self.kind == "random" else self.kind
+        width = self.params.get("lane_width_m")
+        return base if width is None else f"{base}_w{float(width):.2f}".replace(".", "p")
 
     def digest(self) -> str:
         blob = json.dumps({"kind": self.kind, "variant": self.variant, "params": self.params}, sort_keys=True)
         return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
 
-def network_specs(net_params: dict[str, Any], kind: str) -> list[NetworkSpec]:
-    """All maps of one network kind (random has one per configured seed)."""
+def network_specs(
+    net_params: dict[str, Any],
+    kind: str,
+    lane_width_m: float | None = None,
+    sidewalk_width_m: float | None = None,
+) -> list[NetworkSpec]:
+    """All maps of one network kind (random has one per configured seed). ``lane_width_m`` builds them
+    with that lane width and, ``sidewalk_width_m`` given, with sidewalks and pedestrian crossings (not
+    on the motorway); both None is the network of the committed sets (SUMO's default width)."""
     if kind not in NETWORK_KINDS:
         raise ValueError(f"network kind {kind!r} is not one of {NETWORK_KINDS}")
     if kind not in net_params:
         raise ValueError(f"scenarios.networks has no block for {kind!r}")
     p = dict(net_params[kind])
+    if lane_width_m is not None:
+        p["lane_width_m"] = float(lane_width_m)
+        if sidewalk_width_m is not None and kind != "highway":
+            p["sidewalk_width_m"] = float(sidewalk_width_m)
     if kind == "random":
         variants = [int(v) for v in p.pop("variants")]
         if not variants:
@@ -92,6 +105,11 @@ def _run_net_tool(tool: str, args: list[str], out: Path, work: Path) -> None:
 def _lane_defaults(p: dict, junction_type: bool = True) -> list[str]:
     """netgenerate's default lane count and speed (and junction type) from a network block."""
     opts = ["--default.lanenumber", str(int(p["lanes"])), "--default.speed", str(float(p["speed_mps"]))]
+    if "lane_width_m" in p:
+        opts += ["--default.lanewidth", str(float(p["lane_width_m"]))]
+    if "sidewalk_width_m" in p:
+        opts += ["--sidewalks.guess", "true", "--crossings.guess", "true",
+                 "--default.sidewalk-width", str(float(p["sidewalk_width_m"]))]
     if junction_type:
         opts += ["--default-junction-type", str(p["junction_type"])]
     return opts
@@ -127,6 +145,7 @@ def _build_highway(p: dict, out: Path, work: Path) -> None:
             f"scenarios.networks.highway.segment_lengths_m must be 5 positive lengths, got {segs}"
         )
     lanes, speed = int(p["lanes"]), float(p["speed_mps"])
+    width = f' width="{float(p["lane_width_m"])}"' if "lane_width_m" in p else ""
     ramp_len, ramp_lat, ramp_speed = (
         float(p["ramp_length_m"]),
         float(p["ramp_lateral_m"]),
@@ -137,13 +156,13 @@ def _build_highway(p: dict, out: Path, work: Path) -> None:
     edges = []
     for i in range(5):
         n = lanes + 1 if i in (1, 3) else lanes
-        edges.append(f'<edge id="main{i}" from="m{i}" to="m{i + 1}" numLanes="{n}" speed="{speed}"/>')
+        edges.append(f'<edge id="main{i}" from="m{i}" to="m{i + 1}" numLanes="{n}" speed="{speed}"{width}/>')
     for k, merge_start in enumerate((1, 3)):
         x0 = xs[merge_start]
         dx = np.sqrt(max(ramp_len**2 - ramp_lat**2, 1.0))
         nodes.append(f'<node id="r{k}" x="{x0 - dx:.2f}" y="{-ramp_lat:.2f}" type="priority"/>')
         edges.append(
-            f'<edge id="ramp{k}" from="r{k}" to="m{merge_start}" numLanes="1" speed="{ramp_speed}"/>'
+            f'<edge id="ramp{k}" from="r{k}" to="m{merge_start}" numLanes="1" speed="{ramp_speed}"{width}/>'
         )
     # explicit lane mapping: main lanes shift one up at a merge, the ramp feeds the acceleration lane 0
     cons = []

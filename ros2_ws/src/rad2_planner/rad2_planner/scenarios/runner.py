@@ -19,7 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from ..clip import AGENT_CYCLIST, AGENT_PEDESTRIAN, AGENT_VEHICLE
 from ..geometry import wrap_angle
+from . import rich as rich_scenes
 from . import traffic
 from .networks import sumo_binary
 
@@ -56,6 +58,7 @@ class AgentTrack:
     vx: np.ndarray
     vy: np.ndarray
     valid: np.ndarray
+    agent_type: int = AGENT_VEHICLE  # clip.AGENT_*
 
 
 @dataclass
@@ -134,6 +137,10 @@ class SimContext:
     def num_lanes(self, edge_id: str) -> int:
         return int(self.sim.edge.getLaneNumber(edge_id))
 
+    def car_lane(self, edge_id: str, index: int) -> bool:
+        """Whether lane ``index`` of the edge is open to cars (not a sidewalk of a rich scene)."""
+        return bool(self.net.getEdge(edge_id).getLane(index).allows("passenger"))
+
     def leader(self, vid: str, dist: float) -> tuple[str, float] | None:
         res = self.sim.vehicle.getLeader(vid, dist)
         if not res or not res[0]:
@@ -179,7 +186,10 @@ def _choose_route(
 ) -> list[str]:
     """A random ego route of at least ``min_length`` metres starting on an edge with ``min_lanes`` lanes."""
     edges = traffic.passenger_edges(ctx.net)
-    starts = [e for e in edges if e.getLaneNumber() >= min_lanes and e.getLength() >= 40.0]
+    starts = [
+        e for e in edges
+        if sum(ln.allows("passenger") for ln in e.getLanes()) >= min_lanes and e.getLength() >= 40.0
+    ]
     if highway:  # the motorway's first mainline edge or a ramp
         starts = [e for e in starts if e.getFromNode().getIncoming() == []] or starts
     if not starts:
@@ -196,7 +206,7 @@ def _choose_route(
     raise ScenarioRejected("no_route", f"no route of {min_length:.0f} m found")
 
 
-def _sumo_cmd(net_file: Path, routes: Path, seed: int, sim_cfg: dict) -> list[str]:
+def _sumo_cmd(net_file: Path, routes: str, seed: int, sim_cfg: dict) -> list[str]:
     return [
         sumo_binary("sumo"),
         "-n",
@@ -229,9 +239,12 @@ def _sumo_cmd(net_file: Path, routes: Path, seed: int, sim_cfg: dict) -> list[st
 
 
 def run_scenario(
-    event, net_kind: str, net_file: Path, net, seed: int, cfg: dict, vehicle: dict, demand: str
+    event, net_kind: str, net_file: Path, net, seed: int, cfg: dict, vehicle: dict, demand: str,
+    rich: rich_scenes.RichRun | None = None,
 ) -> RawRecord:
-    """Simulate one scenario and log it (raises :class:`ScenarioRejected` when it is unusable)."""
+    """Simulate one scenario and log it (raises :class:`ScenarioRejected` when it is unusable).
+    ``rich``: add pedestrians, cyclists, parked cars and the clip's traffic density (see ``rich``);
+    ``vehicle`` then already carries the clip's ego size."""
     import libsumo as sim
 
     rng = np.random.default_rng(seed)
@@ -247,17 +260,42 @@ def run_scenario(
         )
     warmup = float(sim_cfg["warmup_s"])
     end_s = warmup + float(sim_cfg["ego_timeout_s"]) + float(sim_cfg["max_prologue_s"]) + steps * dt + 5.0
+    period = float(periods[net_kind]) * (rich.settings.period_scale if rich else 1.0)
     types = traffic.vehicle_types(rng, bg, ego_cfg, vehicle)
-    trips = traffic.background_trips(
-        rng, net, types, bg, float(periods[net_kind]), end_s, float(bg["truck_fraction"])
-    )
+    trips = traffic.background_trips(rng, net, types, bg, period, end_s, float(bg["truck_fraction"]))
     with tempfile.TemporaryDirectory(prefix="rad2_sumo_") as tmp:
-        routes = traffic.write_routes(Path(tmp) / "bg.rou.xml", types, trips)
+        routes = str(traffic.write_routes(Path(tmp) / "bg.rou.xml", types, trips))
+        users = rich_scenes.road_user_xml(rich.cfg, rich.settings, rich.rng, net, end_s) if rich else None
+        if users is not None:  # its own file: SUMO wants each route file sorted by departure
+            routes += "," + str(rich_scenes.write_road_users(Path(tmp) / "users.rou.xml", users))
         sim.start(_sumo_cmd(net_file, routes, seed, sim_cfg))
         try:
-            return _simulate(sim, event, net_kind, net, rng, cfg, vehicle, dt, steps, warmup)
+            raw = _simulate(sim, event, net_kind, net, rng, cfg, vehicle, dt, steps, warmup)
         finally:
             sim.close()
+    if rich is not None:
+        _add_parked(raw, rich, net, bg)
+    return raw
+
+
+def _add_parked(raw: RawRecord, rich: rich_scenes.RichRun, net, bg: dict) -> None:
+    """Parked cars at the kerb near the ego's path, where no logged road user ever is (rich scenes)."""
+    ego_xy = np.stack([raw.ego_x, raw.ego_y], axis=1)
+    ones = np.ones(raw.steps)
+    ego_boxes = np.column_stack([ego_xy, raw.ego_yaw, raw.ego_length * ones, raw.ego_width * ones])
+    agent_boxes = [
+        np.column_stack([a.x, a.y, a.yaw, a.length * ones, a.width * ones])[a.valid]
+        for a in raw.agents
+    ]
+    boxes = rich_scenes.place_parked(
+        rich.cfg, rich.settings, rich.rng, net, ego_xy, ego_boxes, agent_boxes, bg
+    )
+    for n, b in enumerate(boxes):
+        const = [np.full(raw.steps, float(v)) for v in b[:3]]
+        raw.agents.append(AgentTrack(
+            f"{rich_scenes.PARKED_PREFIX}{n}", "parked", float(b[3]), float(b[4]), *const,
+            np.zeros(raw.steps), np.zeros(raw.steps), np.ones(raw.steps, dtype=bool),
+        ))
 
 
 def _simulate(sim, event, net_kind, net, rng, cfg, vehicle, dt, steps, warmup) -> RawRecord:
@@ -349,8 +387,25 @@ def _record(sim, ctx: SimContext, event, dt: float, steps: int, radius: float, v
                     "width": float(sim.vehicle.getWidth(vid)),
                     "vtype": sim.vehicle.getTypeID(vid),
                     "data": np.zeros((6, steps)),
+                    "type": AGENT_CYCLIST if sim.vehicle.getVehicleClass(vid) == "bicycle" else AGENT_VEHICLE,
                 }
             v = float(sim.vehicle.getSpeed(vid))
+            tr["data"][:, k] = (x, y, yaw, v * math.cos(yaw), v * math.sin(yaw), 1.0)
+        for pid in sim.person.getIDList():  # pedestrians (rich scenes only), converted as vehicles are
+            px, py = sim.person.getPosition(pid)
+            if math.hypot(px - ex, py - ey) > radius:
+                continue
+            tr = tracks.get(pid)
+            if tr is None:
+                tr = tracks[pid] = {
+                    "length": float(sim.person.getLength(pid)),
+                    "width": float(sim.person.getWidth(pid)),
+                    "vtype": sim.person.getTypeID(pid),
+                    "data": np.zeros((6, steps)),
+                    "type": AGENT_PEDESTRIAN,
+                }
+            x, y, yaw = sumo_to_center(px, py, sim.person.getAngle(pid), tr["length"])
+            v = float(sim.person.getSpeed(pid))
             tr["data"][:, k] = (x, y, yaw, v * math.cos(yaw), v * math.sin(yaw), 1.0)
         if EGO_ID in sim.simulation.getCollidingVehiclesIDList():
             collisions += 1
@@ -362,7 +417,8 @@ def _record(sim, ctx: SimContext, event, dt: float, steps: int, radius: float, v
     for vid, tr in tracks.items():  # insertion order = first appearance: deterministic
         d = tr["data"]
         agents.append(
-            AgentTrack(vid, tr["vtype"], tr["length"], tr["width"], d[0], d[1], d[2], d[3], d[4], d[5] > 0.5)
+            AgentTrack(vid, tr["vtype"], tr["length"], tr["width"], d[0], d[1], d[2], d[3], d[4], d[5] > 0.5,
+                       tr["type"])
         )
     if not event.triggered():
         raise ScenarioRejected("not_triggered", event.setup_failure or "the event never fired")
