@@ -108,11 +108,13 @@ def test_cyclists_appear_in_the_logs_of_a_rich_set(cache):
     assert seen >= 1
 
 
-def test_nobody_walks_or_cycles_on_the_motorway(cache):
+def test_nobody_walks_cycles_or_parks_on_the_motorway(cache):
     res = gen.generate_clip("free_road", 3, log_safety=safety.min_ttc_of_log, cache_dir=cache,
                             network_kind="highway", rich=True)
     assert res.clip is not None, res.details
+    assert res.clip.metadata["rich"]["parked_count"] > 0  # drawn, but there is no kerb to park at
     assert set(np.unique(res.clip.agent_types).tolist()) == {AGENT_VEHICLE}
+    assert not (res.clip.agent_ids >= PARKED_BASE).any()
     assert "highway_w" in res.clip.metadata["network"]
 
 
@@ -122,3 +124,24 @@ def test_rich_parameters_are_checked():
         rich.draw_settings(bad, np.random.default_rng(0))
     with pytest.raises(ValueError, match="lane_width_m"):
         rich.draw_settings({**CFG["rich"], "lane_width_m": []}, np.random.default_rng(0))
+
+
+def test_committed_rich_set():
+    """data/eval_rich loads without SUMO and holds what it is for: pedestrians, cyclists, parked cars,
+    several lane widths and ego sizes, light states, and scenes of up to about 60 road users."""
+    directory = ROOT / "data" / "eval_rich"
+    if not (directory / "index.json").is_file():
+        pytest.skip(f"{directory} not generated (tools/generate_scenarios.py --preset eval_rich)")
+    clips = load_dataset(directory)
+    assert len(clips) >= 30
+    assert {c.scenario_kind for c in clips} == set(CFG["presets"]["eval_rich"]["kinds"])
+    for c in clips:
+        c.validate()
+        assert "rich" in c.metadata
+    assert sum((c.agent_types == AGENT_PEDESTRIAN).any() for c in clips) >= 10
+    assert sum((c.agent_types == AGENT_CYCLIST).any() for c in clips) >= 5
+    assert sum((c.agent_ids >= PARKED_BASE).any() for c in clips) >= 10
+    assert len({c.metadata["rich"]["lane_width_m"] for c in clips}) >= 3
+    assert np.ptp([c.ego_length for c in clips]) > 0.8
+    assert max(int(c.agent_valid.sum(0).max()) for c in clips) >= 50
+    assert sum(c.signal_states is not None for c in clips) >= 10

@@ -10,8 +10,9 @@ committed sets were generated with.
 - Pedestrians walk sidewalk-to-sidewalk trips routed by SUMO (over crossings, obeying their signals);
   cyclists are background vehicles of SUMO class ``bicycle`` sharing the road lanes.
 - Parked cars are not SUMO vehicles: SUMO parks a vehicle on its lane, not beside it. They are
-  placed after the run along the kerb of the rightmost lanes near the ego's path, at places no logged
-  road user ever touches (so the log stays collision-free by construction), standing still all clip.
+  placed after the run along the kerb of the rightmost lanes of streets (not the motorway) near the
+  ego's path, at places no logged road user ever touches (so the log stays collision-free by
+  construction), standing still all clip.
 """
 
 from __future__ import annotations
@@ -165,11 +166,10 @@ def write_road_users(path: Path, body: str) -> Path:
 
 
 def kerb_lanes(net) -> list:
-    """The rightmost car lane of every ordinary (non-junction) edge: where a car parks at the kerb."""
+    """The rightmost car lane of every ordinary (non-junction) edge with a sidewalk: where a car parks
+    at the kerb. The motorway has no kerb (and nobody parks on it)."""
     out = []
-    for e in net.getEdges():
-        if e.getFunction() != "":
-            continue
+    for e in _sidewalk_edges(net):
         car_lanes = [ln for ln in e.getLanes() if ln.allows("passenger")]
         if car_lanes:
             out.append(car_lanes[0])  # SUMO numbers lanes from the right
