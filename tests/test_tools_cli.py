@@ -14,7 +14,7 @@ TOOLS = Path(__file__).resolve().parents[1] / "tools"
 @pytest.mark.parametrize("tool", ["bench_all.py", "bench_planner_latency.py", "bench_ilqr.py", "bench_sim.py",
                                   "bench_rollouts.py", "train_rl.py", "rl_experiments.py",
                                   "evaluate_policy.py", "train_self_correction.py", "eval_safety_layer.py",
-                                  "finetune_self_correction.py"])
+                                  "finetune_self_correction.py", "merge_datasets.py"])
 def test_help(tool, tmp_path):
     res = subprocess.run([sys.executable, str(TOOLS / tool), "--help"], capture_output=True, text=True,
                          timeout=120, cwd=tmp_path)
@@ -47,3 +47,24 @@ def test_bad_arguments_are_named(tool, args, name, tmp_path):
     res = subprocess.run([sys.executable, str(TOOLS / tool), *args], capture_output=True, text=True,
                          timeout=120, cwd=tmp_path)
     assert res.returncode == 2 and name in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
+def test_merge_datasets_keeps_every_clip_and_refuses_repeated_ids(tmp_path):
+    from rad2_planner.clip import iter_dataset, read_index
+
+    data = TOOLS.parent / "data"
+    merge = [sys.executable, str(TOOLS / "merge_datasets.py")]
+    res = subprocess.run([*merge, str(data / "eval_signals"), str(data / "eval_rich"), "--out", "m"],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    want = [e["clip_id"] for d in ("eval_signals", "eval_rich") for e in read_index(data / d)["clips"]]
+    got = read_index(tmp_path / "m")
+    assert [e["clip_id"] for e in got["clips"]] == want and got["num_clips"] == len(want)
+    first = next(iter_dataset(tmp_path / "m"))  # clips load with their maps from the merged directory
+    assert first.clip_id == want[0]
+    res = subprocess.run([*merge, str(data / "eval_signals"), str(data / "eval_signals"), "--out", "d"],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert res.returncode == 2 and "clip_id" in res.stderr and not (tmp_path / "d").exists(), res.stderr
+    res = subprocess.run([*merge, "nowhere", "--out", "e"], capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path)
+    assert res.returncode == 2 and "nowhere" in res.stderr and "Traceback" not in res.stderr, res.stderr
