@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -68,3 +69,11 @@ def test_merge_datasets_keeps_every_clip_and_refuses_repeated_ids(tmp_path):
     res = subprocess.run([*merge, "nowhere", "--out", "e"], capture_output=True, text=True, timeout=120,
                          cwd=tmp_path)
     assert res.returncode == 2 and "nowhere" in res.stderr and "Traceback" not in res.stderr, res.stderr
+    # a corrupt clip: named, non-zero exit, no half-merged dataset left
+    shutil.copytree(data / "eval_signals", tmp_path / "bad")
+    bad = tmp_path / "bad" / read_index(tmp_path / "bad")["clips"][-1]["file"]
+    bad.write_bytes(b"not an npz")
+    res = subprocess.run([*merge, str(data / "eval_rich"), "bad", "--out", "f"], capture_output=True,
+                         text=True, timeout=300, cwd=tmp_path)
+    assert res.returncode == 1 and bad.name in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert not (tmp_path / "f").exists() and not (tmp_path / "f.partial").exists()

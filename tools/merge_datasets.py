@@ -6,15 +6,18 @@ Example (the training set of the rich-scene fine-tune in the README):
 
 Clips are loaded and validated one by one and written with ``rad2_planner.clip.save_dataset`` (each map
 once). Clip ids must be unique across the inputs: a repeated id is refused, naming both datasets, since
-replacing one clip by another of the same name would silently change the training set.
+replacing one clip by another of the same name would silently change the training set. The merge is
+written to ``<out>.partial`` and renamed only when every clip loaded and validated, so a bad clip (named
+in the error, exit 1) leaves no half-merged dataset behind; the inputs are only read.
 """
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
 
-from rad2_planner.clip import iter_dataset, read_index, save_dataset
+from rad2_planner.clip import load_clip, read_index, save_dataset
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,9 +35,26 @@ def main(argv: list[str] | None = None) -> int:
             if entry["clip_id"] in seen:
                 ap.error(f"clip_id {entry['clip_id']!r} is in both {seen[entry['clip_id']]} and {directory}")
             seen[entry["clip_id"]] = directory
-    for i, directory in enumerate(args.inputs):
-        save_dataset(iter_dataset(directory), args.out, append=i > 0, progress=True,
-                     description=f"merged from {[str(d) for d in args.inputs]}")
+    partial = args.out.with_name(args.out.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)  # left by an interrupted earlier merge
+    current = ""
+
+    def clips_of(directory: Path):
+        nonlocal current
+        maps: dict = {}
+        for entry in read_index(directory)["clips"]:
+            current = str(directory / entry["file"])
+            yield load_clip(directory / entry["file"], maps_dir=directory / "maps", map_cache=maps)
+
+    try:
+        for i, directory in enumerate(args.inputs):
+            save_dataset(clips_of(directory), partial, append=i > 0, progress=True,
+                         description=f"merged from {[str(d) for d in args.inputs]}")
+    except (OSError, ValueError, KeyError) as exc:
+        shutil.rmtree(partial, ignore_errors=True)
+        print(f"merge_datasets: clip {current}: {exc}; nothing was written to {args.out}", file=sys.stderr)
+        return 1
+    partial.rename(args.out)
     print(f"{args.out}: {len(seen)} clips from {len(args.inputs)} datasets")
     return 0
 
