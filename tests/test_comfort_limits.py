@@ -73,3 +73,68 @@ def test_impossible_ego_values_cannot_push_the_plan_further():
         out = limit_acceleration(plan, DT, speed, accel, LIMITS)
         assert np.all(np.isfinite(out))
         assert np.all(_progress(out) <= _progress(plan) + 1e-9), (speed, accel)
+
+
+# -- the lateral limit (limit_curve_speed) ---------------------------------------------------------------
+CURVES = ComfortLimitParams(enabled=True, max_accel=2.0, max_jerk=3.0, step_s=0.05, max_lateral_accel=3.0,
+                            curve_decel=2.0, curvature_chord_m=2.0, min_curve_speed=2.0)
+
+
+def _turn_plan(speed: float, straight_m: float, radius: float, turn_rad: float) -> tuple[np.ndarray, object]:
+    """A constant-speed plan: ``straight_m`` along +x, then a right turn of ``radius``; and the path as a
+    function of arc length."""
+    arc = radius * turn_rad
+
+    def at(s):
+        s = np.asarray(s, np.float64)
+        on_arc = np.clip(s - straight_m, 0.0, arc) / radius
+        beyond = np.maximum(s - straight_m - arc, 0.0)
+        x = np.minimum(s, straight_m) + radius * np.sin(on_arc) + beyond * np.cos(turn_rad)
+        y = -radius * (1.0 - np.cos(on_arc)) - beyond * np.sin(turn_rad)
+        return np.stack([x, y], axis=-1)
+
+    return at(speed * DT * np.arange(1, 9)), at
+
+
+def test_a_sharp_junction_turn_is_slowed_to_the_lateral_limit_on_the_same_path():
+    plan, _ = _turn_plan(speed=8.0, straight_m=10.0, radius=5.0, turn_rad=np.pi / 2)
+    from rad2_planner.comfort_limits import limit_curve_speed
+
+    out = limit_curve_speed(plan, DT, CURVES)
+    s_out = _progress(out)
+    assert np.all(s_out <= _progress(plan) + 1e-9) and s_out[-1] < _progress(plan)[-1]
+    # the points lie on the plan's own path: the polyline through its points (what the tracker follows)
+    knots = np.vstack([[0.0, 0.0], plan])
+    cum = _progress(plan)
+    fine = np.linspace(0.0, cum[-1], 4001)
+    dense = np.stack([np.interp(fine, cum, knots[:, 0]), np.interp(fine, cum, knots[:, 1])], axis=-1)
+    gap = np.min(np.linalg.norm(out[:, None, :] - dense[None], axis=-1), axis=1)
+    assert gap.max() < 0.05, gap
+    # inside the turn (stations 11-17 m) the interval speeds respect v^2 / R <= 3 m/s^2, with a slack
+    # for the chord-based curvature and the interval mean
+    speed = np.diff(s_out) / DT
+    mid = 0.5 * (s_out[1:] + s_out[:-1])
+    in_turn = (mid > 11.0) & (mid < 17.0)
+    assert in_turn.any() and np.all(speed[in_turn] <= np.sqrt(3.0 * 5.0) * 1.15), speed
+    # and it brakes into the curve no harder than curve_decel (plus the integration slack)
+    assert np.all(np.diff(np.concatenate([[8.0], speed])) / DT >= -CURVES.curve_decel * 1.6), speed
+
+
+def test_straight_plans_gentle_curves_and_the_switched_off_limit_leave_the_plan_as_it_is():
+    from rad2_planner.comfort_limits import limit_curve_speed
+
+    straight = _plan_from_speeds(25.0, [0.0] * 8)
+    assert np.array_equal(limit_curve_speed(straight, DT, CURVES), straight)
+    # a motorway bend of 400 m radius at 25 m/s: 1.6 m/s^2, within the limit
+    bend, _ = _turn_plan(speed=25.0, straight_m=5.0, radius=400.0, turn_rad=0.5)
+    assert np.array_equal(limit_curve_speed(bend, DT, CURVES), bend)
+    sharp, _ = _turn_plan(speed=8.0, straight_m=10.0, radius=5.0, turn_rad=np.pi / 2)
+    off = ComfortLimitParams(enabled=True, max_accel=2.0, max_jerk=3.0, step_s=0.05)  # max_lateral_accel 0
+    assert np.array_equal(limit_curve_speed(sharp, DT, off), sharp)
+    # a standing plan (all points at the origin) is left alone
+    assert np.array_equal(limit_curve_speed(np.zeros((8, 2)), DT, CURVES), np.zeros((8, 2)))
+
+
+def test_a_negative_lateral_limit_is_named():
+    with pytest.raises(ValueError, match="comfort_limits.max_lateral_accel: must be >= 0"):
+        ComfortLimitParams(enabled=True, max_accel=2.0, max_jerk=3.0, step_s=0.05, max_lateral_accel=-1.0)

@@ -390,3 +390,36 @@ def test_plan_consistency_is_the_planned_speed_change_between_cycles():
     same = decisions + (third,)
     assert rw.episode_plan_consistency(SimpleNamespace(dt=0.1, decisions=same)) == pytest.approx(1.0)
     assert np.isnan(rw.episode_plan_consistency(SimpleNamespace(dt=0.1, decisions=decisions[:1])))
+
+
+def test_a_lagging_ego_sees_a_rendered_bev_where_a_warp_would_be_blank(clip):
+    """20 m behind the logged ego, the simulated ego's own cell lies outside the logged raster: the pure
+    warp (warp_max_uncovered 1.0, the paper's BEV-Warp) shows it a blank road; with 0.1 the scene is
+    rendered at its pose, and its map layers equal the log's own at the step the log was there."""
+    from bev_warp_sim.warp import view_uncovered_fraction
+    from rad2_planner.bev import get_config
+
+    cfg = get_config(None)
+    t_log, t_behind = 60, 40  # the log moves 10 m/s: 20 m behind
+    st = Simulator().init([clip], [t_log])
+    ego = np.array(st.ego)
+    ego[0, :3] = clip.ego_pose(t_behind)
+    lagging = replace(st, ego=ego)
+    assert view_uncovered_fraction(cfg, clip.ego_pose(t_log)[None], ego[:, :3])[0] > 0.25
+    channels = [cfg.channel_index(c) for c in ("drivable_area", "lane_centerline", "route")]
+    here = (int(-cfg.origin_y / cfg.resolution), int(-cfg.origin_x / cfg.resolution))  # the ego's cell
+
+    warp_params = {**PARAMS, "sim": {**PARAMS["sim"], "warp_max_uncovered": 1.0}}
+    warped = simmod.observe(lagging, simulator=Simulator(params=warp_params))
+    assert warped.bev[channels[0]][here] == 0.0  # the blank the lagging ego used to stand on
+
+    default = Simulator(params={**PARAMS, "sim": {**PARAMS["sim"], "warp_max_uncovered": 0.1}})
+    rendered = simmod.observe(lagging, simulator=default)
+    logged_there = default.logged_observation(clip, t_behind)
+    np.testing.assert_allclose(rendered.bev[channels], logged_there.bev[channels], atol=1e-6)
+    assert rendered.bev[channels[0]][here] == 1.0
+    # the agents are those of the simulated step, not of the step the log was there
+    agents = cfg.channel_index("agents_t0")
+    assert not np.array_equal(rendered.bev[agents], logged_there.bev[agents])
+    with pytest.raises(SimulationError, match="sim.warp_max_uncovered: 1.5"):
+        Simulator(params={**PARAMS, "sim": {**PARAMS["sim"], "warp_max_uncovered": 1.5}})

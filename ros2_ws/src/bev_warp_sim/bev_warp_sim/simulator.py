@@ -50,7 +50,7 @@ from rad2_planner.traffic_rules import next_signal_stop, stop_line_crossings
 from bev_warp_sim import safety
 from bev_warp_sim.metrics import EpisodeResult, episode_outcome
 from bev_warp_sim.trace import DecisionPoint, EpisodeTrace, frozen_array
-from bev_warp_sim.warp import BevWarper, warp_tokens
+from bev_warp_sim.warp import BevWarper, view_uncovered_fraction, warp_tokens
 
 
 class SimulationError(ValueError):
@@ -313,6 +313,9 @@ class Simulator:
         if abs(self.controller.dt - self.dt) > 1e-9:
             raise SimulationError(f"sim.dt: {self.dt} differs from controller.dt {self.controller.dt}")
         self.warper = BevWarper(self.bev_params, backend=str(cfg["warp_backend"]))
+        self.max_uncovered = float(cfg["warp_max_uncovered"])
+        if not 0.0 <= self.max_uncovered <= 1.0:
+            raise SimulationError(f"sim.warp_max_uncovered: {self.max_uncovered} must be in [0, 1]")
         tcfg = self.params["ttc"]
         if abs(float(tcfg["dt"]) - self.dt) > 1e-9:
             raise SimulationError(f"ttc.dt: {tcfg['dt']} must equal sim.dt {self.dt}")
@@ -457,14 +460,25 @@ class Simulator:
                             np.array([float(accel)]))[0]
 
     def _warped(self, keys: list[str], steps: list[int], ego: np.ndarray, accel: np.ndarray) -> list:
-        """The logged observations of (clip, step), warped into the simulated ego poses (BEV and tokens)."""
+        """The logged observations of (clip, step), warped into the simulated ego poses (BEV and tokens).
+
+        A warp can only move what the logged raster holds: where the simulated ego has fallen more than
+        a few metres behind the logged one (or turned away from it), part of its view lies outside the
+        logged raster and comes out empty, and once it is 16 m behind, the ego stands on a blank BEV and
+        no planner can recover (the laggard's spiral: a worse view, a worse plan, a longer lag). Rows
+        whose view is uncovered beyond ``sim.warp_max_uncovered`` are therefore rendered afresh at the
+        simulated pose from the clip's map and logged agents, which the rasterised BEV makes exact."""
         es = self._ego_state_vector(ego, accel).astype(np.float32)
         clips = [self.clip_data(k).clip for k in keys]
         logged = [self.logged_observation(c, t, k) for c, t, k in zip(clips, steps, keys)]
         ref_pose = np.stack([c.ego_pose(t) for c, t in zip(clips, steps)])
         bev = self.warper(np.stack([o.bev for o in logged]), ref_pose, ego[:, :3])
+        uncovered = view_uncovered_fraction(self.warper.cfg, ref_pose, ego[:, :3])
         out = []
         for k in range(len(keys)):
+            if uncovered[k] > self.max_uncovered:
+                out.append(self._rendered_at(clips[k], steps[k], ego[k], es[k]))
+                continue
             o = warp_tokens(logged[k], ref_pose[k], ego[k, :3])
             o.bev = bev[k]
             o.ego_state = es[k].copy()
@@ -474,6 +488,14 @@ class Simulator:
                                                  c.route_polyline, ego[k, :3], c.ego_length)
             out.append(o)
         return out
+
+    def _rendered_at(self, clip, t: int, ego: np.ndarray, ego_state: np.ndarray):
+        """The observation of log step ``t`` (map and logged agents) rendered at the simulated ego pose."""
+        from rad2_planner.bev import snapshot_from_clip
+        from rad2_planner.observation import build_observation
+
+        snap = snapshot_from_clip(clip, int(t), self.bev_params, self.vehicle_params)
+        return build_observation(snap, ego_pose=ego[:3], ego_state=ego_state.copy(), params=self.bev_params)
 
     def _render_reactive(self, state: SimState, i: int):
         from rad2_planner.bev import AgentFrame, snapshot_from_clip

@@ -45,6 +45,23 @@ def sampling_matrix(cfg: BevConfig, ref_pose, sim_pose) -> np.ndarray:
     return e2p @ se2_matrix(relative_pose(ref_pose, sim_pose)) @ np.linalg.inv(e2p)  # middle = M⁻¹
 
 
+def view_uncovered_fraction(cfg: BevConfig, ref_pose, sim_pose, samples: int = 16) -> np.ndarray:
+    """``[B]``: the fraction of the simulated ego's view (``samples`` x ``samples`` points spread over its
+    raster) that falls outside the logged raster, i.e. what a warp would leave empty. Poses ``[B, 3]``."""
+    ref_pose = np.asarray(ref_pose, np.float64).reshape(-1, 3)
+    sim_pose = np.asarray(sim_pose, np.float64).reshape(-1, 3)
+    xs = cfg.origin_x + (np.arange(samples) + 0.5) * (cfg.width * cfg.resolution / samples)
+    ys = cfg.origin_y + (np.arange(samples) + 0.5) * (cfg.height * cfg.resolution / samples)
+    gx, gy = np.meshgrid(xs, ys)
+    pts = np.stack([gx.ravel(), gy.ravel(), np.ones(gx.size)])  # [3, N] simulated-ego frame
+    in_ref = se2_matrix(relative_pose(ref_pose, sim_pose)) @ pts  # [B, 3, N] logged-ego frame
+    x1 = cfg.origin_x + cfg.width * cfg.resolution
+    y1 = cfg.origin_y + cfg.height * cfg.resolution
+    inside = ((in_ref[:, 0] >= cfg.origin_x) & (in_ref[:, 0] < x1) & (in_ref[:, 1] >= cfg.origin_y)
+              & (in_ref[:, 1] < y1))
+    return 1.0 - inside.mean(axis=1)
+
+
 def rotate_vector_channels(features: np.ndarray, angle, cfg: BevConfig) -> np.ndarray:
     """In place (and returned): rotate the (x, y) vector channel pairs of ``features [..., C, H, W]`` by
     ``angle`` (a scalar, or one angle per leading index)."""

@@ -13,7 +13,15 @@ own path (the path is kept, only the timing changes) so that, starting from the 
 
 The re-timed speed is therefore never above the plan's, so the ego is never further along its path
 than the plan was at any time: a plan that stops before an obstacle or a stop line still does. The
-cost is progress lost to gentler starts. Parameters: ``comfort_limits.*`` in params/planner.yaml.
+cost is progress lost to gentler starts.
+
+Before that, :func:`limit_curve_speed` applies the lateral limit of the same smoother: the generator
+imitates drivers who took junction turns of 4-6 m radius at 7 m/s (the SUMO expert), which a car whose
+steering builds up at ``vehicle.max_steer_rate`` cannot follow; the tracker then runs wide of the turn,
+stops with the outgoing road behind its shoulder and every later plan asks for reversing (a stall the
+closed loop never leaves). So the plan is slowed along its path wherever its curvature asks for more
+than ``max_lateral_accel`` (and braked into the curve at ``curve_decel``), never below
+``min_curve_speed``. Parameters: ``comfort_limits.*`` in params/planner.yaml.
 """
 
 from __future__ import annotations
@@ -32,9 +40,18 @@ class ComfortLimitParams:
     max_accel: float  # m/s^2, largest acceleration of the executed plan
     max_jerk: float  # m/s^3, fastest build-up of acceleration
     step_s: float  # s, integration step of the re-timing
+    # the lateral limit (limit_curve_speed); max_lateral_accel 0: no lateral limit
+    max_lateral_accel: float = 0.0  # m/s^2, largest v^2 * curvature of the executed plan
+    curve_decel: float = 2.0  # m/s^2, braking used to slow down before a curve
+    curvature_chord_m: float = 2.0  # m, chord over which the path's heading is measured
+    min_curve_speed: float = 2.0  # m/s, the lateral limit never asks for less
 
     def __post_init__(self):
-        for name in ("max_accel", "max_jerk", "step_s"):
+        if not np.isfinite(self.max_lateral_accel) or self.max_lateral_accel < 0.0:
+            raise ValueError(f"comfort_limits.max_lateral_accel: must be >= 0 (0: off), got "
+                             f"{self.max_lateral_accel!r}")
+        for name in ("max_accel", "max_jerk", "step_s", "curve_decel", "curvature_chord_m",
+                     "min_curve_speed"):
             value = getattr(self, name)
             if not np.isfinite(value) or value <= 0.0:
                 raise ValueError(f"comfort_limits.{name}: must be a positive number, got {value!r}")
@@ -44,7 +61,64 @@ class ComfortLimitParams:
         from .config import require
 
         c = require(params, "comfort_limits")
-        return cls(bool(c["enabled"]), float(c["max_accel"]), float(c["max_jerk"]), float(c["step_s"]))
+        return cls(bool(c["enabled"]), float(c["max_accel"]), float(c["max_jerk"]), float(c["step_s"]),
+                   float(c["max_lateral_accel"]), float(c["curve_decel"]), float(c["curvature_chord_m"]),
+                   float(c["min_curve_speed"]))
+
+
+def path_curvature(path: np.ndarray, chord_m: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(s, kappa)``: unsigned curvature (1/m) of a path [P, 2] that starts at the ego's origin heading
+    along +x, at stations ``s`` along it. The heading is measured over chords of ``chord_m`` or of the
+    path's longest segment if that is longer: the generator's point noise makes a per-point curvature
+    meaningless, and between a fast plan's points (12 m apart at 25 m/s) the heading is only known at
+    the points, so a shorter chord would pile a whole segment's turn onto one station. The first chord's
+    heading is compared with the ego's own (a plan that leaves at an angle is a turn too)."""
+    cum = arc_lengths(path)
+    chord_m = max(float(chord_m), float(np.diff(cum).max(initial=0.0)))
+    n = int(cum[-1] // chord_m)
+    if n < 1:
+        return np.zeros(1), np.zeros(1)
+    s = np.arange(n + 1) * chord_m
+    x, y = np.interp(s, cum, path[:, 0]), np.interp(s, cum, path[:, 1])
+    heading = np.unwrap(np.concatenate([[0.0], np.arctan2(np.diff(y), np.diff(x))]))
+    # the turn between consecutive chords, attributed to the station between them
+    kappa = np.abs(np.diff(heading)) / chord_m
+    return s[:-1], kappa
+
+
+def limit_curve_speed(plan: np.ndarray, plan_dt: float, p: ComfortLimitParams) -> np.ndarray:
+    """``plan`` [T, 2] (ego frame, point k at (k+1)·plan_dt) re-timed along its own path so that its
+    speed stays within sqrt(max_lateral_accel / curvature) at every station (at least
+    ``min_curve_speed``), reached by braking at ``curve_decel`` from further back; elsewhere the plan's
+    own speed. The plan itself when the limit never binds or is off (``max_lateral_accel`` 0)."""
+    pts = np.asarray(plan, np.float64)
+    if p.max_lateral_accel == 0.0:
+        return pts.copy()
+    path = np.vstack([np.zeros((1, 2)), pts])
+    cum = arc_lengths(path)
+    stations, kappa = path_curvature(path, p.curvature_chord_m)
+    cap = np.sqrt(p.max_lateral_accel / np.maximum(kappa, 1e-9))
+    cap = np.maximum(cap, p.min_curve_speed)
+    # backwards: the speed from which each later cap can still be reached braking at curve_decel
+    for j in range(len(cap) - 2, -1, -1):
+        cap[j] = min(cap[j], np.sqrt(cap[j + 1] ** 2 + 2.0 * p.curve_decel * (stations[j + 1] - stations[j])))
+    n_per = max(1, int(round(plan_dt / p.step_s)))
+    h = plan_dt / n_per
+    v_plan = np.repeat(np.diff(cum) / plan_dt, n_per)
+    if np.all(v_plan <= np.interp(np.cumsum(v_plan * h), stations, cap, right=cap[-1]) + 1e-9):
+        return pts.copy()
+    s = np.empty(len(v_plan))
+    travelled = 0.0
+    for i, v_target in enumerate(v_plan):
+        # the cap where the ego is now (stations between chords take the next chord's cap: no overshoot
+        # of the braking point by more than one integration step)
+        v = min(v_target, float(np.interp(travelled, stations, cap, right=cap[-1])))
+        travelled += v * h
+        s[i] = travelled
+    knot_s = np.minimum(s, np.cumsum(v_plan * h))[n_per - 1 :: n_per]
+    x = np.interp(knot_s, cum, path[:, 0])
+    y = np.interp(knot_s, cum, path[:, 1])
+    return np.stack([x, y], axis=-1)
 
 
 def limit_acceleration(plan: np.ndarray, plan_dt: float, ego_speed: float, ego_accel: float,

@@ -43,10 +43,10 @@ def stats(values: Iterable[float]) -> dict[str, float]:
 
 def _stage_order(names: Iterable[str]) -> list[str]:
     """Pipeline order: preprocess, encode, denoise_0.., score, select, the safety layer (critic,
-    corrections), traffic_rules, safety_envelope, comfort_limits, publish, then the rest."""
+    corrections), stall_recovery, traffic_rules, safety_envelope, comfort_limits, publish, then the rest."""
     first = ["preprocess", "encode"]
-    last = ["score", "select", "critic", "corrections", "traffic_rules", "safety_envelope", "comfort_limits",
-            "publish"]
+    last = ["score", "select", "critic", "corrections", "stall_recovery", "traffic_rules", "safety_envelope",
+            "comfort_limits", "publish"]
     names = set(names)
 
     def key(n: str) -> tuple:

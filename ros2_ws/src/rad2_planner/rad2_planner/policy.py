@@ -47,14 +47,19 @@ One planning cycle (identical for every runtime backend, see :mod:`rad2_planner.
    critic's time, ``timings_ms["corrections"]`` that of the extra rounds (without their critic calls).
    A sampled selection (RL rollouts) skips the layer: its log-probability must describe the draw that
    was executed.
-6. ``traffic_rules``: the executed candidate re-timed to stop for a red signal (after the safety stage).
+6. ``stall_recovery`` (:mod:`rad2_planner.stall_recovery`): a standing ego skips the selected
+   candidate's initial dwell (it sets off at once along the same path); a candidate that asks for
+   reversing (the vehicle has none) is replaced by the route followed forwards within the vehicle's
+   limits, when that stays on the BEV's drivable area; ``info["stall_recovery"]`` says which.
+   ``traffic_rules``: the executed plan re-timed to stop for a red signal (after the safety stage).
 7. ``safety_envelope``: the executed plan re-timed along its path so that at every point the ego could
    still stop behind every agent in its path (constant-velocity prediction) if that agent braked hard,
    braking up to the vehicle's emergency limit where needed (:mod:`rad2_planner.safety_envelope`);
    ``info["safety_envelope"]`` says why when it changed the plan.
-8. ``comfort_limits``: the executed plan re-timed along its path so that it accelerates from the ego's
-   speed within ``comfort_limits.max_accel`` and ``max_jerk`` (braking never limited; the speed never
-   exceeds the plan's, so stops are kept), :mod:`rad2_planner.comfort_limits`.
+8. ``comfort_limits``: the executed plan re-timed along its path so that its speed keeps
+   ``comfort_limits.max_lateral_accel`` in curves and it accelerates from the ego's speed within
+   ``max_accel`` and ``max_jerk`` (braking never limited; the speed never exceeds the plan's, so stops
+   are kept), :mod:`rad2_planner.comfort_limits`.
 
 Determinism: cycle ``i`` after ``reset(seed=s)`` draws its noise from ``default_rng(s + i)`` (one
 draw for the whole batch); an explicit ``plan(obs, seed=...)`` overrides it. ``plan_batch(...,
@@ -83,8 +88,9 @@ from typing import Any
 
 import numpy as np
 
+from .bev import get_config as get_bev_config
 from .clip import SIGNAL_STATE_NAMES
-from .comfort_limits import ComfortLimitParams, limit_acceleration
+from .comfort_limits import ComfortLimitParams, limit_acceleration, limit_curve_speed
 from .config import default_params, load_params, require, resource_path
 from .diffusion import SAMPLERS, NoiseSchedule, SamplerSpec, initial_noise
 from .observation import BOOL_FIELDS, FIELD_RANKS, ObservationError
@@ -94,6 +100,7 @@ from .runtime.base import DISCRIMINATOR_INPUTS, SCENE_INPUTS, make_backend
 from .safety_envelope import SafetyEnvelopeParams, apply_envelope, constant_velocity_boxes
 from .selection import CandidateDistribution
 from .selection import sample as sample_candidate
+from .stall_recovery import StallRecoveryParams, asks_for_reversing, recovery_plan, skip_initial_dwell
 from .traffic_rules import TrafficRuleParams, allowed_distance, limit_progress
 
 FALLBACK_RULES = ("medoid", "first", "safe_medoid")
@@ -318,6 +325,9 @@ class Rad2Policy:
             params if "comfort_limits" in params else default_params("planner"))
         self.envelope = SafetyEnvelopeParams.from_params(
             params if "safety_envelope" in params else default_params("planner"))
+        self.recovery = StallRecoveryParams.from_params(
+            params if "stall_recovery" in params else default_params("planner"))
+        self.vehicle = vehicle
         self.emergency_decel = -float(vehicle.min_accel)
         self.max_speed = float(vehicle.max_speed)
         self.params = params
@@ -558,7 +568,10 @@ class Rad2Policy:
                 candidates, scores, logits, selected, inputs, scene, k, scored, seed, row_seeds, timings,
                 t_start)
         t0 = time.perf_counter()
-        executed, rule_notes = self._traffic_rules(observation, candidates, selected, inputs)
+        executed, recovery_notes = self._stall_recovery(candidates, selected, inputs)
+        timings["stall_recovery"] = (time.perf_counter() - t0) * 1e3
+        t0 = time.perf_counter()
+        executed, rule_notes = self._traffic_rules(observation, candidates, selected, executed, inputs)
         timings["traffic_rules"] = (time.perf_counter() - t0) * 1e3
         t0 = time.perf_counter()
         executed, envelope_notes = self._safety_envelope(candidates, selected, executed, inputs)
@@ -577,6 +590,7 @@ class Rad2Policy:
                 plan_dt=self.plan_dt,
                 timings_ms=dict(timings),
                 info={**info, "seed": int(seed if row_seeds is None else row_seeds[i]), **safety_info[i],
+                      **({"stall_recovery": recovery_notes[i]} if recovery_notes[i] else {}),
                       **({"traffic_rule": rule_notes[i]} if rule_notes[i] else {}),
                       **({"safety_envelope": envelope_notes[i]} if envelope_notes[i] else {})},
                 executed=executed[i],
@@ -718,22 +732,62 @@ class Rad2Policy:
             return int(allowed[self._safe_medoid(sub, inputs, i)])
         return int(allowed[0])
 
-    def _traffic_rules(self, observation: Any, candidates: np.ndarray, selected: list[int],
+    def _stall_recovery(self, candidates: np.ndarray, selected: list[int], inputs: dict[str, np.ndarray]
+                        ) -> tuple[list, list[str]]:
+        """Per row (:mod:`rad2_planner.stall_recovery`): the selected candidate without its initial dwell
+        when the ego stands; the route followed forwards where it asks for reversing and that plan stays
+        on the BEV's drivable area; else None. And a note saying which."""
+        b = candidates.shape[0]
+        executed, notes = [None] * b, [""] * b
+        if not self.recovery.enabled:
+            return executed, notes
+        bev_cfg = get_bev_config(None)
+        # without a drivable area to check a recovery plan against, a reversing plan is kept as it is
+        drivable = (bev_cfg.channel_index("drivable_area")
+                    if "drivable_area" in bev_cfg.channels and inputs["bev"].shape[1:] == bev_cfg.shape
+                    else None)
+        for i in range(b):
+            plan = candidates[i, selected[i]]
+            speed, _, _, steer = (float(v) for v in inputs["ego_state"][i])
+            if not asks_for_reversing(plan, self.recovery):
+                started = skip_initial_dwell(plan, speed, self.recovery)
+                if started is not None:
+                    executed[i] = started.astype(np.float32)
+                    notes[i] = "standing start: the plan's initial dwell skipped"
+                continue
+            if drivable is None:
+                continue
+            route = observation_route(inputs["route"][i], inputs["route_mask"][i])
+            bev = inputs["bev"][i, drivable]
+            forward, straight, lookahead = recovery_plan(
+                route, speed, steer, self.plan_dt, plan.shape[0], self.vehicle, self.recovery, bev,
+                bev_cfg.origin_x, bev_cfg.origin_y, bev_cfg.resolution)
+            if forward is None:
+                notes[i] = "plan asks for reversing; following the route would leave the drivable area"
+                continue
+            executed[i] = forward.astype(np.float32)
+            notes[i] = (f"plan asks for reversing (x {float(plan[:, 0].min()):.1f} m): following the route "
+                        f"(straight {straight:g} m, look-ahead {lookahead:g} m)")
+        return executed, notes
+
+    def _traffic_rules(self, observation: Any, candidates: np.ndarray, selected: list[int], executed: list,
                        inputs: dict[str, np.ndarray]) -> tuple[list, list[str]]:
-        """Per row: the selected candidate re-timed to stop before a red (or stoppable yellow) signal's
-        stop line (``traffic_rules``), or None where no signal constrains it; and a note saying why."""
+        """Per row: the executed plan (the selected candidate unless an earlier stage replaced it)
+        re-timed to stop before a red (or stoppable yellow) signal's stop line (``traffic_rules``), as it
+        was where no signal constrains it; and a note saying why."""
         b = candidates.shape[0]
         stops = getattr(observation, "signal_stop", None)
         if stops is None or not self.rules.enabled:
-            return [None] * b, [""] * b
+            return list(executed), [""] * b
         stops = np.asarray(stops, np.float64).reshape(b, 2)
-        executed, notes = [None] * b, [""] * b
+        executed, notes = list(executed), [""] * b
         for i in range(b):
             speed = float(inputs["ego_state"][i, 0])
             limit = allowed_distance(stops[i], speed, self.ego_size[0], self.rules)
             if limit is None:
                 continue
-            executed[i] = limit_progress(candidates[i, selected[i]], self.plan_dt, speed, limit,
+            plan = candidates[i, selected[i]] if executed[i] is None else executed[i]
+            executed[i] = limit_progress(plan, self.plan_dt, speed, limit,
                                          self.rules.comfort_decel).astype(np.float32)
             notes[i] = f"stop for {SIGNAL_STATE_NAMES[int(stops[i, 1])]} signal in {limit:.1f} m"
         return executed, notes
@@ -765,7 +819,8 @@ class Rad2Policy:
         for i in range(candidates.shape[0]):
             plan = candidates[i, selected[i]] if executed[i] is None else executed[i]
             speed, accel = (float(v) for v in inputs["ego_state"][i, :2])
-            limited = limit_acceleration(plan, self.plan_dt, speed, accel, self.comfort)
+            limited = limit_curve_speed(plan, self.plan_dt, self.comfort)
+            limited = limit_acceleration(limited, self.plan_dt, speed, accel, self.comfort)
             if not np.array_equal(limited, plan):
                 out[i] = limited.astype(np.float32)
         return out

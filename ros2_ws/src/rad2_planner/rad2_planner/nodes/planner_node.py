@@ -87,8 +87,8 @@ PARAM_FILES = ["bev", "vehicle", "planner", "nodes", "validators"]
 PREFIXES = ("bev", "tokens", "vehicle", "planner", "safety_layer", "model", "diffusion", "runtime",
             "planner_node", "heartbeat", "validators")
 # Rad2Policy.timings_ms keys reported as stages besides encode and the denoising steps, in pipeline order
-POLICY_STAGES = ("encode", "score", "select", "critic", "corrections", "traffic_rules", "safety_envelope",
-                 "comfort_limits")
+POLICY_STAGES = ("encode", "score", "select", "critic", "corrections", "stall_recovery", "traffic_rules",
+                 "safety_envelope", "comfort_limits")
 # PlanResult.info keys of the safety layer reported on /diagnostics
 SAFETY_INFO = ("safety_layer", "corrections", "critic_p", "critic_accepted", "safety_stopped_by_budget")
 

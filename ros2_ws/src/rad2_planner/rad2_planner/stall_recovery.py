@@ -1,0 +1,171 @@
+"""Stall recovery: two ways an imitation planner stands still on a free road, and what this stage does
+instead (no ROS, no networks).
+
+1. **A standing start that never starts.** From a standing ego the generator proposes plans that wait
+   about a second and then drive off (what the SUMO drivers it imitates did at junctions and in
+   queues). Each plan is executed for ``latch.h_reuse`` steps only, less than the wait, so the next
+   plan waits again and the ego never moves. :func:`skip_initial_dwell` drops the plan's initial dwell
+   (the points within ``dwell_m`` of the ego while it stands below ``standing_speed``) and keeps the
+   rest of its timing, so the ego sets off along the same path at once; where the wait was for a reason
+   the later stages know (a red signal, an agent in the path), they still stop it.
+2. **A plan that asks for reversing.** The generator also imitates drivers who take junction corners on
+   4-6 m radii at 7 m/s. A car whose steering builds up at ``vehicle.max_steer_rate`` cannot follow such
+   a corner; the tracker brakes, the ego comes to stand a few metres before the corner, and from there
+   the candidates lead backwards (the outgoing road is beside or behind its shoulder). The vehicle has
+   no reverse, so the ego stands still for good. Such a plan (a point more than
+   ``reverse_tolerance_m`` behind the ego) is replaced by :func:`recovery_plan`: the route followed
+   forwards by a kinematic bicycle within the vehicle's limits (steering angle and rate), steered by
+   pure pursuit, its speed brought towards ``speed`` at ``accel`` (or braked towards it at ``decel``).
+   Variants are tried in order, each first driving ``straight_m`` ahead with the wheels straightened
+   (an ego standing before a corner it can no longer take on its tightest circle reaches it by pulling
+   into the junction first), then pursuing the route at each look-ahead of ``lookahead_m`` (a short one
+   keeps close to the route, a long one cuts the corner); the first plan whose every point lies on the
+   drivable area of the observation's BEV is used. When none does, the plan stays as it was.
+
+The later stages apply to the result as to any plan: a red signal still stops it, the safety envelope
+stops it behind agents in its path, and the comfort limits slow it through the corner and soften its
+start. Parameters: ``stall_recovery.*`` in params/planner.yaml.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .control.bicycle import VehicleParams, clamp_controls, step
+from .tokens import arc_lengths
+
+
+@dataclass(frozen=True)
+class StallRecoveryParams:
+    enabled: bool
+    reverse_tolerance_m: float  # a plan point further behind the ego's centre than this asks for reversing
+    speed: float  # m/s, the speed the recovery plan drives at
+    accel: float  # m/s^2, acceleration towards that speed
+    decel: float  # m/s^2, braking towards it when the ego is faster
+    lookahead_m: tuple[float, ...]  # m, pure-pursuit look-ahead distances, tried in this order
+    straight_m: tuple[float, ...]  # m, distances driven straight before pursuing the route, in this order
+    step_s: float  # s, integration step of the bicycle rollout
+    standing_speed: float  # m/s, below it the ego stands (dwell removal)
+    dwell_m: float  # m, plan points this close to a standing ego are its initial dwell
+
+    def __post_init__(self):
+        for name in ("reverse_tolerance_m", "speed", "accel", "decel", "step_s", "standing_speed", "dwell_m"):
+            value = getattr(self, name)
+            if not np.isfinite(value) or value <= 0.0:
+                raise ValueError(f"stall_recovery.{name}: must be a positive number, got {value!r}")
+        if not self.lookahead_m or not all(np.isfinite(v) and v > 0.0 for v in self.lookahead_m):
+            raise ValueError(f"stall_recovery.lookahead_m: needs positive distances, got {self.lookahead_m}")
+        if not self.straight_m or not all(np.isfinite(v) and v >= 0.0 for v in self.straight_m):
+            raise ValueError(f"stall_recovery.straight_m: needs distances >= 0, got {self.straight_m}")
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> StallRecoveryParams:
+        from .config import require
+
+        c = require(params, "stall_recovery")
+        return cls(bool(c["enabled"]), float(c["reverse_tolerance_m"]), float(c["speed"]), float(c["accel"]),
+                   float(c["decel"]), tuple(float(v) for v in c["lookahead_m"]),
+                   tuple(float(v) for v in c["straight_m"]), float(c["step_s"]), float(c["standing_speed"]),
+                   float(c["dwell_m"]))
+
+
+def skip_initial_dwell(plan: np.ndarray, ego_speed: float, p: StallRecoveryParams) -> np.ndarray | None:
+    """``plan`` [T, 2] (ego frame) without its initial dwell: when the ego stands (speed below
+    ``standing_speed``) and the plan's first points stay within ``dwell_m`` of it before it moves on, the
+    points from the first one beyond ``dwell_m`` are brought forward to the start (their spacing, so the
+    plan's own acceleration, kept) and the last point is held for the dropped slots. None when there is
+    no dwell to skip (a moving ego, a plan that moves at once, or one that never leaves the dwell)."""
+    if float(ego_speed) >= p.standing_speed:
+        return None
+    pts = np.asarray(plan, np.float64)
+    away = np.flatnonzero(np.hypot(pts[:, 0], pts[:, 1]) > p.dwell_m)
+    if len(away) == 0 or away[0] == 0:
+        return None
+    first = int(away[0])
+    moving = pts[first:]
+    return np.concatenate([moving, np.repeat(moving[-1:], first, axis=0)])
+
+
+def asks_for_reversing(plan: np.ndarray, p: StallRecoveryParams) -> bool:
+    """Whether a plan [T, 2] (ego frame) has a point more than ``reverse_tolerance_m`` behind the ego."""
+    return bool(np.min(np.asarray(plan)[:, 0]) < -p.reverse_tolerance_m)
+
+
+def follow_route(route: np.ndarray, ego_speed: float, ego_steer: float, plan_dt: float, num_points: int,
+                 vehicle: VehicleParams, p: StallRecoveryParams, lookahead_m: float,
+                 straight_m: float = 0.0) -> np.ndarray:
+    """[num_points, 2] ego-frame positions at (k+1)·plan_dt of a bicycle starting at the origin (heading
+    +x, speed ``ego_speed``, steering ``ego_steer``) that pure-pursues the route polyline ``route``
+    [P >= 2, 2] (ego frame; extended straight past its end) ``lookahead_m`` ahead of its own
+    projection, after first driving ``straight_m`` with the wheels straightened, within the vehicle's
+    limits."""
+    route = np.asarray(route, np.float64)
+    cum = arc_lengths(route)
+    end_dir = route[-1] - route[-2]
+    end_dir = end_dir / max(float(np.hypot(*end_dir)), 1e-9)
+    n_per = max(1, int(round(plan_dt / p.step_s)))
+    h = plan_dt / n_per
+    v0 = min(max(float(ego_speed), 0.0), vehicle.max_speed)
+    steer0 = float(np.clip(ego_steer, -vehicle.max_steer, vehicle.max_steer))
+    state = np.array([0.0, 0.0, 0.0, v0, steer0])
+    out = np.empty((num_points, 2))
+    travelled = 0.0
+    for k in range(num_points * n_per):
+        # progress along the route: the nearest route point (ties to the furthest along)
+        d = np.hypot(route[:, 0] - state[0], route[:, 1] - state[1])
+        s_here = cum[int(np.argmin(d))]
+        v = state[3]
+        ahead = s_here + lookahead_m
+        if ahead <= cum[-1]:
+            target = np.array([np.interp(ahead, cum, route[:, 0]), np.interp(ahead, cum, route[:, 1])])
+        else:
+            target = route[-1] + (ahead - cum[-1]) * end_dir
+        dx, dy = target - state[:2]
+        alpha = np.arctan2(dy, dx) - state[2]
+        alpha = (alpha + np.pi) % (2.0 * np.pi) - np.pi
+        dist = max(float(np.hypot(dx, dy)), 1e-6)
+        steer_cmd = np.arctan(2.0 * vehicle.wheelbase * np.sin(alpha) / dist)
+        if travelled < straight_m:
+            steer_cmd = 0.0
+        accel = np.clip((p.speed - v) / h, -p.decel, p.accel)
+        u = clamp_controls(state, np.array([accel, (steer_cmd - state[4]) / h]), vehicle, h)
+        before = state[:2]
+        state = step(state, u, vehicle, h)
+        travelled += float(np.hypot(*(state[:2] - before)))
+        if (k + 1) % n_per == 0:
+            out[(k + 1) // n_per - 1] = state[:2]
+    return out
+
+
+def on_drivable_area(plan: np.ndarray, drivable: np.ndarray, origin_x: float, origin_y: float,
+                     resolution: float) -> bool:
+    """Whether every point of ``plan`` [T, 2] (ego frame) falls in a BEV cell of ``drivable`` [H, W]
+    (rows along +y, columns along +x, as :mod:`rad2_planner.bev` draws it) covered at least half."""
+    cols = np.floor((plan[:, 0] - origin_x) / resolution).astype(np.int64)
+    rows = np.floor((plan[:, 1] - origin_y) / resolution).astype(np.int64)
+    h, w = drivable.shape
+    inside = (rows >= 0) & (rows < h) & (cols >= 0) & (cols < w)
+    if not inside.all():
+        return False
+    return bool(np.all(drivable[rows, cols] >= 0.5))
+
+
+def recovery_plan(route: np.ndarray, ego_speed: float, ego_steer: float, plan_dt: float, num_points: int,
+                  vehicle: VehicleParams, p: StallRecoveryParams, drivable: np.ndarray, origin_x: float,
+                  origin_y: float, resolution: float) -> tuple[np.ndarray | None, float, float]:
+    """The first :func:`follow_route` plan (over ``p.straight_m``, then ``p.lookahead_m``) that stays on
+    the drivable area, with its straight distance and look-ahead; ``(None, nan, nan)`` when none does."""
+    for straight in p.straight_m:
+        for lookahead in p.lookahead_m:
+            plan = follow_route(route, ego_speed, ego_steer, plan_dt, num_points, vehicle, p, lookahead,
+                                straight)
+            if on_drivable_area(plan, drivable, origin_x, origin_y, resolution):
+                return plan, straight, lookahead
+    return None, float("nan"), float("nan")
+
+
+__all__ = ["StallRecoveryParams", "asks_for_reversing", "follow_route", "on_drivable_area", "recovery_plan",
+           "skip_initial_dwell"]

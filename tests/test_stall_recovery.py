@@ -1,0 +1,135 @@
+"""Stall recovery (rad2_planner/stall_recovery.py): a standing ego sets off at once instead of replanning
+an initial wait forever, and a plan that asks for reversing is replaced by the route followed forwards
+within the vehicle's limits, only where that stays on the drivable area; and the policy applies both."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from rad2_planner.bev import get_config
+from rad2_planner.config import load_params
+from rad2_planner.control.bicycle import VehicleParams
+from rad2_planner.stall_recovery import (
+    StallRecoveryParams,
+    asks_for_reversing,
+    follow_route,
+    recovery_plan,
+    skip_initial_dwell,
+)
+
+P = StallRecoveryParams.from_params(load_params("planner"))
+VEHICLE = VehicleParams.from_params()
+DT = 0.5
+
+
+def _right_turn_route(corner_x: float = 6.0, radius: float = 6.0) -> np.ndarray:
+    """Ego frame: straight ahead to ``corner_x``, a quarter circle to the right, then along -y."""
+    straight = np.stack([np.linspace(0.0, corner_x, 7), np.zeros(7)], axis=-1)
+    a = np.linspace(0.0, np.pi / 2, 13)[1:]
+    arc = np.stack([corner_x + radius * np.sin(a), -radius * (1.0 - np.cos(a))], axis=-1)
+    tail = np.stack([np.full(15, corner_x + radius), -radius - np.arange(1, 16) * 2.0], axis=-1)
+    return np.concatenate([straight, arc, tail])
+
+
+def test_a_standing_start_skips_the_dwell_and_keeps_the_path_and_its_spacing():
+    plan = np.array([[0.02, 0.0], [-0.1, 0.0], [0.3, 0.0], [0.9, 0.05], [2.0, 0.1], [3.6, 0.2], [5.6, 0.3],
+                     [8.0, 0.4]])
+    out = skip_initial_dwell(plan, ego_speed=0.0, p=P)
+    assert out is not None and out.shape == plan.shape
+    np.testing.assert_array_equal(out[:5], plan[3:])  # it sets off at once, the plan's spacing kept
+    np.testing.assert_array_equal(out[5:], np.repeat(plan[-1:], 3, axis=0))  # and never goes further
+    # a moving ego, a plan that moves at once and one that never leaves the ego are left alone
+    assert skip_initial_dwell(plan, ego_speed=3.0, p=P) is None
+    assert skip_initial_dwell(plan[3:], ego_speed=0.0, p=P) is None
+    assert skip_initial_dwell(np.zeros((8, 2)), ego_speed=0.0, p=P) is None
+
+
+def test_reversing_is_told_from_a_standing_plan_with_jitter():
+    assert asks_for_reversing(np.array([[-0.5, 0.0], [-1.5, 0.3], [-3.0, 1.0]]), P)
+    assert not asks_for_reversing(np.array([[-0.2, 0.0], [0.1, 0.0], [-0.3, 0.0]]), P)
+
+
+def test_the_route_is_followed_forwards_within_the_steering_limits():
+    route = _right_turn_route()
+    plan = follow_route(route, ego_speed=3.0, ego_steer=0.0, plan_dt=DT, num_points=8, vehicle=VEHICLE, p=P,
+                        lookahead_m=3.0)
+    assert plan.shape == (8, 2) and np.all(np.isfinite(plan))
+    # forwards only: progress along +x first, then down the outgoing road (to the right)
+    assert plan[0, 0] > 0.0 and plan[-1, 1] < -3.0
+    # the speed approaches P.speed at P.accel (no faster)
+    steps = np.hypot(*np.diff(np.vstack([[0.0, 0.0], plan]), axis=0).T) / DT
+    assert steps.max() <= P.speed + 1e-6 and steps[0] <= 3.0 + P.accel * DT + 1e-6
+    # from standstill it sets off at P.accel
+    slow = follow_route(route, 0.0, 0.0, DT, 8, VEHICLE, P, 3.0)
+    assert 0.0 < slow[0, 0] <= 0.5 * P.accel * DT**2 + 1e-6
+    # it stays close to the route (pure pursuit cuts the corner a little, never by metres)
+    d = np.min(np.linalg.norm(plan[:, None] - route[None], axis=-1), axis=1)
+    assert d.max() < 1.5, d
+
+
+def _drivable(mask_fn) -> np.ndarray:
+    cfg = get_config(None)
+    xs, ys = cfg.cell_centers()
+    gx, gy = np.meshgrid(xs, ys)
+    return mask_fn(gx, gy).astype(np.float32)
+
+
+def test_recovery_uses_the_first_variant_on_the_drivable_area_or_none():
+    cfg = get_config(None)
+    route = _right_turn_route(corner_x=2.0, radius=3.0)  # a corner tighter than the car can take
+    args = (route, 0.0, 0.0, DT, 8, VEHICLE, P)
+    geo = (cfg.origin_x, cfg.origin_y, cfg.resolution)
+    everywhere = _drivable(lambda x, y: np.ones_like(x))
+    plan, straight, lookahead = recovery_plan(*args, everywhere, *geo)
+    assert plan is not None and (straight, lookahead) == (P.straight_m[0], P.lookahead_m[0])
+    # an L-shaped road whose inside corner is not drivable: the car must pull into the junction first
+    corner = _drivable(lambda x, y: ((np.abs(y) < 2.0) & (x < 12.0)) | ((x > 3.0) & (x < 12.0) & (y < 2.0)))
+    plan, straight, _ = recovery_plan(*args, corner, *geo)
+    cols = np.floor((plan[:, 0] - cfg.origin_x) / cfg.resolution).astype(int)
+    rows = np.floor((plan[:, 1] - cfg.origin_y) / cfg.resolution).astype(int)
+    assert plan is not None and np.all(corner[rows, cols] >= 0.5)
+    nowhere = _drivable(lambda x, y: np.zeros_like(x))
+    assert recovery_plan(*args, nowhere, *geo)[0] is None
+
+
+def test_bad_parameters_are_named():
+    with pytest.raises(ValueError, match="stall_recovery.speed: must be a positive number, got -1.0"):
+        replace(P, speed=-1.0)
+    with pytest.raises(ValueError, match="stall_recovery.lookahead_m"):
+        replace(P, lookahead_m=())
+
+
+def test_the_policy_applies_both_and_says_so():
+    from rad2_planner.policy import Rad2Policy
+    from rad2_planner.runtime.base import SCENE_INPUTS
+    from rad2_planner.runtime.onnx_export import example_inputs
+
+    params = load_params("planner")
+    on = {**params, "stall_recovery": {**params["stall_recovery"], "enabled": True}}
+    policy = Rad2Policy.from_params(on, backend="pytorch")
+    cfg = get_config(None)
+    ex = example_inputs(policy.cfg, batch=2, seed=0)
+    inputs = {k: np.array(ex[k]) for k in SCENE_INPUTS}
+    inputs["ego_state"][:] = 0.0  # both standing, wheels straight
+    inputs["bev"][:] = 0.0
+    inputs["bev"][:, cfg.channel_index("drivable_area")] = 1.0
+    full = _right_turn_route()
+    route = full[:: max(1, len(full) // policy.cfg.n_route)][: policy.cfg.n_route]
+    inputs["route"][:] = 0.0
+    inputs["route"][:, : len(route), :2] = route
+    inputs["route_mask"][:] = False
+    inputs["route_mask"][:, : len(route)] = True
+    t = np.arange(1, 9)[:, None]
+    backwards = np.concatenate([-0.6 * t, 0.2 * t], axis=1)
+    waiting = np.array([[0.0, 0.0], [0.1, 0.0], [0.8, 0.0], [2.0, 0.0], [3.5, 0.0], [5.5, 0.0], [8.0, 0.0],
+                        [11.0, 0.0]])
+    candidates = np.stack([np.stack([backwards] * 4), np.stack([waiting] * 4)]).astype(np.float32)
+    executed, notes = policy._stall_recovery(candidates, [0, 0], inputs)
+    assert notes[0].startswith("plan asks for reversing") and executed[0][:, 0].min() > -1e-6
+    assert notes[1].startswith("standing start") and np.allclose(executed[1][0], waiting[2])
+    # with the stage switched off, nothing changes
+    off = Rad2Policy.from_params({**params, "stall_recovery": {**params["stall_recovery"], "enabled": False}},
+                                 backend="pytorch")
+    assert off._stall_recovery(candidates, [0, 0], inputs) == ([None, None], ["", ""])
