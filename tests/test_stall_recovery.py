@@ -133,3 +133,17 @@ def test_the_policy_applies_both_and_says_so():
     off = Rad2Policy.from_params({**params, "stall_recovery": {**params["stall_recovery"], "enabled": False}},
                                  backend="pytorch")
     assert off._stall_recovery(candidates, [0, 0], inputs) == ([None, None], ["", ""])
+
+
+def test_impossible_ego_values_stay_within_the_vehicle():
+    """A speed of 1e6 m/s or a steering angle of 1e3 rad (rejected upstream by the validators) still gives
+    a finite plan no faster than the vehicle's top speed, and a route point 1 km away no jump."""
+    route = _right_turn_route()
+    for speed, steer in ((1e6, 0.0), (0.0, 1e3), (1e6, -1e3)):
+        plan = follow_route(route, speed, steer, DT, 8, VEHICLE, P, 3.0)
+        steps = np.hypot(*np.diff(np.vstack([[0.0, 0.0], plan]), axis=0).T) / DT
+        assert np.all(np.isfinite(plan)) and steps.max() <= VEHICLE.max_speed + 1e-6, (speed, steer)
+        assert skip_initial_dwell(plan, speed, P) is None or speed < P.standing_speed
+    far = np.array([[0.0, 0.0], [1000.0, 1000.0]])
+    plan = follow_route(far, 2.0, 0.0, DT, 8, VEHICLE, P, 3.0)
+    assert np.all(np.isfinite(plan)) and np.hypot(*plan[-1]) < 2.0 + P.speed * 8 * DT
