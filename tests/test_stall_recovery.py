@@ -80,18 +80,17 @@ def test_recovery_uses_the_first_variant_on_the_drivable_area_or_none():
     cfg = get_config(None)
     route = _right_turn_route(corner_x=2.0, radius=3.0)  # a corner tighter than the car can take
     args = (route, 0.0, 0.0, DT, 8, VEHICLE, P)
-    geo = (cfg.origin_x, cfg.origin_y, cfg.resolution)
     everywhere = _drivable(lambda x, y: np.ones_like(x))
-    plan, straight, lookahead = recovery_plan(*args, everywhere, *geo)
+    plan, straight, lookahead = recovery_plan(*args, everywhere, cfg)
     assert plan is not None and (straight, lookahead) == (P.straight_m[0], P.lookahead_m[0])
     # an L-shaped road whose inside corner is not drivable: the car must pull into the junction first
     corner = _drivable(lambda x, y: ((np.abs(y) < 2.0) & (x < 12.0)) | ((x > 3.0) & (x < 12.0) & (y < 2.0)))
-    plan, straight, _ = recovery_plan(*args, corner, *geo)
+    plan, straight, _ = recovery_plan(*args, corner, cfg)
     cols = np.floor((plan[:, 0] - cfg.origin_x) / cfg.resolution).astype(int)
     rows = np.floor((plan[:, 1] - cfg.origin_y) / cfg.resolution).astype(int)
     assert plan is not None and np.all(corner[rows, cols] >= 0.5)
     nowhere = _drivable(lambda x, y: np.zeros_like(x))
-    assert recovery_plan(*args, nowhere, *geo)[0] is None
+    assert recovery_plan(*args, nowhere, cfg)[0] is None
 
 
 def test_bad_parameters_are_named():

@@ -15,13 +15,13 @@ The re-timed speed is therefore never above the plan's, so the ego is never furt
 than the plan was at any time: a plan that stops before an obstacle or a stop line still does. The
 cost is progress lost to gentler starts.
 
-Before that, :func:`limit_curve_speed` applies the lateral limit of the same smoother: the generator
-imitates drivers who took junction turns of 4-6 m radius at 7 m/s (the SUMO expert), which a car whose
-steering builds up at ``vehicle.max_steer_rate`` cannot follow; the tracker then runs wide of the turn,
-stops with the outgoing road behind its shoulder and every later plan asks for reversing (a stall the
-closed loop never leaves). So the plan is slowed along its path wherever its curvature asks for more
-than ``max_lateral_accel`` (and braked into the curve at ``curve_decel``), never below
-``min_curve_speed``. Parameters: ``comfort_limits.*`` in params/planner.yaml.
+Before that, :func:`limit_curve_speed` applies the lateral limit of the same smoother (off when
+``max_lateral_accel`` is 0, the default): the generator imitates drivers who took junction turns of
+4-6 m radius at 7 m/s (the SUMO expert), faster than a car whose steering builds up at
+``vehicle.max_steer_rate`` can follow. The plan is slowed along its path wherever its curvature asks for
+more than ``max_lateral_accel`` (braked into the curve at ``curve_decel``), never below
+``min_curve_speed``. On the bundled turn clips it did not gain progress and cost comfort (README,
+"Stalls at junction turns, traced"), hence off. Parameters: ``comfort_limits.*`` in params/planner.yaml.
 """
 
 from __future__ import annotations

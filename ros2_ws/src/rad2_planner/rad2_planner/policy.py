@@ -50,16 +50,17 @@ One planning cycle (identical for every runtime backend, see :mod:`rad2_planner.
 6. ``stall_recovery`` (:mod:`rad2_planner.stall_recovery`): a standing ego skips the selected
    candidate's initial dwell (it sets off at once along the same path); a candidate that asks for
    reversing (the vehicle has none) is replaced by the route followed forwards within the vehicle's
-   limits, when that stays on the BEV's drivable area; ``info["stall_recovery"]`` says which.
-   ``traffic_rules``: the executed plan re-timed to stop for a red signal (after the safety stage).
-7. ``safety_envelope``: the executed plan re-timed along its path so that at every point the ego could
+   limits, when that stays on the BEV's drivable area; ``info["stall_recovery"]`` says which. Off by
+   default (``stall_recovery.enabled``).
+7. ``traffic_rules``: the executed plan re-timed to stop for a red signal (after the safety stage).
+8. ``safety_envelope``: the executed plan re-timed along its path so that at every point the ego could
    still stop behind every agent in its path (constant-velocity prediction) if that agent braked hard,
    braking up to the vehicle's emergency limit where needed (:mod:`rad2_planner.safety_envelope`);
    ``info["safety_envelope"]`` says why when it changed the plan.
-8. ``comfort_limits``: the executed plan re-timed along its path so that its speed keeps
-   ``comfort_limits.max_lateral_accel`` in curves and it accelerates from the ego's speed within
-   ``max_accel`` and ``max_jerk`` (braking never limited; the speed never exceeds the plan's, so stops
-   are kept), :mod:`rad2_planner.comfort_limits`.
+9. ``comfort_limits``: the executed plan re-timed along its path so that its speed keeps
+   ``comfort_limits.max_lateral_accel`` in curves (0, the default: no lateral limit) and it accelerates
+   from the ego's speed within ``max_accel`` and ``max_jerk`` (braking never limited; the speed never
+   exceeds the plan's, so stops are kept), :mod:`rad2_planner.comfort_limits`.
 
 Determinism: cycle ``i`` after ``reset(seed=s)`` draws its noise from ``default_rng(s + i)`` (one
 draw for the whole batch); an explicit ``plan(obs, seed=...)`` overrides it. ``plan_batch(...,
@@ -760,8 +761,7 @@ class Rad2Policy:
             route = observation_route(inputs["route"][i], inputs["route_mask"][i])
             bev = inputs["bev"][i, drivable]
             forward, straight, lookahead = recovery_plan(
-                route, speed, steer, self.plan_dt, plan.shape[0], self.vehicle, self.recovery, bev,
-                bev_cfg.origin_x, bev_cfg.origin_y, bev_cfg.resolution)
+                route, speed, steer, self.plan_dt, plan.shape[0], self.vehicle, self.recovery, bev, bev_cfg)
             if forward is None:
                 notes[i] = "plan asks for reversing; following the route would leave the drivable area"
                 continue

@@ -34,8 +34,9 @@ from typing import Any
 
 import numpy as np
 
+from .bev import BevConfig, ego_to_pixel_affine
 from .control.bicycle import VehicleParams, clamp_controls, step
-from .tokens import arc_lengths
+from .route_path import RoutePath
 
 
 @dataclass(frozen=True)
@@ -102,10 +103,8 @@ def follow_route(route: np.ndarray, ego_speed: float, ego_steer: float, plan_dt:
     [P >= 2, 2] (ego frame; extended straight past its end) ``lookahead_m`` ahead of its own
     projection, after first driving ``straight_m`` with the wheels straightened, within the vehicle's
     limits."""
-    route = np.asarray(route, np.float64)
-    cum = arc_lengths(route)
-    end_dir = route[-1] - route[-2]
-    end_dir = end_dir / max(float(np.hypot(*end_dir)), 1e-9)
+    path = RoutePath(route)
+    end_dir = np.array([np.cos(path.heading[-1]), np.sin(path.heading[-1])])
     n_per = max(1, int(round(plan_dt / p.step_s)))
     h = plan_dt / n_per
     v0 = min(max(float(ego_speed), 0.0), vehicle.max_speed)
@@ -114,15 +113,15 @@ def follow_route(route: np.ndarray, ego_speed: float, ego_steer: float, plan_dt:
     out = np.empty((num_points, 2))
     travelled = 0.0
     for k in range(num_points * n_per):
-        # progress along the route: the nearest route point (ties to the furthest along)
-        d = np.hypot(route[:, 0] - state[0], route[:, 1] - state[1])
-        s_here = cum[int(np.argmin(d))]
         v = state[3]
-        ahead = s_here + lookahead_m
-        if ahead <= cum[-1]:
-            target = np.array([np.interp(ahead, cum, route[:, 0]), np.interp(ahead, cum, route[:, 1])])
+        # progress along the route: at its nearest vertex (the route tokens are 2.5 m apart)
+        nearest = int(np.argmin(np.hypot(path.points[:, 0] - state[0], path.points[:, 1] - state[1])))
+        ahead = float(path.s0[nearest]) + lookahead_m
+        if ahead <= path.length:
+            target = np.array([np.interp(ahead, path.s0, path.points[:, 0]),
+                               np.interp(ahead, path.s0, path.points[:, 1])])
         else:
-            target = route[-1] + (ahead - cum[-1]) * end_dir
+            target = path.points[-1] + (ahead - path.length) * end_dir
         dx, dy = target - state[:2]
         alpha = np.arctan2(dy, dx) - state[2]
         alpha = (alpha + np.pi) % (2.0 * np.pi) - np.pi
@@ -140,12 +139,11 @@ def follow_route(route: np.ndarray, ego_speed: float, ego_steer: float, plan_dt:
     return out
 
 
-def on_drivable_area(plan: np.ndarray, drivable: np.ndarray, origin_x: float, origin_y: float,
-                     resolution: float) -> bool:
-    """Whether every point of ``plan`` [T, 2] (ego frame) falls in a BEV cell of ``drivable`` [H, W]
-    (rows along +y, columns along +x, as :mod:`rad2_planner.bev` draws it) covered at least half."""
-    cols = np.floor((plan[:, 0] - origin_x) / resolution).astype(np.int64)
-    rows = np.floor((plan[:, 1] - origin_y) / resolution).astype(np.int64)
+def on_drivable_area(plan: np.ndarray, drivable: np.ndarray, cfg: BevConfig) -> bool:
+    """Whether every point of ``plan`` [T, 2] (ego frame) falls in a cell of the BEV channel ``drivable``
+    [H, W] (grid ``cfg``) that is covered at least half."""
+    pix = np.asarray(plan, np.float64) @ ego_to_pixel_affine(cfg)[:, :2].T + ego_to_pixel_affine(cfg)[:, 2]
+    cols, rows = np.round(pix).astype(np.int64).T  # pixel centres sit at integer (u, v)
     h, w = drivable.shape
     inside = (rows >= 0) & (rows < h) & (cols >= 0) & (cols < w)
     if not inside.all():
@@ -154,15 +152,15 @@ def on_drivable_area(plan: np.ndarray, drivable: np.ndarray, origin_x: float, or
 
 
 def recovery_plan(route: np.ndarray, ego_speed: float, ego_steer: float, plan_dt: float, num_points: int,
-                  vehicle: VehicleParams, p: StallRecoveryParams, drivable: np.ndarray, origin_x: float,
-                  origin_y: float, resolution: float) -> tuple[np.ndarray | None, float, float]:
+                  vehicle: VehicleParams, p: StallRecoveryParams, drivable: np.ndarray, cfg: BevConfig
+                  ) -> tuple[np.ndarray | None, float, float]:
     """The first :func:`follow_route` plan (over ``p.straight_m``, then ``p.lookahead_m``) that stays on
     the drivable area, with its straight distance and look-ahead; ``(None, nan, nan)`` when none does."""
     for straight in p.straight_m:
         for lookahead in p.lookahead_m:
             plan = follow_route(route, ego_speed, ego_steer, plan_dt, num_points, vehicle, p, lookahead,
                                 straight)
-            if on_drivable_area(plan, drivable, origin_x, origin_y, resolution):
+            if on_drivable_area(plan, drivable, cfg):
                 return plan, straight, lookahead
     return None, float("nan"), float("nan")
 
