@@ -5,7 +5,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from rad2_planner.adapters.av2 import load_av2_scenario
-from rad2_planner.adapters.commonroad import CommonRoadAdapterError, load_commonroad_scenario
+from rad2_planner.adapters.commonroad import (
+    CommonRoadAdapterError,
+    commonroad_ego_candidates,
+    load_commonroad_scenario,
+)
 from rad2_planner.clip import AGENT_OTHER, AGENT_PEDESTRIAN, AGENT_VEHICLE, load_clip, save_clip
 from rad2_planner.config import load_params
 from rad2_planner.tokens import project_onto_polyline
@@ -93,6 +97,28 @@ def test_commonroad_promotes_an_ego(cr_clip):
     rp = c.route_polyline
     d = np.array([project_onto_polyline(rp, np.array(p))[1] for p in zip(c.ego_x, c.ego_y)])
     assert d.max() < 1.5
+
+
+def test_commonroad_promoted_ego_is_a_moving_car_of_normal_size(cr_clip):
+    """NGSIM scenes have no ego: the promoted one is never the 14.6 m truck (449) nor a car that barely
+    moves, and the choice follows adapters.promoted_ego (a stricter travel bound leaves one candidate,
+    an impossible one is an error naming the criterion and each obstacle's reason)."""
+    import copy
+
+    params = load_params("bev")
+    ranked = commonroad_ego_candidates(CR_FILE, params)
+    assert cr_clip.metadata["ego_obstacle_id"] == ranked[0]
+    assert 449 not in ranked  # CAR 14.6 m x 2.6 m, the longest-travelling obstacle
+    assert 3.0 <= cr_clip.ego_length <= 6.5 and 1.2 <= cr_clip.ego_width <= 2.6
+    assert np.hypot(cr_clip.ego_x[-1] - cr_clip.ego_x[0], cr_clip.ego_y[-1] - cr_clip.ego_y[0]) >= 5.0
+    strict = copy.deepcopy(params)
+    strict["adapters"]["promoted_ego"]["min_travel_m"] = 95.0
+    assert commonroad_ego_candidates(CR_FILE, strict) == [457]  # 98 m; the truck (97 m) is still too long
+    strict["adapters"]["promoted_ego"]["length_m"] = [3.0, 20.0]
+    assert commonroad_ego_candidates(CR_FILE, strict) == [457, 449]  # 101 states before 81
+    strict["adapters"]["promoted_ego"]["min_travel_m"] = 1000.0
+    with pytest.raises(CommonRoadAdapterError, match=r"promoted_ego.*449: travels 9\d\.\d m < 1000"):
+        load_commonroad_scenario(CR_FILE, params=strict)
 
 
 def test_commonroad_explicit_ego_and_bad_id():

@@ -5,8 +5,11 @@ is a drivable-area polygon; speed limits come from MAX_SPEED traffic signs on th
 present, else a default by lanelet type (``adapters.commonroad_speed_limits`` in params/bev.yaml).
 
 NGSIM-derived scenarios have no recorded ego: one dynamic obstacle is promoted to ego
-(``ego_obstacle_id``). By default the choice is the obstacle with the longest trajectory, ties
-broken by the most central starting lane (most lanes on both sides), then by the smallest id.
+(``ego_obstacle_id``). By default the choice is among the vehicles of passenger-car size that move
+(``adapters.promoted_ego`` in params/bev.yaml: a parked car or a 10 m truck is never the ego): the one
+with the longest trajectory, ties broken by the most central starting lane (most lanes on both sides),
+then by the smallest id. :func:`rank_egos` gives that order for all of them, so one scene can give
+several clips (``tools/convert_logs.py --egos-per-scenario``).
 The clip spans the ego's time steps; the other obstacles are valid where their states exist.
 """
 
@@ -142,22 +145,54 @@ def _centrality(scenario, lane_map: LaneMap, obstacle, heading_weight: float) ->
     return min(count(lanelet, "left"), count(lanelet, "right"))
 
 
-def choose_ego(scenario, lane_map: LaneMap, heading_weight: float) -> int:
-    """Default ego: longest trajectory, then most central starting lane, then smallest id."""
-    obstacles = [
-        o
-        for o in scenario.dynamic_obstacles
-        if _TYPE_MAP.get(o.obstacle_type.name, AGENT_OTHER) == AGENT_VEHICLE
-    ]
-    if not obstacles:
-        raise CommonRoadAdapterError("scenario has no dynamic vehicle obstacle to promote to ego")
-    longest = max(len(_states(o)) for o in obstacles)
-    tied = [o for o in obstacles if len(_states(o)) == longest]
-    return int(
-        min(
-            tied, key=lambda o: (-_centrality(scenario, lane_map, o, heading_weight), o.obstacle_id)
-        ).obstacle_id
-    )
+def _qualifies_as_ego(obstacle, criteria: dict[str, Any]) -> str | None:
+    """Why ``obstacle`` cannot be promoted to ego under ``adapters.promoted_ego`` (None: it can)."""
+    if _TYPE_MAP.get(obstacle.obstacle_type.name, AGENT_OTHER) != AGENT_VEHICLE:
+        return f"type {obstacle.obstacle_type.name}"
+    length, width = _box_size(obstacle.obstacle_shape)
+    lo, hi = (float(v) for v in criteria["length_m"])
+    if not lo <= length <= hi:
+        return f"length {length:.1f} m outside [{lo}, {hi}]"
+    lo, hi = (float(v) for v in criteria["width_m"])
+    if not lo <= width <= hi:
+        return f"width {width:.1f} m outside [{lo}, {hi}]"
+    states = _states(obstacle)
+    first, last = states[min(states)], states[max(states)]
+    travel = float(np.hypot(*(np.asarray(last.position, float) - np.asarray(first.position, float))))
+    if travel < float(criteria["min_travel_m"]):
+        return f"travels {travel:.1f} m < {float(criteria['min_travel_m'])} m"
+    return None
+
+
+def rank_egos(scenario, lane_map: LaneMap, params: dict[str, Any]) -> list[int]:
+    """Ids of the dynamic obstacles that may be promoted to ego (``adapters.promoted_ego``: a vehicle
+    of passenger-car size that moves), best first: longest trajectory, then most central starting lane,
+    then smallest id. Raises naming every obstacle's reason when none qualifies."""
+    criteria = require(params, "adapters.promoted_ego")
+    heading_weight = float(require(params, "adapters.lane_match_heading_weight_m_per_rad"))
+    reasons = {o.obstacle_id: _qualifies_as_ego(o, criteria) for o in scenario.dynamic_obstacles}
+    fit = [o for o in scenario.dynamic_obstacles if reasons[o.obstacle_id] is None]
+    if not fit:
+        why = "; ".join(f"{k}: {v}" for k, v in sorted(reasons.items())[:12]) or "no dynamic obstacles"
+        raise CommonRoadAdapterError(
+            f"no dynamic obstacle qualifies as ego under adapters.promoted_ego {dict(criteria)} ({why}); "
+            "pass ego_obstacle_id to choose one"
+        )
+    ranked = sorted(fit, key=lambda o: (-len(_states(o)), -_centrality(scenario, lane_map, o, heading_weight),
+                                        o.obstacle_id))
+    return [int(o.obstacle_id) for o in ranked]
+
+
+def commonroad_ego_candidates(path: str | os.PathLike, params: dict[str, Any] | None = None) -> list[int]:
+    """:func:`rank_egos` of the scenario in the CommonRoad file ``path``."""
+    from commonroad.common.file_reader import CommonRoadFileReader
+
+    path = Path(path)
+    if not path.is_file():
+        raise CommonRoadAdapterError(f"CommonRoad file {path} does not exist")
+    params = params if params is not None else load_params("bev")
+    scenario, _ = CommonRoadFileReader(str(path)).open()
+    return rank_egos(scenario, lanelet_map(scenario, params), params)
 
 
 def load_commonroad_scenario(
@@ -170,12 +205,11 @@ def load_commonroad_scenario(
     if not path.is_file():
         raise CommonRoadAdapterError(f"CommonRoad file {path} does not exist")
     params = params if params is not None else load_params("bev")
-    heading_weight = float(require(params, "adapters.lane_match_heading_weight_m_per_rad"))
     scenario, planning = CommonRoadFileReader(str(path)).open()
     dt = float(scenario.dt)
     lane_map = lanelet_map(scenario, params)
     if ego_obstacle_id is None:
-        ego_obstacle_id = choose_ego(scenario, lane_map, heading_weight)
+        ego_obstacle_id = rank_egos(scenario, lane_map, params)[0]
     ego = scenario.obstacle_by_id(int(ego_obstacle_id))
     if ego is None or ego not in scenario.dynamic_obstacles:
         have = sorted(o.obstacle_id for o in scenario.dynamic_obstacles)
