@@ -1,6 +1,7 @@
-"""Stall recovery (rad2_planner/stall_recovery.py): a standing ego sets off at once instead of replanning
-an initial wait forever, and a plan that asks for reversing is replaced by the route followed forwards
-within the vehicle's limits, only where that stays on the drivable area; and the policy applies both."""
+"""Stall recovery (rad2_planner/stall_recovery.py): a slow ego accelerates evenly from now instead of
+replanning "hold, then accelerate" forever, and a plan that asks for reversing is replaced by the route
+followed forwards within the vehicle's limits, only where that stays on the drivable area; and the policy
+applies both."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from rad2_planner.control.bicycle import VehicleParams
 from rad2_planner.stall_recovery import (
     StallRecoveryParams,
     asks_for_reversing,
+    even_start,
     follow_route,
     recovery_plan,
-    skip_initial_dwell,
 )
 
 P = StallRecoveryParams.from_params(load_params("planner"))
@@ -33,17 +34,43 @@ def _right_turn_route(corner_x: float = 6.0, radius: float = 6.0) -> np.ndarray:
     return np.concatenate([straight, arc, tail])
 
 
-def test_a_standing_start_skips_the_dwell_and_keeps_the_path_and_its_spacing():
-    plan = np.array([[0.02, 0.0], [-0.1, 0.0], [0.3, 0.0], [0.9, 0.05], [2.0, 0.1], [3.6, 0.2], [5.6, 0.3],
-                     [8.0, 0.4]])
-    out = skip_initial_dwell(plan, ego_speed=0.0, p=P)
+def _progress(plan: np.ndarray) -> np.ndarray:
+    return np.cumsum(np.hypot(*np.diff(np.vstack([[0.0, 0.0], plan]), axis=0).T))
+
+
+def test_a_slow_start_accelerates_evenly_along_the_same_path():
+    """A plan that stands for a second and accelerates later (what the imitation generator proposes to a
+    standing ego, again every cycle) is re-timed: on the same path, even acceleration from the ego's
+    speed up to the plan's speed at start_horizon_s, then the plan's own speeds, never past its end."""
+    path_y = lambda x: 0.02 * x**2  # noqa: E731 - a gentle bend, so "the same path" is tested off a line
+    xs = np.array([0.02, 0.05, 0.3, 0.9, 2.0, 3.6, 5.6, 8.0])
+    plan = np.stack([xs, path_y(xs)], axis=-1)
+    out = even_start(plan, ego_speed=0.0, plan_dt=DT, p=P)
     assert out is not None and out.shape == plan.shape
-    np.testing.assert_array_equal(out[:5], plan[3:])  # it sets off at once, the plan's spacing kept
-    np.testing.assert_array_equal(out[5:], np.repeat(plan[-1:], 3, axis=0))  # and never goes further
-    # a moving ego, a plan that moves at once and one that never leaves the ego are left alone
-    assert skip_initial_dwell(plan, ego_speed=3.0, p=P) is None
-    assert skip_initial_dwell(plan[3:], ego_speed=0.0, p=P) is None
-    assert skip_initial_dwell(np.zeros((8, 2)), ego_speed=0.0, p=P) is None
+    np.testing.assert_allclose(out[:, 1], path_y(out[:, 0]), atol=0.02)  # on the plan's path
+    s_old, s_new = _progress(plan), _progress(out)
+    n = int(round(P.start_horizon_s / DT))
+    v_at = (s_old[n - 1] - s_old[n - 2]) / DT  # the plan's speed at the horizon
+    t = np.arange(1, n + 1) * DT
+    np.testing.assert_allclose(s_new[:n], 0.5 * v_at / (n * DT) * t**2, rtol=0.03)  # even from rest
+    assert s_new[0] > 3 * s_old[0] and s_new[n - 1] > s_old[n - 1]  # it sets off now, and gains ground
+    assert np.all(s_new <= s_old[-1] + 1e-6) and np.all(np.diff(s_new) >= -1e-9)  # no further, no back
+    # the same plan from a moving ego (above start_speed), a plan that brakes, one that gains at once and
+    # a standing plan are left alone
+    assert even_start(plan, ego_speed=P.start_speed + 0.1, plan_dt=DT, p=P) is None
+    braking = np.stack([np.array([2.0, 3.8, 5.3, 6.5, 7.4, 8.0, 8.2, 8.2]), np.zeros(8)], axis=-1)
+    assert even_start(braking, ego_speed=2.5, plan_dt=DT, p=P) is None
+    brisk = np.stack([1.0 * np.arange(1, 9) ** 1.0, np.zeros(8)], axis=-1)
+    assert even_start(brisk, ego_speed=0.0, plan_dt=DT, p=P) is None
+    assert even_start(np.zeros((8, 2)), ego_speed=0.0, plan_dt=DT, p=P) is None
+
+
+def test_a_plan_that_stops_still_stops_at_the_same_place():
+    xs = np.array([0.1, 0.3, 0.9, 2.0, 3.0, 3.5, 3.6, 3.6])
+    plan = np.stack([xs, np.zeros(8)], axis=-1)
+    out = even_start(plan, ego_speed=0.5, plan_dt=DT, p=P)
+    assert out is not None
+    assert out[:, 0].max() <= 3.6 + 1e-9 and out[-1, 0] == pytest.approx(3.6)
 
 
 def test_reversing_is_told_from_a_standing_plan_with_jitter():
@@ -127,7 +154,8 @@ def test_the_policy_applies_both_and_says_so():
     candidates = np.stack([np.stack([backwards] * 4), np.stack([waiting] * 4)]).astype(np.float32)
     executed, notes = policy._stall_recovery(candidates, [0, 0], inputs)
     assert notes[0].startswith("plan asks for reversing") and executed[0][:, 0].min() > -1e-6
-    assert notes[1].startswith("standing start") and np.allclose(executed[1][0], waiting[2])
+    assert notes[1].startswith("slow start") and executed[1][0, 0] > 5 * waiting[0, 0] + 0.1
+    assert executed[1][-1, 0] <= waiting[-1, 0] + 1e-5
     # with the stage switched off, nothing changes
     off = Rad2Policy.from_params({**params, "stall_recovery": {**params["stall_recovery"], "enabled": False}},
                                  backend="pytorch")
@@ -142,7 +170,8 @@ def test_impossible_ego_values_stay_within_the_vehicle():
         plan = follow_route(route, speed, steer, DT, 8, VEHICLE, P, 3.0)
         steps = np.hypot(*np.diff(np.vstack([[0.0, 0.0], plan]), axis=0).T) / DT
         assert np.all(np.isfinite(plan)) and steps.max() <= VEHICLE.max_speed + 1e-6, (speed, steer)
-        assert skip_initial_dwell(plan, speed, P) is None or speed < P.standing_speed
+        evened = even_start(plan, speed, DT, P)
+        assert evened is None or (speed < P.start_speed and np.all(np.isfinite(evened)))
     far = np.array([[0.0, 0.0], [1000.0, 1000.0]])
     plan = follow_route(far, 2.0, 0.0, DT, 8, VEHICLE, P, 3.0)
     assert np.all(np.isfinite(plan)) and np.hypot(*plan[-1]) < 2.0 + P.speed * 8 * DT

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Render a clip (a dataset clip, a clip .npz, an AV2 scenario directory or a CommonRoad XML) to
-PNG (one frame: world view + BEV channels) and/or GIF (the whole clip).
+"""Render a clip (a dataset clip, a clip .npz, an AV2 scenario or sensor log, a CommonRoad XML or a WOMD
+TFRecord's first scenario) to PNG (one frame: world view + BEV channels) and/or GIF (the whole clip).
 
   render_clip.py data/eval_safety --clip-id <id> --step 30 --png out/frame.png
   render_clip.py tests/fixtures/av2/0a1e6f0a-1817-4a98-b02e-db8c9327d151 --gif out/av2.gif --stride 3
@@ -15,14 +15,11 @@ from pathlib import Path
 
 
 def load_any(source: Path, clip_id: str | None, index: int):
-    from rad2_planner.clip import iter_dataset, load_clip, read_index
+    """A clip from a dataset directory (by --clip-id or --index) or from any log of
+    rad2_planner.adapters.logs (a clip .npz, an AV2 scenario or sensor log, CommonRoad XML, WOMD)."""
+    from rad2_planner.adapters.logs import LogFormatError, load_log
+    from rad2_planner.clip import iter_dataset, read_index
 
-    if source.is_file() and source.suffix == ".npz":
-        return load_clip(source)
-    if source.is_file() and source.suffix == ".xml":
-        from rad2_planner.adapters.commonroad import load_commonroad_scenario
-
-        return load_commonroad_scenario(source)
     if source.is_dir() and (source / "index.json").is_file():
         entries = read_index(source)["clips"]
         if clip_id is not None:
@@ -31,17 +28,13 @@ def load_any(source: Path, clip_id: str | None, index: int):
         elif not 0 <= index < len(entries):
             raise SystemExit(f"--index: {index} outside 0..{len(entries) - 1}")
         want = clip_id if clip_id is not None else entries[index]["clip_id"]
-        kinds = None
-        for c in iter_dataset(source, kinds):
+        for c in iter_dataset(source):
             if c.clip_id == want:
                 return c
-    if source.is_dir() and list(source.glob("scenario_*.parquet")):
-        from rad2_planner.adapters.av2 import load_av2_scenario
-
-        return load_av2_scenario(source)
-    raise SystemExit(
-        f"source: {source} is not a dataset directory, clip .npz, AV2 scenario or CommonRoad XML"
-    )
+    try:
+        return load_log(source)
+    except LogFormatError as exc:
+        raise SystemExit(f"source: {exc}") from None
 
 
 def main(argv=None) -> int:

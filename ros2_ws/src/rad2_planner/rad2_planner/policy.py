@@ -101,7 +101,7 @@ from .runtime.base import DISCRIMINATOR_INPUTS, SCENE_INPUTS, make_backend
 from .safety_envelope import SafetyEnvelopeParams, apply_envelope, constant_velocity_boxes
 from .selection import CandidateDistribution
 from .selection import sample as sample_candidate
-from .stall_recovery import StallRecoveryParams, asks_for_reversing, recovery_plan, skip_initial_dwell
+from .stall_recovery import StallRecoveryParams, asks_for_reversing, even_start, recovery_plan
 from .traffic_rules import TrafficRuleParams, allowed_distance, limit_progress
 
 FALLBACK_RULES = ("medoid", "first", "safe_medoid")
@@ -751,10 +751,10 @@ class Rad2Policy:
             plan = candidates[i, selected[i]]
             speed, _, _, steer = (float(v) for v in inputs["ego_state"][i])
             if not asks_for_reversing(plan, self.recovery):
-                started = skip_initial_dwell(plan, speed, self.recovery)
+                started = even_start(plan, speed, self.plan_dt, self.recovery)
                 if started is not None:
                     executed[i] = started.astype(np.float32)
-                    notes[i] = "standing start: the plan's initial dwell skipped"
+                    notes[i] = "slow start: the plan's acceleration evened out from now"
                 continue
             if drivable is None:
                 continue

@@ -1,13 +1,17 @@
 """Stall recovery: two ways an imitation planner stands still on a free road, and what this stage does
 instead (no ROS, no networks).
 
-1. **A standing start that never starts.** From a standing ego the generator proposes plans that wait
-   about a second and then drive off (what the SUMO drivers it imitates did at junctions and in
-   queues). Each plan is executed for ``latch.h_reuse`` steps only, less than the wait, so the next
-   plan waits again and the ego never moves. :func:`skip_initial_dwell` drops the plan's initial dwell
-   (the points within ``dwell_m`` of the ego while it stands below ``standing_speed``) and keeps the
-   rest of its timing, so the ego sets off along the same path at once; where the wait was for a reason
-   the later stages know (a red signal, an agent in the path), they still stop it.
+1. **A start that never gets going.** From a standing or slow ego the generator proposes plans that
+   hold the ego's speed (or wait) for a second or so and accelerate afterwards: what the SUMO drivers
+   it imitates did at junctions and in queues, and what it also does behind parked cars in real logs.
+   Replanned every cycle, such a plan is only ever executed in its first tenth of a second, so the ego
+   creeps (an Argoverse 2 street with a parked row: 0.5 m/s for 4 s while the logged driver left at
+   9 m/s) or never sets off. :func:`even_start` re-times the selected plan along its own path so that
+   the ego accelerates evenly from now to the plan's speed at ``start_horizon_s`` (below
+   ``start_speed`` only); the plan's later speeds follow, and it never goes past the plan's own end.
+   Where the wait was for a reason the later stages know (a red signal, an agent in the path), they
+   still stop it. (A first version skipped the initial dwell outright: the sudden start cost comfort,
+   README, session 14.)
 2. **A plan that asks for reversing.** The generator also imitates drivers who take junction corners on
    4-6 m radii at 7 m/s. A car whose steering builds up at ``vehicle.max_steer_rate`` cannot follow such
    a corner; the tracker brakes, the ego comes to stand a few metres before the corner, and from there
@@ -37,6 +41,7 @@ import numpy as np
 from .bev import BevConfig, ego_to_pixel_affine
 from .control.bicycle import VehicleParams, clamp_controls, step
 from .route_path import RoutePath
+from .tokens import arc_lengths
 
 
 @dataclass(frozen=True)
@@ -49,11 +54,12 @@ class StallRecoveryParams:
     lookahead_m: tuple[float, ...]  # m, pure-pursuit look-ahead distances, tried in this order
     straight_m: tuple[float, ...]  # m, distances driven straight before pursuing the route, in this order
     step_s: float  # s, integration step of the bicycle rollout
-    standing_speed: float  # m/s, below it the ego stands (dwell removal)
-    dwell_m: float  # m, plan points this close to a standing ego are its initial dwell
+    start_speed: float  # m/s, below it the plan's start is evened out (even_start)
+    start_horizon_s: float  # s, the plan's speed at this time is reached by accelerating evenly from now
 
     def __post_init__(self):
-        for name in ("reverse_tolerance_m", "speed", "accel", "decel", "step_s", "standing_speed", "dwell_m"):
+        for name in ("reverse_tolerance_m", "speed", "accel", "decel", "step_s", "start_speed",
+                     "start_horizon_s"):
             value = getattr(self, name)
             if not np.isfinite(value) or value <= 0.0:
                 raise ValueError(f"stall_recovery.{name}: must be a positive number, got {value!r}")
@@ -69,25 +75,39 @@ class StallRecoveryParams:
         c = require(params, "stall_recovery")
         return cls(bool(c["enabled"]), float(c["reverse_tolerance_m"]), float(c["speed"]), float(c["accel"]),
                    float(c["decel"]), tuple(float(v) for v in c["lookahead_m"]),
-                   tuple(float(v) for v in c["straight_m"]), float(c["step_s"]), float(c["standing_speed"]),
-                   float(c["dwell_m"]))
+                   tuple(float(v) for v in c["straight_m"]), float(c["step_s"]), float(c["start_speed"]),
+                   float(c["start_horizon_s"]))
 
 
-def skip_initial_dwell(plan: np.ndarray, ego_speed: float, p: StallRecoveryParams) -> np.ndarray | None:
-    """``plan`` [T, 2] (ego frame) without its initial dwell: when the ego stands (speed below
-    ``standing_speed``) and the plan's first points stay within ``dwell_m`` of it before it moves on, the
-    points from the first one beyond ``dwell_m`` are brought forward to the start (their spacing, so the
-    plan's own acceleration, kept) and the last point is held for the dropped slots. None when there is
-    no dwell to skip (a moving ego, a plan that moves at once, or one that never leaves the dwell)."""
-    if float(ego_speed) >= p.standing_speed:
+def even_start(plan: np.ndarray, ego_speed: float, plan_dt: float, p: StallRecoveryParams
+               ) -> np.ndarray | None:
+    """``plan`` [T, 2] (ego frame, point k at (k+1)·plan_dt) re-timed along its own path so that a slow
+    ego (below ``start_speed``) reaches the plan's speed at ``start_horizon_s`` by accelerating evenly
+    from now, instead of first holding its speed (or standing) and accelerating later; after
+    ``start_horizon_s`` the plan's own speeds, shifted by the distance gained. Progress is clamped to the
+    plan's own path, so a plan that stops still stops at the same place. None when there is nothing to
+    even out: a fast ego, a plan that is not faster at ``start_horizon_s`` than the ego now, or one that
+    already gains at least as much ground by then."""
+    v0 = max(float(ego_speed), 0.0)
+    if v0 >= p.start_speed:
         return None
     pts = np.asarray(plan, np.float64)
-    away = np.flatnonzero(np.hypot(pts[:, 0], pts[:, 1]) > p.dwell_m)
-    if len(away) == 0 or away[0] == 0:
+    path = np.vstack([np.zeros((1, 2)), pts])
+    cum = arc_lengths(path)  # cum[k]: the plan's progress at k·plan_dt
+    n = min(max(1, int(round(p.start_horizon_s / plan_dt))), len(pts))
+    horizon = n * plan_dt
+    v_at = (cum[n] - cum[n - 1]) / plan_dt  # the plan's mean speed over its last interval before the horizon
+    if v_at <= v0 + 1e-6:
         return None
-    first = int(away[0])
-    moving = pts[first:]
-    return np.concatenate([moving, np.repeat(moving[-1:], first, axis=0)])
+    accel = (v_at - v0) / horizon
+    t = np.arange(1, len(pts) + 1) * plan_dt
+    early = v0 * t + 0.5 * accel * t**2
+    gained = float(early[n - 1] - cum[n])
+    if gained <= 1e-3:
+        return None
+    s_new = np.where(t <= horizon + 1e-9, early, cum[1:] + gained)
+    s_new = np.minimum(np.maximum.accumulate(s_new), cum[-1])
+    return np.stack([np.interp(s_new, cum, path[:, 0]), np.interp(s_new, cum, path[:, 1])], axis=-1)
 
 
 def asks_for_reversing(plan: np.ndarray, p: StallRecoveryParams) -> bool:
@@ -166,4 +186,4 @@ def recovery_plan(route: np.ndarray, ego_speed: float, ego_steer: float, plan_dt
 
 
 __all__ = ["StallRecoveryParams", "asks_for_reversing", "follow_route", "on_drivable_area", "recovery_plan",
-           "skip_initial_dwell"]
+           "even_start"]

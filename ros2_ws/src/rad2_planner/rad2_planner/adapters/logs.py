@@ -1,0 +1,224 @@
+"""Real driving logs of any supported format -> clips and clip datasets (no ROS).
+
+One entry point for every reader of this package, so that tools take whatever a user has on disk:
+
+=================  =====================================================================  ==========
+format             what is on disk                                                          clips
+=================  =====================================================================  ==========
+``av2``            Argoverse 2 motion-forecasting scenario: a directory holding            1
+                   ``scenario_*.parquet`` and ``log_map_archive_*.json``
+``av2_sensor``     Argoverse 2 sensor log: a directory holding ``annotations.feather``,     1
+                   ``city_SE3_egovehicle.feather`` and ``map/log_map_archive_*.json``
+``commonroad``     CommonRoad scenario ``*.xml`` (NGSIM and others; no recorded ego: the    1 per ego
+                   best ``egos_per_scenario`` candidates of ``rank_egos`` each give a clip)
+``womd``           Waymo Open Motion TFRecord ``*.tfrecord*`` (one clip per ``Scenario``)   many
+``clip``           a clip ``.npz`` written by this project                                 1
+``dataset``        a clip dataset directory of this project (``index.json``)               many
+=================  =====================================================================  ==========
+
+:func:`find_logs` walks the given files and directories (recursively) and names the format of each
+log it finds; :func:`iter_log_clips` reads them; :func:`convert_logs` writes them as one dataset that
+``tools/evaluate_policy.py --split`` and the training tools read. Every reader hands back clips at the
+simulator's step (see the readers' modules).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..clip import Clip
+
+FORMATS = ("av2", "av2_sensor", "commonroad", "womd", "clip", "dataset")
+
+
+class LogFormatError(ValueError):
+    """A path that is no log of a known format, or a log that does not convert (names the path)."""
+
+
+@dataclass(frozen=True)
+class LogSource:
+    format: str  # one of FORMATS
+    path: Path
+
+
+def log_format(path: str | os.PathLike) -> str | None:
+    """The format of the log at ``path`` (a file or a directory), or None when it is none of
+    :data:`FORMATS` (a directory that merely contains logs is None too: see :func:`find_logs`)."""
+    path = Path(path)
+    if path.is_file():
+        name = path.name.lower()
+        if name.endswith(".xml"):
+            return "commonroad"
+        if ".tfrecord" in name:
+            return "womd"
+        if name.endswith(".npz"):
+            return "clip"
+        if name.startswith("scenario_") and name.endswith(".parquet"):
+            return "av2"
+        return None
+    if not path.is_dir():
+        return None
+    if (path / "index.json").is_file():
+        return "dataset"
+    if any(path.glob("scenario_*.parquet")) and any(path.glob("log_map_archive_*.json")):
+        return "av2"
+    if (path / "annotations.feather").is_file() and (path / "city_SE3_egovehicle.feather").is_file():
+        return "av2_sensor"
+    return None
+
+
+def find_logs(inputs: str | os.PathLike | Iterable[str | os.PathLike],
+              formats: Iterable[str] | None = None) -> list[LogSource]:
+    """Every log under ``inputs`` (files and directories, searched recursively; a log's own directory
+    is not searched further), in path order, optionally only of the given ``formats``. Raises
+    :class:`LogFormatError` naming an input that does not exist, a given file of no known format, or
+    inputs that hold no log at all."""
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = [inputs]
+    wanted = set(FORMATS if formats is None else formats)
+    unknown = wanted - set(FORMATS)
+    if unknown:
+        raise LogFormatError(f"formats: unknown {sorted(unknown)}; known: {list(FORMATS)}")
+    found: list[LogSource] = []
+    for item in inputs:
+        path = Path(item)
+        if not path.exists():
+            raise LogFormatError(f"{path}: no such file or directory")
+        fmt = log_format(path)
+        if path.is_file() and fmt is None:
+            raise LogFormatError(f"{path}: not a log of a known format ({', '.join(FORMATS)})")
+        if fmt is not None:
+            if fmt in wanted:
+                found.append(LogSource(fmt, path))
+            continue
+        for root, dirs, files in os.walk(path):
+            root_path = Path(root)
+            here = log_format(root_path)
+            if here is not None and root_path != path:
+                if here in wanted:
+                    found.append(LogSource(here, root_path))
+                dirs[:] = []
+                continue
+            dirs.sort()
+            for name in sorted(files):
+                sub = root_path / name
+                sub_fmt = log_format(sub)
+                # a scenario parquet belongs to its AV2 directory, found as a directory
+                if sub_fmt in ("commonroad", "womd", "clip") and sub_fmt in wanted:
+                    found.append(LogSource(sub_fmt, sub))
+    if not found:
+        raise LogFormatError(
+            f"no log of the formats {sorted(wanted)} under {', '.join(str(p) for p in inputs)}")
+    return found
+
+
+def clips_in_log(source: LogSource, params: dict[str, Any] | None = None, *, egos_per_scenario: int = 1,
+                 errors: list[str] | None = None) -> Iterator[Clip]:
+    """The clips of one log. ``params``: params/bev.yaml (None: loaded). With an ``errors`` list, a
+    WOMD record or a CommonRoad ego that does not convert is skipped and its message appended;
+    otherwise, and for a log that does not open at all, :class:`LogFormatError` names the log."""
+    from ..config import load_params
+
+    params = params if params is not None else load_params("bev")
+    fmt, path = source.format, source.path
+    try:
+        if fmt == "av2":
+            from .av2 import load_av2_scenario
+
+            yield load_av2_scenario(path, params)
+        elif fmt == "av2_sensor":
+            from .av2_sensor import load_av2_sensor_log
+
+            yield load_av2_sensor_log(path, params)
+        elif fmt == "commonroad":
+            from .commonroad import (
+                CommonRoadAdapterError,
+                commonroad_ego_candidates,
+                load_commonroad_scenario,
+            )
+
+            for ego in commonroad_ego_candidates(path, params)[:egos_per_scenario]:
+                try:
+                    yield load_commonroad_scenario(path, ego_obstacle_id=ego, params=params)
+                except CommonRoadAdapterError as exc:
+                    if errors is None:
+                        raise
+                    errors.append(f"{path}: ego {ego}: {exc}")
+        elif fmt == "womd":
+            from .womd import iter_womd_clips
+
+            yield from iter_womd_clips(path, params, errors=errors)
+        elif fmt == "clip":
+            from ..clip import load_clip
+
+            yield load_clip(path)
+        elif fmt == "dataset":
+            from ..clip import iter_dataset
+
+            yield from iter_dataset(path)
+        else:
+            raise LogFormatError(f"{path}: unknown format {fmt!r}; known: {list(FORMATS)}")
+    except LogFormatError:
+        raise
+    except (ValueError, KeyError, OSError) as exc:
+        raise LogFormatError(f"{path} ({fmt}): {exc}") from exc
+
+
+def load_log(path: str | os.PathLike, params: dict[str, Any] | None = None) -> Clip:
+    """The first clip of the log at ``path`` (any format of :data:`FORMATS`)."""
+    fmt = log_format(path)
+    if fmt is None:
+        raise LogFormatError(f"{path}: not a log of a known format ({', '.join(FORMATS)})")
+    for clip in clips_in_log(LogSource(fmt, Path(path)), params):
+        return clip
+    raise LogFormatError(f"{path} ({fmt}): holds no clip")
+
+
+def convert_logs(inputs, out: str | os.PathLike, params: dict[str, Any] | None = None, *,
+                 formats: Iterable[str] | None = None, egos_per_scenario: int = 1, limit: int | None = None,
+                 append: bool = False, skip_bad: bool = False, progress: bool = True
+                 ) -> tuple[int, dict[str, Any], list[str]]:
+    """Write every clip of the logs under ``inputs`` into the dataset ``out``; returns (clips written,
+    the index, the messages of the logs skipped with ``skip_bad``). Without ``skip_bad`` the first log
+    that does not convert raises :class:`LogFormatError` naming it (nothing is written to the index)."""
+    from tqdm import tqdm
+
+    from ..clip import save_dataset
+    from ..config import load_params
+
+    if egos_per_scenario < 1:
+        raise LogFormatError(f"egos_per_scenario: must be >= 1, got {egos_per_scenario}")
+    if limit is not None and limit < 1:
+        raise LogFormatError(f"limit: must be >= 1, got {limit}")
+    params = params if params is not None else load_params("bev")
+    sources = find_logs(inputs, formats)
+    errors: list[str] = []
+    count = 0
+
+    def clips() -> Iterator[Clip]:
+        nonlocal count
+        for source in tqdm(sources, unit="log", desc="logs", disable=not progress):
+            try:
+                for clip in clips_in_log(source, params, egos_per_scenario=egos_per_scenario,
+                                         errors=errors if skip_bad else None):
+                    if limit is not None and count >= limit:
+                        return
+                    count += 1
+                    yield clip
+            except LogFormatError as exc:
+                if not skip_bad:
+                    raise
+                errors.append(str(exc))
+
+    described = ", ".join(f"{s.format}:{s.path}" for s in sources[:3]) + (" ..." if len(sources) > 3 else "")
+    index = save_dataset(clips(), out, append=append,
+                         description=f"real logs converted by tools/convert_logs.py from {described}")
+    return count, index, errors
+
+
+__all__ = ["FORMATS", "LogFormatError", "LogSource", "clips_in_log", "convert_logs", "find_logs", "load_log",
+           "log_format"]
