@@ -100,15 +100,18 @@ def test_commonroad_promotes_an_ego(cr_clip):
 
 
 def test_commonroad_promoted_ego_is_a_moving_car_of_normal_size(cr_clip):
-    """NGSIM scenes have no ego: the promoted one is never the 14.6 m truck (449) nor a car that barely
-    moves, and the choice follows adapters.promoted_ego (a stricter travel bound leaves one candidate,
-    an impossible one is an error naming the criterion and each obstacle's reason)."""
+    """NGSIM scenes have no ego: the promoted one is never the 14.6 m truck (449), a car that barely
+    moves, nor one whose logged box overlaps another's (a collision before the planner acts), and the
+    choice follows adapters.promoted_ego (a stricter travel bound leaves one candidate, an impossible one
+    is an error naming the criterion and each obstacle's reason)."""
+
     import copy
 
     params = load_params("bev")
     ranked = commonroad_ego_candidates(CR_FILE, params)
     assert cr_clip.metadata["ego_obstacle_id"] == ranked[0]
     assert 449 not in ranked  # CAR 14.6 m x 2.6 m, the longest-travelling obstacle
+    assert 438 not in ranked and 439 not in ranked  # their logged boxes overlap at time step 27
     assert 3.0 <= cr_clip.ego_length <= 6.5 and 1.2 <= cr_clip.ego_width <= 2.6
     assert np.hypot(cr_clip.ego_x[-1] - cr_clip.ego_x[0], cr_clip.ego_y[-1] - cr_clip.ego_y[0]) >= 5.0
     strict = copy.deepcopy(params)

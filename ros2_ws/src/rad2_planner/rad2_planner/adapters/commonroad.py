@@ -23,7 +23,7 @@ import numpy as np
 
 from ..clip import AGENT_CYCLIST, AGENT_OTHER, AGENT_PEDESTRIAN, AGENT_VEHICLE, Clip, LaneMap
 from ..config import load_params, require
-from ..geometry import wrap_angle
+from ..geometry import boxes_overlap, wrap_angle
 from . import lane_match_costs, logged_clip
 
 
@@ -164,13 +164,41 @@ def _qualifies_as_ego(obstacle, criteria: dict[str, Any]) -> str | None:
     return None
 
 
+def _logged_overlap(scenario, obstacle) -> str | None:
+    """Where the logged box of ``obstacle`` overlaps another obstacle's box at the same time step (an
+    NGSIM queue whose boxes overlap: replayed as the ego, that is a collision before the planner acts)."""
+    own = _states(obstacle)
+    length, width = _box_size(obstacle.obstacle_shape)
+    for other in scenario.obstacles:
+        if other.obstacle_id == obstacle.obstacle_id:
+            continue
+        o_len, o_wid = _box_size(other.obstacle_shape)
+        theirs = _states(other) if other in scenario.dynamic_obstacles else None
+        steps = sorted(own) if theirs is None else sorted(set(own) & set(theirs))
+        if not steps:
+            continue
+        a = np.array([[*own[k].position, float(own[k].orientation), length, width] for k in steps], float)
+        ref = other.initial_state
+        b = np.array([[*(theirs[k] if theirs is not None else ref).position,
+                       float((theirs[k] if theirs is not None else ref).orientation), o_len, o_wid]
+                      for k in steps], float)
+        hit = np.flatnonzero(boxes_overlap(a, b))
+        if len(hit):
+            return f"its logged box overlaps obstacle {other.obstacle_id} at time step {steps[int(hit[0])]}"
+    return None
+
+
 def rank_egos(scenario, lane_map: LaneMap, params: dict[str, Any]) -> list[int]:
     """Ids of the dynamic obstacles that may be promoted to ego (``adapters.promoted_ego``: a vehicle
-    of passenger-car size that moves), best first: longest trajectory, then most central starting lane,
-    then smallest id. Raises naming every obstacle's reason when none qualifies."""
+    of passenger-car size that moves, whose logged box overlaps no other), best first: longest
+    trajectory, then most central starting lane, then smallest id. Raises naming every obstacle's
+    reason when none qualifies."""
     criteria = require(params, "adapters.promoted_ego")
     heading_weight = float(require(params, "adapters.lane_match_heading_weight_m_per_rad"))
     reasons = {o.obstacle_id: _qualifies_as_ego(o, criteria) for o in scenario.dynamic_obstacles}
+    for o in scenario.dynamic_obstacles:
+        if reasons[o.obstacle_id] is None:
+            reasons[o.obstacle_id] = _logged_overlap(scenario, o)
     fit = [o for o in scenario.dynamic_obstacles if reasons[o.obstacle_id] is None]
     if not fit:
         why = "; ".join(f"{k}: {v}" for k, v in sorted(reasons.items())[:12]) or "no dynamic obstacles"
