@@ -47,10 +47,11 @@ One planning cycle (identical for every runtime backend, see :mod:`rad2_planner.
    critic's time, ``timings_ms["corrections"]`` that of the extra rounds (without their critic calls).
    A sampled selection (RL rollouts) skips the layer: its log-probability must describe the draw that
    was executed.
-6. ``stall_recovery`` (:mod:`rad2_planner.stall_recovery`): a standing ego skips the selected
-   candidate's initial dwell (it sets off at once along the same path); a candidate that asks for
+6. ``stall_recovery`` (:mod:`rad2_planner.stall_recovery`): below ``start_speed`` a selected
+   candidate that holds its speed and accelerates later is re-timed along its path to accelerate
+   evenly from now (replanned every cycle, it would never get going); a candidate that asks for
    reversing (the vehicle has none) is replaced by the route followed forwards within the vehicle's
-   limits, when that stays on the BEV's drivable area; ``info["stall_recovery"]`` says which. Off by
+   limits, when that stays on the BEV's drivable area; ``info["stall_recovery"]`` says which. On by
    default (``stall_recovery.enabled``).
 7. ``traffic_rules``: the executed plan re-timed to stop for a red signal (after the safety stage).
 8. ``safety_envelope``: the executed plan re-timed along its path so that at every point the ego could
@@ -735,9 +736,10 @@ class Rad2Policy:
 
     def _stall_recovery(self, candidates: np.ndarray, selected: list[int], inputs: dict[str, np.ndarray]
                         ) -> tuple[list, list[str]]:
-        """Per row (:mod:`rad2_planner.stall_recovery`): the selected candidate without its initial dwell
-        when the ego stands; the route followed forwards where it asks for reversing and that plan stays
-        on the BEV's drivable area; else None. And a note saying which."""
+        """Per row (:mod:`rad2_planner.stall_recovery`): the selected candidate evenly accelerated from
+        now when a slow ego's plan holds its speed and accelerates later; the route followed forwards
+        where it asks for reversing and that plan stays on the BEV's drivable area; else None. And a
+        note saying which."""
         b = candidates.shape[0]
         executed, notes = [None] * b, [""] * b
         if not self.recovery.enabled:
