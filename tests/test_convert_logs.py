@@ -57,13 +57,16 @@ def test_conversion_writes_one_dataset_and_names_a_bad_log(tmp_path):
     shutil.copytree(AV2_DIR, logs / "av2" / AV2_DIR.name)
     shutil.copy(CR_FILE, logs / CR_FILE.name)
     bad = _broken_sensor_log(logs)
-    # without skip_bad the broken log stops the conversion, named
-    with pytest.raises(LogFormatError, match=r"log-broken \(av2_sensor\)"):
+    truncated = logs / "truncated.xml"  # a download cut short
+    truncated.write_text(CR_FILE.read_text()[:3000])
+    # without skip_bad the first broken log stops the conversion, named
+    with pytest.raises(LogFormatError, match=r"truncated\.xml \(commonroad\)"):
         convert_logs(logs, tmp_path / "strict", egos_per_scenario=2, progress=False)
     written, index, errors = convert_logs(logs, tmp_path / "out", egos_per_scenario=3, skip_bad=True,
                                           progress=False)
     assert written == 4 and index["num_clips"] == 4  # 1 AV2 scenario + 3 promoted NGSIM egos
-    assert len(errors) == 1 and str(bad) in errors[0]
+    assert len(errors) == 2 and any(str(bad) in e for e in errors)
+    assert any("truncated.xml: not a readable CommonRoad" in e for e in errors)
     clips = list(iter_dataset(tmp_path / "out"))
     assert sorted(c.metadata["source"] for c in clips) == ["av2", "commonroad", "commonroad", "commonroad"]
     egos = [c.metadata["ego_obstacle_id"] for c in clips if c.metadata["source"] == "commonroad"]
@@ -90,6 +93,12 @@ def test_cli_converts_prints_the_composition_and_refuses_bad_input(tmp_path):
     zero = subprocess.run([sys.executable, str(tool), str(FIXTURES), "--out", str(tmp_path / "y"),
                            "--egos-per-scenario", "0"], capture_output=True, text=True, timeout=120)
     assert zero.returncode == 2 and "--egos-per-scenario" in zero.stderr
+    broken = tmp_path / "broken.xml"
+    broken.write_text('<?xml version="1.0"?><commonRoad><broken')
+    nothing = subprocess.run([sys.executable, str(tool), str(broken), "--out", str(tmp_path / "z"),
+                              "--skip-bad", "--no-progress"], capture_output=True, text=True, timeout=120)
+    assert nothing.returncode == 1 and "no clip converted" in nothing.stderr
+    assert "broken.xml: not a readable CommonRoad" in nothing.stderr
     helped = subprocess.run([sys.executable, str(tool), "--help"], capture_output=True, text=True,
                             timeout=120)
     assert helped.returncode == 0 and "--egos-per-scenario" in helped.stdout

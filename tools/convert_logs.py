@@ -101,6 +101,14 @@ def main(argv=None) -> int:
     except (ParameterError, LogFormatError, ClipValidationError, OSError) as exc:
         print(f"convert_logs: {exc}", file=sys.stderr)
         return 1
+    if errors:
+        print(f"convert_logs: skipped {len(errors)} that did not convert:", file=sys.stderr)
+        for e in errors:
+            print(f"  {e}", file=sys.stderr)
+    if written == 0:
+        inputs = ", ".join(str(p) for p in args.inputs)
+        print(f"convert_logs: no clip converted from {inputs}", file=sys.stderr)
+        return 1
     console = Console()
     table = Table(title=f"{args.out}: {index['num_clips']} clips")
     rows = composition(args.out)
@@ -111,10 +119,6 @@ def main(argv=None) -> int:
     console.print(table)
     print(f"convert_logs: {written} clips written to {args.out} ({index['num_clips']} in the index) in "
           f"{time.perf_counter() - start:.1f} s")
-    if errors:
-        print(f"convert_logs: skipped {len(errors)} that did not convert:", file=sys.stderr)
-        for e in errors:
-            print(f"  {e}", file=sys.stderr)
     return 0
 
 

@@ -211,15 +211,26 @@ def rank_egos(scenario, lane_map: LaneMap, params: dict[str, Any]) -> list[int]:
     return [int(o.obstacle_id) for o in ranked]
 
 
-def commonroad_ego_candidates(path: str | os.PathLike, params: dict[str, Any] | None = None) -> list[int]:
-    """:func:`rank_egos` of the scenario in the CommonRoad file ``path``."""
+def read_commonroad_file(path: str | os.PathLike):
+    """(scenario, planning problem set) of the CommonRoad XML file ``path``; a missing, truncated or
+    malformed file is a :class:`CommonRoadAdapterError` naming it (commonroad-io raises whatever its
+    XML parser or object constructors meet)."""
     from commonroad.common.file_reader import CommonRoadFileReader
 
     path = Path(path)
     if not path.is_file():
         raise CommonRoadAdapterError(f"CommonRoad file {path} does not exist")
+    try:
+        return CommonRoadFileReader(str(path)).open()
+    except Exception as exc:  # noqa: BLE001 - the reader's failures have no common base class
+        raise CommonRoadAdapterError(
+            f"{path}: not a readable CommonRoad scenario ({type(exc).__name__}: {exc})") from exc
+
+
+def commonroad_ego_candidates(path: str | os.PathLike, params: dict[str, Any] | None = None) -> list[int]:
+    """:func:`rank_egos` of the scenario in the CommonRoad file ``path``."""
     params = params if params is not None else load_params("bev")
-    scenario, _ = CommonRoadFileReader(str(path)).open()
+    scenario, _ = read_commonroad_file(path)
     return rank_egos(scenario, lanelet_map(scenario, params), params)
 
 
@@ -227,13 +238,9 @@ def load_commonroad_scenario(
     path: str | os.PathLike, ego_obstacle_id: int | None = None, params: dict[str, Any] | None = None
 ) -> Clip:
     """Read a CommonRoad XML file into a validated :class:`Clip`, promoting an obstacle to ego."""
-    from commonroad.common.file_reader import CommonRoadFileReader
-
     path = Path(path)
-    if not path.is_file():
-        raise CommonRoadAdapterError(f"CommonRoad file {path} does not exist")
     params = params if params is not None else load_params("bev")
-    scenario, planning = CommonRoadFileReader(str(path)).open()
+    scenario, planning = read_commonroad_file(path)
     dt = float(scenario.dt)
     lane_map = lanelet_map(scenario, params)
     if ego_obstacle_id is None:

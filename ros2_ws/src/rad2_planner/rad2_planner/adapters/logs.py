@@ -164,8 +164,8 @@ def clips_in_log(source: LogSource, params: dict[str, Any] | None = None, *, ego
             raise LogFormatError(f"{path}: unknown format {fmt!r}; known: {list(FORMATS)}")
     except LogFormatError:
         raise
-    except (ValueError, KeyError, OSError) as exc:
-        raise LogFormatError(f"{path} ({fmt}): {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - a reader's own failure (parser, decoder, validation) named by log
+        raise LogFormatError(f"{path} ({fmt}): {type(exc).__name__}: {exc}") from exc
 
 
 def load_log(path: str | os.PathLike, params: dict[str, Any] | None = None) -> Clip:
