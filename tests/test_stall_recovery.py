@@ -63,6 +63,9 @@ def test_a_slow_start_accelerates_evenly_along_the_same_path():
     brisk = np.stack([1.0 * np.arange(1, 9) ** 1.0, np.zeros(8)], axis=-1)
     assert even_start(brisk, ego_speed=0.0, plan_dt=DT, p=P) is None
     assert even_start(np.zeros((8, 2)), ego_speed=0.0, plan_dt=DT, p=P) is None
+    assert even_start(plan, ego_speed=float("nan"), plan_dt=DT, p=P) is None
+    holed = np.where(np.arange(8)[:, None] == 5, np.nan, plan)
+    assert even_start(holed, ego_speed=0.0, plan_dt=DT, p=P) is None
 
 
 def test_a_plan_that_stops_still_stops_at_the_same_place():

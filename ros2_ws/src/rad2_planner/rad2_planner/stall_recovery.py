@@ -89,9 +89,9 @@ def even_start(plan: np.ndarray, ego_speed: float, plan_dt: float, p: StallRecov
     even out: a fast ego, a plan that is not faster at ``start_horizon_s`` than the ego now, or one that
     already gains at least as much ground by then."""
     v0 = max(float(ego_speed), 0.0)
-    if v0 >= p.start_speed:
-        return None
     pts = np.asarray(plan, np.float64)
+    if not (np.isfinite(v0) and np.isfinite(pts).all()) or v0 >= p.start_speed:
+        return None  # an undefined speed or plan is left to the validators and the later stages
     path = np.vstack([np.zeros((1, 2)), pts])
     cum = arc_lengths(path)  # cum[k]: the plan's progress at k·plan_dt
     n = min(max(1, int(round(p.start_horizon_s / plan_dt))), len(pts))
