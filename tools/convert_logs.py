@@ -6,6 +6,7 @@ Examples:
   tools/convert_logs.py ~/av2/motion-forecasting/val --out out/av2_val --limit 200 --skip-bad
   tools/convert_logs.py ~/commonroad/scenarios --out out/ngsim --egos-per-scenario 5
   tools/convert_logs.py tests/fixtures/av2 tests/fixtures/commonroad --out out/real_fixtures
+  tools/convert_logs.py ~/womd/validation --format womd --out out/womd_val --limit 200 --skip-bad
   tools/evaluate_policy.py --policy rad2 idm --split out/real_fixtures --out runs/real
 
 Inputs are files or directories, searched recursively; the format of each log is recognised from what
@@ -49,6 +50,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="add to an existing dataset (same clip_id replaced) instead of starting a new index")
     ap.add_argument("--skip-bad", action="store_true",
                     help="skip logs that do not convert (reported at the end) instead of stopping")
+    ap.add_argument("--no-verify-crc", action="store_true",
+                    help="WOMD: do not check the TFRecord CRCs (faster; corruption shows as decode errors)")
     ap.add_argument("--params", type=Path, help="a bev.yaml to use instead of params/bev.yaml")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     return ap
@@ -97,7 +100,8 @@ def main(argv=None) -> int:
         params = load_params(args.params if args.params else "bev")
         written, index, errors = convert_logs(
             args.inputs, args.out, params, formats=args.formats, egos_per_scenario=args.egos_per_scenario,
-            limit=args.limit, append=args.append, skip_bad=args.skip_bad, progress=not args.no_progress)
+            limit=args.limit, append=args.append, skip_bad=args.skip_bad, verify_crc=not args.no_verify_crc,
+            progress=not args.no_progress)
     except (ParameterError, LogFormatError, ClipValidationError, OSError) as exc:
         print(f"convert_logs: {exc}", file=sys.stderr)
         return 1

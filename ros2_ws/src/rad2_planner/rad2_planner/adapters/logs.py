@@ -117,8 +117,9 @@ def find_logs(inputs: str | os.PathLike | Iterable[str | os.PathLike],
 
 
 def clips_in_log(source: LogSource, params: dict[str, Any] | None = None, *, egos_per_scenario: int = 1,
-                 errors: list[str] | None = None) -> Iterator[Clip]:
-    """The clips of one log. ``params``: params/bev.yaml (None: loaded). With an ``errors`` list, a
+                 errors: list[str] | None = None, verify_crc: bool = True) -> Iterator[Clip]:
+    """The clips of one log. ``params``: params/bev.yaml (None: loaded); ``verify_crc``: check WOMD
+    TFRecord CRCs (off: faster, corruption then shows as decode errors). With an ``errors`` list, a
     WOMD record or a CommonRoad ego that does not convert is skipped and its message appended;
     otherwise, and for a log that does not open at all, :class:`LogFormatError` names the log."""
     from ..config import load_params
@@ -151,7 +152,7 @@ def clips_in_log(source: LogSource, params: dict[str, Any] | None = None, *, ego
         elif fmt == "womd":
             from .womd import iter_womd_clips
 
-            yield from iter_womd_clips(path, params, errors=errors)
+            yield from iter_womd_clips(path, params, errors=errors, verify_crc=verify_crc)
         elif fmt == "clip":
             from ..clip import load_clip
 
@@ -180,7 +181,7 @@ def load_log(path: str | os.PathLike, params: dict[str, Any] | None = None) -> C
 
 def convert_logs(inputs, out: str | os.PathLike, params: dict[str, Any] | None = None, *,
                  formats: Iterable[str] | None = None, egos_per_scenario: int = 1, limit: int | None = None,
-                 append: bool = False, skip_bad: bool = False, progress: bool = True
+                 append: bool = False, skip_bad: bool = False, verify_crc: bool = True, progress: bool = True
                  ) -> tuple[int, dict[str, Any], list[str]]:
     """Write every clip of the logs under ``inputs`` into the dataset ``out``; returns (clips written,
     the index, the messages of the logs skipped with ``skip_bad``). Without ``skip_bad`` the first log
@@ -198,16 +199,21 @@ def convert_logs(inputs, out: str | os.PathLike, params: dict[str, Any] | None =
     sources = find_logs(inputs, formats)
     errors: list[str] = []
     count = 0
+    total = sum(_expected_clips(src, egos_per_scenario) for src in sources)
+    bar = tqdm(total=min(total, limit) if limit is not None else total, unit="clip", desc="converting",
+               disable=not progress)
 
     def clips() -> Iterator[Clip]:
         nonlocal count
-        for source in tqdm(sources, unit="log", desc="logs", disable=not progress):
+        for source in sources:
+            bar.set_postfix_str(source.path.name)
             try:
                 for clip in clips_in_log(source, params, egos_per_scenario=egos_per_scenario,
-                                         errors=errors if skip_bad else None):
+                                         errors=errors if skip_bad else None, verify_crc=verify_crc):
                     if limit is not None and count >= limit:
                         return
                     count += 1
+                    bar.update()
                     yield clip
             except LogFormatError as exc:
                 if not skip_bad:
@@ -215,9 +221,32 @@ def convert_logs(inputs, out: str | os.PathLike, params: dict[str, Any] | None =
                 errors.append(str(exc))
 
     described = ", ".join(f"{s.format}:{s.path}" for s in sources[:3]) + (" ..." if len(sources) > 3 else "")
-    index = save_dataset(clips(), out, append=append,
-                         description=f"real logs converted by tools/convert_logs.py from {described}")
+    with bar:
+        index = save_dataset(clips(), out, append=append,
+                             description=f"real logs converted by tools/convert_logs.py from {described}")
     return count, index, errors
+
+
+def _expected_clips(source: LogSource, egos_per_scenario: int) -> int:
+    """The clips a log should give, for the progress bar (a WOMD file: its record count; a CommonRoad
+    scene: at most ``egos_per_scenario``; a dataset: its index)."""
+    if source.format == "womd":
+        from .womd import count_tfrecords
+
+        try:
+            return count_tfrecords(source.path)
+        except Exception:  # noqa: BLE001 - a broken file is reported when it is read, not here
+            return 1
+    if source.format == "commonroad":
+        return egos_per_scenario
+    if source.format == "dataset":
+        from ..clip import read_index
+
+        try:
+            return int(read_index(source.path)["num_clips"])
+        except Exception:  # noqa: BLE001 - as above
+            return 1
+    return 1
 
 
 __all__ = ["FORMATS", "LogFormatError", "LogSource", "clips_in_log", "convert_logs", "find_logs", "load_log",

@@ -1075,30 +1075,3 @@ __all__ = [
     "womd_messages",
     "write_tfrecord",
 ]
-
-
-def convert_to_dataset(inputs, out, params: dict, *, limit: int | None = None, append: bool = False,
-                       skip_bad: bool = False, verify_crc: bool = True,
-                       progress: bool = True) -> tuple[int, dict, list[str]]:
-    """Convert the TFRecords of ``inputs`` (files or directories) into the dataset ``out``
-    (tools/convert_womd.py); returns (clips converted, the index, the skipped records' messages when
-    ``skip_bad``). WOMDFormatError / OSError as the reading raises them."""
-    from tqdm import tqdm
-
-    from rad2_planner.clip import save_dataset
-
-    files = womd_files(inputs)
-    total = sum(count_tfrecords(f) for f in files)
-    if limit is not None:
-        total = min(total, limit)
-    errors: list[str] | None = [] if skip_bad else None
-    clips = iter_womd_clips(files, params, verify_crc=verify_crc, limit=limit, errors=errors)
-    with tqdm(clips, total=total, unit="scenario", desc="womd", disable=not progress) as bar:
-        index = save_dataset(
-            bar,
-            out,
-            append=append,
-            description=f"WOMD scenarios converted by tools/convert_womd.py from "
-            f"{', '.join(str(f) for f in files[:3])}{' ...' if len(files) > 3 else ''}",
-        )
-    return bar.n, index, errors or []
