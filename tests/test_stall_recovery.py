@@ -68,6 +68,25 @@ def test_a_slow_start_accelerates_evenly_along_the_same_path():
     assert even_start(holed, ego_speed=0.0, plan_dt=DT, p=P) is None
 
 
+def test_a_moving_ego_that_should_speed_up_accelerates_now():
+    """Leaving a corner at 6 m/s the generator proposes to hold 6 m/s for a second and reach 10 m/s later;
+    executed a tenth of a second at a time, the ego would lag. Below start_speed the acceleration starts
+    now; a plan that cruises or brakes at that speed is left alone, and above start_speed nothing changes."""
+    p = replace(P, start_speed=20.0, start_horizon_s=2.0)
+    speeds = np.array([6.0, 6.0, 6.0, 7.5, 9.0, 10.0, 10.0, 10.0])  # m/s over each 0.5 s interval
+    plan = np.stack([np.cumsum(speeds * DT), np.zeros(8)], axis=-1)
+    out = even_start(plan, ego_speed=6.0, plan_dt=DT, p=p)
+    assert out is not None
+    s_new = _progress(out)
+    t = np.arange(1, 5) * DT
+    accel = (7.5 - 6.0) / 2.0  # to the plan's speed over its interval ending at 2 s
+    np.testing.assert_allclose(s_new[:4], 6.0 * t + 0.5 * accel * t**2, rtol=1e-6)
+    assert s_new[-1] == pytest.approx(_progress(plan)[-1])  # never past the plan's own end
+    cruise = np.stack([np.cumsum(np.full(8, 6.0) * DT), np.zeros(8)], axis=-1)
+    assert even_start(cruise, ego_speed=6.0, plan_dt=DT, p=p) is None
+    assert even_start(plan, ego_speed=6.0, plan_dt=DT, p=replace(p, start_speed=5.0)) is None
+
+
 def test_a_plan_that_stops_still_stops_at_the_same_place():
     xs = np.array([0.1, 0.3, 0.9, 2.0, 3.0, 3.5, 3.6, 3.6])
     plan = np.stack([xs, np.zeros(8)], axis=-1)
@@ -157,7 +176,7 @@ def test_the_policy_applies_both_and_says_so():
     candidates = np.stack([np.stack([backwards] * 4), np.stack([waiting] * 4)]).astype(np.float32)
     executed, notes = policy._stall_recovery(candidates, [0, 0], inputs)
     assert notes[0].startswith("plan asks for reversing") and executed[0][:, 0].min() > -1e-6
-    assert notes[1].startswith("slow start") and executed[1][0, 0] > 5 * waiting[0, 0] + 0.1
+    assert notes[1].startswith("late acceleration") and executed[1][0, 0] > 5 * waiting[0, 0] + 0.1
     assert executed[1][-1, 0] <= waiting[-1, 0] + 1e-5
     # with the stage switched off, nothing changes
     off = Rad2Policy.from_params({**params, "stall_recovery": {**params["stall_recovery"], "enabled": False}},

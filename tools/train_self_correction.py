@@ -28,7 +28,9 @@ def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True, help="dataset directory (index.json, clips/, maps/)")
     ap.add_argument("--out", required=True, help="run directory (final/, tb/)")
-    ap.add_argument("--base", default="checkpoints/rad2_il", help="pretrained generator checkpoint")
+    ap.add_argument("--base", default=None,
+                    help="pretrained generator checkpoint (default: planner.checkpoint_dir of "
+                         "params/planner.yaml, the planner the corrector must share its scene encoder with)")
     ap.add_argument("--critic", default="checkpoints/collision_critic", help="collision critic checkpoint")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a self_correction.* hyper-parameter (JSON), e.g. --set max_steps=200")
@@ -48,13 +50,17 @@ def main() -> int:
         ParameterError,
         ResourceNotFoundError,
         budget_seconds,
+        load_params,
         parse_block_overrides,
+        require,
     )
     from rad2_planner.networks.critic import CriticCheckpointError
     from rad2_planner.networks.model import CheckpointError
 
     try:
         overrides = parse_block_overrides("training", "self_correction", args.set)
+        if args.base is None:
+            args.base = str(require(load_params("planner"), "planner.checkpoint_dir"))
         model, check = train_self_correction(
             args.data, args.out, resolve_path(args.base), resolve_path(args.critic), overrides, args.workers,
             not args.no_progress, " ".join(shlex.quote(a) for a in sys.argv),

@@ -49,7 +49,8 @@ One planning cycle (identical for every runtime backend, see :mod:`rad2_planner.
    was executed.
 6. ``stall_recovery`` (:mod:`rad2_planner.stall_recovery`): below ``start_speed`` a selected
    candidate that holds its speed and accelerates later is re-timed along its path to accelerate
-   evenly from now (replanned every cycle, it would never get going); a candidate that asks for
+   evenly from now (replanned every cycle, it would never get going, or lag behind after a corner); a
+   candidate that asks for
    reversing (the vehicle has none) is replaced by the route followed forwards within the vehicle's
    limits, when that stays on the BEV's drivable area; ``info["stall_recovery"]`` says which. On by
    default (``stall_recovery.enabled``).
@@ -756,7 +757,7 @@ class Rad2Policy:
                 started = even_start(plan, speed, self.plan_dt, self.recovery)
                 if started is not None:
                     executed[i] = started.astype(np.float32)
-                    notes[i] = "slow start: the plan's acceleration evened out from now"
+                    notes[i] = "late acceleration: the plan's acceleration evened out from now"
                 continue
             if drivable is None:
                 continue

@@ -6,9 +6,13 @@ instead (no ROS, no networks).
    it imitates did at junctions and in queues, and what it also does behind parked cars in real logs.
    Replanned every cycle, such a plan is only ever executed in its first tenth of a second, so the ego
    creeps (an Argoverse 2 street with a parked row: 0.5 m/s for 4 s while the logged driver left at
-   9 m/s) or never sets off. :func:`even_start` re-times the selected plan along its own path so that
-   the ego accelerates evenly from now to the plan's speed at ``start_horizon_s`` (below
-   ``start_speed`` only); the plan's later speeds follow, and it never goes past the plan's own end.
+   9 m/s) or never sets off. The same shape at speed makes it lag: leaving a corner at 3-8 m/s it
+   took 6 s to reach the speed the logged driver reached in 3 s, and on the SUMO free-road clips of
+   ``data/eval_efficiency`` that cost most of the progress it lost (README, session 16).
+   :func:`even_start` re-times the selected plan along its own path so that the ego accelerates evenly
+   from now to the plan's speed at ``start_horizon_s`` (below ``start_speed``: by default at every
+   speed of a street); the plan's later speeds follow, and it never goes past the plan's own end. A
+   plan that is not faster at ``start_horizon_s`` than the ego now (cruising, braking) is left alone.
    Where the wait was for a reason the later stages know (a red signal, an agent in the path), they
    still stop it. (A first version skipped the initial dwell outright: the sudden start cost comfort,
    README, session 14.)
