@@ -50,10 +50,9 @@ One planning cycle (identical for every runtime backend, see :mod:`rad2_planner.
 6. ``stall_recovery`` (:mod:`rad2_planner.stall_recovery`): below ``start_speed`` a selected
    candidate that holds its speed and accelerates later is re-timed along its path to accelerate
    evenly from now (replanned every cycle, it would never get going, or lag behind after a corner); a
-   candidate that asks for
-   reversing (the vehicle has none) is replaced by the route followed forwards within the vehicle's
-   limits, when that stays on the BEV's drivable area; ``info["stall_recovery"]`` says which. On by
-   default (``stall_recovery.enabled``).
+   candidate that asks for reversing (the vehicle has none) is replaced by the route followed forwards
+   within the vehicle's limits, when that stays on the BEV's drivable area; ``info["stall_recovery"]``
+   says which. On by default (``stall_recovery.enabled``).
 7. ``traffic_rules``: the executed plan re-timed to stop for a red signal (after the safety stage).
 8. ``safety_envelope``: the executed plan re-timed along its path so that at every point the ego could
    still stop behind every agent in its path (constant-velocity prediction) if that agent braked hard,
