@@ -132,7 +132,7 @@ def test_generator_fine_tuning_moves_towards_the_targets():
     model = PlannerModel.load(resolve_path("checkpoints/rad2_il"))
     d = load_params("planner")["diffusion"]
     schedule = NoiseSchedule(model.cfg.num_train_steps, d["schedule"])
-    batch = generator_batch(sim, {clip.clip_id: clip}, targets)
+    batch = generator_batch(sim, {clip.clip_id: clip}, targets, model.cfg)
     assert batch["target"].shape == (len(targets), 8, 2) and batch["bev"].shape[0] == len(targets)
 
     def loss() -> float:

@@ -169,9 +169,9 @@ def test_scene_tokens_round_trip(arrays):
         "agent_types",
     ):
         np.testing.assert_array_equal(getattr(back, name), getattr(tokens, name), err_msg=name)
-    # Positions, speed limits, flags, velocities and box sizes are exact; cos/sin of headings pass
-    # through atan2 and float32.
-    exact_map_cols, exact_agent_cols = [0, 1, 4, 5], [0, 1, 4, 5, 6, 7, 8, 9]
+    # Positions, speed limits, flags, signal states, velocities and box sizes are exact; cos/sin of
+    # headings pass through atan2 and float32.
+    exact_map_cols, exact_agent_cols = [0, 1, 4, 5, 6, 7], [0, 1, 4, 5, 6, 7, 8, 9]
     np.testing.assert_array_equal(
         back.map_polylines[..., exact_map_cols], tokens.map_polylines[..., exact_map_cols]
     )
@@ -219,6 +219,11 @@ def test_scene_tokens_decoding_rejects_oversized_and_malformed_content(arrays):
     msg = rc.scene_tokens_to_msg(_tokens(arrays))
     msg.agents[0].type = 9
     with pytest.raises(rc.MessageValidationError, match=r"SceneTokens.agents.type has unknown values \[9\]"):
+        rc.scene_tokens_from_msg(msg, SIZES)
+    msg = rc.scene_tokens_to_msg(_tokens(arrays))
+    assert {p.signal_state for p in msg.map_polylines} == {0, 1, 2, 3}  # sample_arrays has every state
+    msg.map_polylines[3].signal_state = 7
+    with pytest.raises(rc.MessageValidationError, match=r"SceneTokens.map_polylines\[3\].signal_state is 7"):
         rc.scene_tokens_from_msg(msg, SIZES)
     msg = rc.scene_tokens_to_msg(_tokens(arrays))
     msg.ego_speed = float("nan")

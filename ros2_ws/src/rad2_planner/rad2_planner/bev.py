@@ -11,7 +11,10 @@ Grid (``params/bev.yaml`` ``bev.*``): cell (row i, col j) covers the ego-frame s
   that time expressed in the *current* ego frame;
 - ``agent_velocity_x`` / ``agent_velocity_y``: the agent's world velocity rotated into the ego
   frame (m/s), written into its current box;
-- ``speed_limit``: the lane's speed limit (m/s) inside each lane polygon.
+- ``speed_limit``: the lane's speed limit (m/s) inside each lane polygon;
+- ``traffic_signal``: the centrelines of the lanes a traffic light controls and its stop lines, drawn
+  with the light's state now (:data:`SIGNAL_CHANNEL_VALUES`: red 1, yellow 0.5, green 0.25; 0 where no
+  light is known). Where lines of different states cross, the more restrictive one shows.
 
 Input is a :class:`SceneSnapshot`, which live perception can fill without a :class:`Clip`;
 :func:`snapshot_from_clip` builds one from a logged clip. Map geometry is prepared once per
@@ -31,7 +34,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from .clip import Clip, LaneMap
+from .clip import SIGNAL_GREEN, SIGNAL_RED, SIGNAL_YELLOW, Clip, LaneMap
 from .config import cached_config, default_params, load_params, require
 from .geometry import box_corners, rotate_vectors, se2_inverse, se2_matrix
 
@@ -123,6 +126,7 @@ _STATIC = {
     "route",
     "crosswalk",
     "speed_limit",
+    "traffic_signal",
     "agent_velocity_x",
     "agent_velocity_y",
     "ego",
@@ -413,6 +417,32 @@ def _downsample(canvas: np.ndarray, cfg: BevConfig) -> np.ndarray:
     return small.astype(np.float32) / 255.0
 
 
+# Value of the traffic_signal channel on the lanes and stop lines of a light in each state (0: none known).
+# Drawn from the least to the most restrictive, so where a red and a green lane cross the red shows.
+SIGNAL_CHANNEL_VALUES = {SIGNAL_GREEN: 0.25, SIGNAL_YELLOW: 0.5, SIGNAL_RED: 1.0}
+
+
+def _draw_signals(img: np.ndarray, snapshot: SceneSnapshot, affine: np.ndarray, scale: float,
+                  box: np.ndarray, cfg: BevConfig) -> None:
+    lane_map = snapshot.map
+    if snapshot.signal_states is None or not lane_map.num_signals:
+        return
+    try:
+        lane_states = lane_map.lane_signal_states(snapshot.signal_states)
+    except ValueError as e:
+        raise BevError(str(e)) from None
+    states = np.asarray(snapshot.signal_states).reshape(-1)
+    for state, value in SIGNAL_CHANNEL_VALUES.items():
+        lines = [lane_map.centerlines[k] for k in np.flatnonzero(lane_states == state)]
+        lines += [lane_map.signal_stop_lines[s] for s in np.flatnonzero(states == state)]
+        lines = [np.asarray(p, np.float64) for p in lines if len(p) >= 2]
+        lines = [p for p in lines if p[:, 0].max() >= box[0] and p[:, 0].min() <= box[2]
+                 and p[:, 1].max() >= box[1] and p[:, 1].min() <= box[3]]
+        if lines:
+            pix = [np.round((p @ affine[:, :2].T + affine[:, 2]) * scale).astype(np.int32) for p in lines]
+            cv2.polylines(img, pix, False, value, cfg.thickness, cv2.LINE_8, cfg.shift)
+
+
 def rasterize_bev(
     snapshot: SceneSnapshot,
     ego_pose=None,
@@ -480,6 +510,8 @@ def rasterize_bev(
             polys = pm.lanes.pixel_polys(lane_idx, affine, scale)
             for poly, li in zip(polys, lane_idx):
                 cv2.fillPoly(img, [poly], float(pm.lanes.values[li]), cv2.LINE_8, shift)
+        elif kind == "traffic_signal":
+            _draw_signals(img, snapshot, affine, scale, box, cfg)
         elif kind == "agents":
             if k == 0:
                 frame = snapshot.agents
@@ -524,6 +556,7 @@ __all__ = [
     "BevConfig",
     "BevError",
     "PreparedMap",
+    "SIGNAL_CHANNEL_VALUES",
     "SceneSnapshot",
     "ego_state_from_clip",
     "ego_to_pixel_affine",

@@ -57,6 +57,8 @@ SIGNAL_YELLOW = 2
 SIGNAL_GREEN = 3
 SIGNAL_STATE_NAMES = {SIGNAL_UNKNOWN: "unknown", SIGNAL_RED: "red", SIGNAL_YELLOW: "yellow",
                       SIGNAL_GREEN: "green"}
+# which of two states a lane controlled by both must obey (the higher)
+SIGNAL_RESTRICTIVENESS = {SIGNAL_UNKNOWN: 0, SIGNAL_GREEN: 1, SIGNAL_YELLOW: 2, SIGNAL_RED: 3}
 # "no neighbour" in LaneMap.left_neighbors / right_neighbors (never a valid lane id)
 NO_LANE = -1
 
@@ -199,6 +201,32 @@ class LaneMap:
     @property
     def num_signals(self) -> int:
         return int(len(self.signal_ids))
+
+    def lane_signal_states(self, signal_states) -> np.ndarray:
+        """[L] int8 state (SIGNAL_*) of the light controlling each lane, in ``lane_ids`` order.
+
+        ``signal_states`` ([S], rows of ``signal_ids``; None: not known). A lane no signal controls is
+        SIGNAL_UNKNOWN; a lane two signals control takes the more restrictive state (red over yellow over
+        green), because that is the one the driver must obey.
+        """
+        out = np.zeros(len(self.lane_ids), np.int8)
+        if signal_states is None or not self.num_signals:
+            return out
+        states = np.asarray(signal_states).reshape(-1)
+        if len(states) != self.num_signals:
+            raise ClipValidationError(
+                f"signal_states: {len(states)} values for the map's {self.num_signals} signals")
+        index = self.lane_index()
+        for lanes, state in zip(self.signal_lanes, states):
+            state = int(state)
+            if state not in SIGNAL_RESTRICTIVENESS:
+                raise ClipValidationError(f"signal_states: unknown state {state} (expected one of "
+                                          f"{sorted(SIGNAL_STATE_NAMES)})")
+            for lane_id in lanes:
+                k = index.get(int(lane_id))
+                if k is not None and SIGNAL_RESTRICTIVENESS[state] > SIGNAL_RESTRICTIVENESS[int(out[k])]:
+                    out[k] = state
+        return out
 
     def neighbor(self, lane_id: int, side: str) -> int | None:
         """The left or right neighbour's lane id (``side`` "left"/"right"), or None."""

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from rad2_planner.config import load_params
+from rad2_planner.tokens import MAP_FEATURES
 
 MESSAGE_TYPES = (
     "BevFeatures",
@@ -115,7 +116,7 @@ def sample_arrays(
     n_map, n_pts = int(tokens["map"]["num_polylines"]), int(tokens["map"]["points_per_polyline"])
     n_agents, n_route = int(tokens["agents"]["num_agents"]), int(tokens["route"]["num_points"])
     valid_map, valid_agents, valid_route = min(n_map, 23), min(n_agents, 11), n_route
-    polylines = np.zeros((n_map, n_pts, 6), np.float32)
+    polylines = np.zeros((n_map, n_pts, MAP_FEATURES), np.float32)
     s = np.linspace(-20.0, 40.0, n_pts)
     for m in range(valid_map):
         offset, curvature = rng.uniform(-20, 20), rng.uniform(-0.01, 0.01)
@@ -129,6 +130,8 @@ def sample_arrays(
                 np.sin(heading),
                 np.full_like(s, rng.choice([8.3, 13.4])),
                 np.full_like(s, float(m % 3 == 0)),
+                np.full_like(s, (0.0, 0.5, 1.0, 0.0)[m % 4]),  # signal_stop: none, yellow, red, green
+                np.full_like(s, float(m % 4 == 3)),  # signal_go
             ],
             axis=1,
         )

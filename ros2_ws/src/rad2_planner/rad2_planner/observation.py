@@ -5,7 +5,7 @@ Fields and shapes (``docs/conventions.md``); a batch adds one leading dimension 
 | field | shape | dtype |
 | --- | --- | --- |
 | bev | [C, H, W] | float32 |
-| map_polylines | [N_map, P, 6] | float32 |
+| map_polylines | [N_map, P, 8] | float32 |
 | map_mask | [N_map] | bool |
 | agents | [N_agents, 10] | float32 |
 | agents_mask | [N_agents] | bool |
@@ -184,7 +184,8 @@ def build_observation(
     pose = np.asarray(snapshot.ego_pose if ego_pose is None else ego_pose, np.float64)
     bev = rasterize_bev(snapshot, ego_pose=pose, params=params)
     tcfg = get_token_config(params)
-    mp, mm = map_tokens(snapshot.map, pose, snapshot.route_lane_ids, snapshot.route_polyline, tcfg)
+    mp, mm = map_tokens(snapshot.map, pose, snapshot.route_lane_ids, snapshot.route_polyline, tcfg,
+                        signal_states=snapshot.signal_states)
     ag, am = agent_tokens(snapshot.agents, pose, tcfg)
     rt, rm = route_tokens(snapshot.route_polyline, pose, tcfg)
     es = np.asarray(snapshot.ego_state if ego_state is None else ego_state, np.float64)
@@ -235,7 +236,7 @@ def transform_tokens(obs: Observation, delta_pose) -> Observation:
         return a.reshape(a.shape + (1,) * extra)
 
     out = obs.copy()
-    # map polylines [..., N, P, 6]
+    # map polylines [..., N, P, 8] (the signal features do not depend on the frame)
     cm, sm, xm, ym = (expand(v, 2) for v in (c, s, dx, dy))
     mp = obs.map_polylines.astype(np.float64)
     xy, cs = _apply_se2(mp[..., 0:2], mp[..., 2:4], cm, sm, xm, ym)

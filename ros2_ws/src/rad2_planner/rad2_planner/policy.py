@@ -120,10 +120,13 @@ def resolve_path(p: str | Path) -> Path:
     return resource_path(p, required=False)
 
 
-def observation_inputs(observation: Any, cfg=None) -> dict[str, np.ndarray]:
+def observation_inputs(observation: Any, cfg=None, observation_channels=None) -> dict[str, np.ndarray]:
     """An Observation (object or dict, single or batched) -> the scene-encoder input batch.
 
-    Checks every field's shape against the model config and names the offending field.
+    With the model config ``cfg``: the model is fed the BEV channels it names (of ``observation_channels``,
+    default ``bev.channels`` of params/bev.yaml) and its first ``map_point_dim`` map-token features, so a
+    checkpoint trained before a channel or feature was added keeps working; then every field's shape is
+    checked against ``cfg`` and the offending field named.
     """
     out = {}
     for name, unbatched_ndim in FIELD_RANKS.items():
@@ -143,9 +146,13 @@ def observation_inputs(observation: Any, cfg=None) -> dict[str, np.ndarray]:
             raise ObservationError(f"observation.{name}: contains non-finite values")
         out[name] = np.ascontiguousarray(a)
     if cfg is not None:
+        try:
+            out = cfg.select_inputs(out, observation_channels)
+        except ValueError as e:
+            raise ObservationError(str(e)) from None
         expect = {
             "bev": (cfg.bev_channels, *cfg.bev_hw),
-            "map_polylines": (cfg.n_map, cfg.map_points, 6),
+            "map_polylines": (cfg.n_map, cfg.map_points, cfg.map_point_dim),
             "map_mask": (cfg.n_map,),
             "agents": (cfg.n_agents, 10),
             "agents_mask": (cfg.n_agents,),

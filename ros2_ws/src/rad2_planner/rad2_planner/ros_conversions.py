@@ -38,7 +38,9 @@ from rad2_msgs.msg import (
 from std_msgs.msg import Header
 
 from .bags import planning_diagnostics_record, time_to_ns
+from .clip import SIGNAL_STATE_NAMES
 from .geometry import quaternion_to_yaw, yaw_to_quaternion
+from .tokens import MAP_FEATURES, signal_features, signal_state_of_features
 
 EGO_FRAME = "base_link"
 WORLD_FRAME = "map"
@@ -420,7 +422,8 @@ class TokenSizes:
 class SceneTokenArrays:
     """The token part of an Observation (conventions.md), ego frame, float32, fixed sizes + masks."""
 
-    map_polylines: np.ndarray  # [N_map, P, 6]: x, y, cos h, sin h, speed limit, on_route
+    # [N_map, P, 8]: x, y, cos h, sin h, speed limit, on_route, signal_stop, signal_go
+    map_polylines: np.ndarray
     map_mask: np.ndarray  # [N_map] bool
     agents: np.ndarray  # [N_agents, 10]: x, y, cos, sin, vx, vy, length, width, is_vehicle, is_vru
     agents_mask: np.ndarray  # [N_agents] bool
@@ -464,7 +467,7 @@ class SceneTokenArrays:
 def scene_tokens_to_msg(tokens: SceneTokenArrays) -> SceneTokens:
     """Encode the valid (masked) rows; the fixed sizes are restored on decode with TokenSizes."""
     kind = "SceneTokens"
-    polylines = _as_array(kind, "map_polylines", tokens.map_polylines, (None, None, 6))
+    polylines = _as_array(kind, "map_polylines", tokens.map_polylines, (None, None, MAP_FEATURES))
     n_map = polylines.shape[0]
     map_mask = _as_array(kind, "map_mask", tokens.map_mask, (n_map,), bool)
     agents = _as_array(kind, "agents", tokens.agents, (None, 10))
@@ -488,7 +491,7 @@ def scene_tokens_to_msg(tokens: SceneTokenArrays) -> SceneTokens:
         rows = polylines[m]
         # Speed limit and route membership are per lane in the message; the arrays repeat them per
         # point, so a polyline that mixes values cannot be represented and is refused.
-        for col, name in ((4, "speed limit"), (5, "on_route")):
+        for col, name in ((4, "speed limit"), (5, "on_route"), (6, "signal_stop"), (7, "signal_go")):
             if np.ptp(rows[:, col]) > 1e-6:
                 raise _fail(
                     kind,
@@ -501,6 +504,7 @@ def scene_tokens_to_msg(tokens: SceneTokenArrays) -> SceneTokens:
         poly.lane_id = -1 if lane_ids is None else int(lane_ids[m])
         poly.speed_limit = _f32(rows[0, 4])
         poly.on_route = bool(rows[0, 5] > 0.5)
+        poly.signal_state = signal_state_of_features(float(rows[0, 6]), float(rows[0, 7]))
         poly.points = [Point(x=float(x), y=float(y), z=0.0) for x, y in rows[:, :2]]
         poly.headings = _float32_array(np.arctan2(rows[:, 3], rows[:, 2]))
         msg.map_polylines.append(poly)
@@ -552,7 +556,7 @@ def scene_tokens_from_msg(msg: SceneTokens, sizes: TokenSizes) -> SceneTokenArra
         if count > limit:
             raise _fail(kind, field_name, f"has {count} entries, more than the {limit} the planner takes")
 
-    polylines = np.zeros((sizes.num_map_polylines, sizes.points_per_polyline, 6), dtype=np.float32)
+    polylines = np.zeros((sizes.num_map_polylines, sizes.points_per_polyline, MAP_FEATURES), dtype=np.float32)
     map_mask = np.zeros(sizes.num_map_polylines, dtype=bool)
     lane_ids = np.full(sizes.num_map_polylines, -1, dtype=np.int64)
     for m, poly in enumerate(msg.map_polylines):
@@ -582,6 +586,10 @@ def scene_tokens_from_msg(msg: SceneTokens, sizes: TokenSizes) -> SceneTokenArra
         polylines[m, :, 3] = np.sin(headings)
         polylines[m, :, 4] = speed_limit
         polylines[m, :, 5] = 1.0 if poly.on_route else 0.0
+        if poly.signal_state not in SIGNAL_STATE_NAMES:
+            raise _fail(kind, f"{name}.signal_state",
+                        f"is {poly.signal_state}, expected one of {sorted(SIGNAL_STATE_NAMES)}")
+        polylines[m, :, 6:8] = signal_features(poly.signal_state)
         map_mask[m] = True
         lane_ids[m] = poly.lane_id
 

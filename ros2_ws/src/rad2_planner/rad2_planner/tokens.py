@@ -1,8 +1,10 @@
 """Token tensors the networks consume, all in the ego frame, float32, fixed sizes with masks.
 
-- map polylines ``[N_map, P, 6]``: nearest lane centrelines (within ``tokens.map.range_m``), each
+- map polylines ``[N_map, P, 8]``: nearest lane centrelines (within ``tokens.map.range_m``), each
   cropped to ``tokens.map.max_length_m`` around its closest point and resampled to P points evenly
-  in arc length; per point x, y, cos h, sin h, speed limit (m/s), on_route (0/1);
+  in arc length; per point x, y, cos h, sin h, speed limit (m/s), on_route (0/1), signal_stop (the
+  light controlling the lane: red 1, yellow 0.5, else 0), signal_go (green 1, else 0) — both 0 on a
+  lane no known light controls;
 - agents ``[N_agents, 10]``: nearest valid agents within ``tokens.agents.range_m``: x, y, cos yaw,
   sin yaw, vx, vy (ego frame), length, width, is_vehicle, is_vru;
 - route ``[N_route, 4]``: points every ``tokens.route.spacing_m`` along the route polyline from the
@@ -17,11 +19,24 @@ from typing import Any
 
 import numpy as np
 
-from .clip import AGENT_CYCLIST, AGENT_PEDESTRIAN, AGENT_VEHICLE, LaneMap
+from .clip import (
+    AGENT_CYCLIST,
+    AGENT_PEDESTRIAN,
+    AGENT_VEHICLE,
+    SIGNAL_GREEN,
+    SIGNAL_RED,
+    SIGNAL_UNKNOWN,
+    SIGNAL_YELLOW,
+    LaneMap,
+)
 from .config import cached_config, load_params, require
 from .geometry import rotate_vectors, world_to_ego
 
-MAP_FEATURES = 6
+MAP_FEATURES = 8
+# Map-token features before the per-lane signal state was added (checkpoints trained then take these).
+MAP_FEATURES_WITHOUT_SIGNALS = 6
+# (signal_stop, signal_go) of a lane by the state of its light
+_SIGNAL_FEATURES = {SIGNAL_RED: (1.0, 0.0), SIGNAL_YELLOW: (0.5, 0.0), SIGNAL_GREEN: (0.0, 1.0)}
 AGENT_FEATURES = 10
 ROUTE_FEATURES = 4
 
@@ -169,14 +184,28 @@ def prepare_lanes(lane_map: LaneMap) -> PreparedLanes:
 # ----------------------------------------------------------------------------------------------
 # token builders
 # ----------------------------------------------------------------------------------------------
+def signal_features(state: int) -> tuple[float, float]:
+    """(signal_stop, signal_go) map-token features of a lane whose light is in ``state`` (SIGNAL_*)."""
+    return _SIGNAL_FEATURES.get(int(state), (0.0, 0.0))
+
+
+def signal_state_of_features(stop: float, go: float) -> int:
+    """The SIGNAL_* state whose :func:`signal_features` are nearest to (stop, go)."""
+    candidates = {**_SIGNAL_FEATURES, SIGNAL_UNKNOWN: (0.0, 0.0)}
+    return min(candidates, key=lambda s: (candidates[s][0] - stop) ** 2 + (candidates[s][1] - go) ** 2)
+
+
 def map_tokens(
     lane_map: LaneMap,
     ego_pose,
     route_lane_ids=None,
     route_polyline=None,
     params: dict[str, Any] | TokenConfig | None = None,
+    signal_states=None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """([N_map, P, 6] float32, [N_map] bool) nearest-lane polylines in the ego frame.
+    """([N_map, P, MAP_FEATURES] float32, [N_map] bool) nearest-lane polylines in the ego frame.
+
+    ``signal_states`` ([S] SIGNAL_* of the map's signals now, None: not known) fill signal_stop/go.
 
     Vectorised over lanes (one pass over the map's segments, one resampling call for all chosen
     lanes): the simulator builds these for every logged frame it warps.
@@ -219,6 +248,12 @@ def map_tokens(
     out[:n, :, 2:4] = rotate_vectors(np.stack([np.cos(h), np.sin(h)], axis=-1), -pose[2])
     out[:n, :, 4] = pl.speed[order][:, None]
     out[:n, :, 5] = on_route[:, None]
+    if signal_states is not None and lane_map.num_signals:
+        lane_states = lane_map.lane_signal_states(signal_states)[order]
+        for state, (stop, go) in _SIGNAL_FEATURES.items():
+            hit = lane_states == state
+            out[:n][hit, :, 6] = stop
+            out[:n][hit, :, 7] = go
     mask[:n] = True
     return out, mask
 

@@ -124,14 +124,14 @@ def correction_samples(rollouts: Sequence[Any], reward: str, ogo: OGOConfig, pla
 
 
 def sample_batch(sim: Any, clips: dict[str, Any], samples: Sequence[CorrectionSample], normalizer: Any,
-                 trace_len: int, plan_points: int) -> dict[str, np.ndarray]:
+                 trace_len: int, plan_points: int, model_cfg: Any) -> dict[str, np.ndarray]:
     """Network inputs of ``samples``: each observation rendered again at its decision state
     (``Simulator.observation_at``), the target, the encoded trace, its mask and the sample weights."""
     from rad2_planner.observation import stack_observations
     from rad2_planner.policy import correction_inputs, observation_inputs
 
     obs = [sim.observation_at(clips[s.clip_id], s.step, s.ego_state, s.accel) for s in samples]
-    batch = observation_inputs(stack_observations(obs))
+    batch = observation_inputs(stack_observations(obs), model_cfg)
     batch["target"] = np.stack([s.target for s in samples]).astype(np.float32)
     batch["trace"], batch["trace_mask"] = correction_inputs([list(s.trace) for s in samples],
                                                             batch["ego_state"][:, 0], normalizer, trace_len,
@@ -264,7 +264,7 @@ def finetune(dataset: str | Path, out_dir: str | Path, cfg: CorrectionRLConfig, 
         losses = []
         if samples:
             batch = sample_batch(sim, by_id, samples, model.normalizer, model.cfg.correction_trace_len,
-                                 model.cfg.plan_points)
+                                 model.cfg.plan_points, model.cfg)
             model.train()
             model.encoder.eval()
             for _ in tqdm(range(cfg.updates_per_iteration), desc="update", disable=not progress, leave=False):

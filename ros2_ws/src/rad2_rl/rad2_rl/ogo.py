@@ -125,14 +125,16 @@ def ogo_targets(rollouts: Sequence[Any], cfg: OGOConfig, plan_points: int, plan_
     return out
 
 
-def generator_batch(sim: Any, clips: dict[str, Any], targets: Sequence[OGOTarget]) -> dict[str, np.ndarray]:
+def generator_batch(sim: Any, clips: dict[str, Any], targets: Sequence[OGOTarget],
+                    model_cfg: Any) -> dict[str, np.ndarray]:
     """The imitation-loss batch of a list of targets: each observation rendered again at its decision
-    state (``Simulator.observation_at``) with the re-timed segment as the trajectory to imitate."""
+    state (``Simulator.observation_at``) with the re-timed segment as the trajectory to imitate.
+    ``model_cfg`` (the generator's ModelConfig): feed it the BEV channels and map features it takes."""
     from rad2_planner.observation import stack_observations
     from rad2_planner.policy import observation_inputs
 
     obs = [sim.observation_at(clips[t.clip_id], t.step, t.ego_state, t.accel) for t in targets]
-    batch = observation_inputs(stack_observations(obs))
+    batch = observation_inputs(stack_observations(obs), model_cfg)
     batch["target"] = np.stack([t.target for t in targets]).astype(np.float32)
     return batch
 

@@ -208,7 +208,8 @@ class RLRun:
         losses = []
         for _ in range(cfg.ogo_steps):
             idx = self.rng.choice(len(targets), size=min(cfg.ogo_batch, len(targets)), replace=False)
-            batch = generator_batch(self.sim, self.clips_by_id, [targets[i] for i in idx])
+            batch = generator_batch(self.sim, self.clips_by_id, [targets[i] for i in idx],
+                                    self.model.cfg)
             losses.append(generator_step(self.model, self.gen_optimizer, batch, self.schedule,
                                          cfg.ogo_noise_draws, self.torch_gen))
         self.state.generator_updates += 1

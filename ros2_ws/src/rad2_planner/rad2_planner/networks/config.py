@@ -10,7 +10,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
+
 from rad2_planner.config import ParameterError, require
+from rad2_planner.tokens import MAP_FEATURES
 
 
 @dataclass
@@ -41,10 +44,17 @@ class ModelConfig:
     # generator without a correction encoder (every checkpoint written before it existed).
     correction_trace_len: int = 0
 
-    map_point_dim: int = 6
+    # Map-token features per point the network takes: the first map_point_dim of tokens.MAP_FEATURES (6 for
+    # checkpoints from before the per-lane signal features, 8 with them; every config.json records it).
+    map_point_dim: int = MAP_FEATURES
     agent_dim: int = 10
     route_dim: int = 4
     ego_dim: int = 4
+    # Names of the BEV channels the network takes, in its input order; empty (checkpoints from before it was
+    # recorded): the first bev_channels of bev.channels in params/bev.yaml. Observations with other or more
+    # channels are fed the ones named here (observation_inputs), so a checkpoint keeps working when a
+    # channel is added to params/bev.yaml.
+    bev_channel_names: list[str] = field(default_factory=list)
 
     def __post_init__(self):
         self.bev_hw = tuple(int(v) for v in self.bev_hw)
@@ -59,9 +69,49 @@ class ModelConfig:
             raise ParameterError(f"bev_hw={self.bev_hw} must be divisible by the CNN stride {stride}")
         if not 0 <= int(self.correction_trace_len) <= 16:
             raise ParameterError(f"correction_trace_len: {self.correction_trace_len} must be in [0, 16]")
-        for key, dim in (("map_point", 6), ("agent", 10), ("route", 4), ("ego_state", 4)):
+        if self.bev_channel_names and len(self.bev_channel_names) != self.bev_channels:
+            raise ParameterError(f"bev_channel_names has {len(self.bev_channel_names)} names, expected "
+                                 f"{self.bev_channels}")
+        if not 1 <= int(self.map_point_dim) <= MAP_FEATURES:
+            raise ParameterError(f"map_point_dim: {self.map_point_dim} must be in [1, {MAP_FEATURES}]")
+        for key, dim in (("map_point", self.map_point_dim), ("agent", 10), ("route", 4), ("ego_state", 4)):
             if len(self.input_scale.get(key, [])) != dim:
                 raise ParameterError(f"model.input_scale.{key} must have {dim} entries")
+
+    def bev_input_index(self, observation_channels) -> np.ndarray | None:
+        """Indices, among an observation's BEV channels (names, ``bev.channels``), of the ones this model
+        takes, in its order (None: all of them, in order). Without ``bev_channel_names`` (older
+        checkpoints) the model takes the first ``bev_channels``."""
+        have = [str(c) for c in observation_channels]
+        want = list(self.bev_channel_names) or have[: self.bev_channels]
+        if want == have:
+            return None
+        missing = [c for c in want if c not in have]
+        if missing:
+            raise ValueError(f"bev: the model takes channels {missing} that the observation's channels "
+                             f"{have} (bev.channels) do not include")
+        return np.array([have.index(c) for c in want], np.int64)
+
+    def select_inputs(self, inputs: dict[str, np.ndarray],
+                      observation_channels=None) -> dict[str, np.ndarray]:
+        """Batched scene inputs (``bev [B, C, H, W]``, ``map_polylines [B, N, P, F]``, ...) built with
+        ``observation_channels`` (default: ``bev.channels`` of params/bev.yaml) -> what this model takes:
+        its BEV channels, its first ``map_point_dim`` map features. Other fields pass through; a BEV with
+        another channel count (already the model's) is left for the caller's shape check."""
+        if observation_channels is None:
+            from rad2_planner.bev import get_config
+
+            observation_channels = get_config(None).channels
+        out = dict(inputs)
+        bev = out.get("bev")
+        if bev is not None and bev.shape[1] == len(observation_channels):
+            pick = self.bev_input_index(observation_channels)
+            if pick is not None:
+                out["bev"] = np.ascontiguousarray(bev[:, pick])
+        mp = out.get("map_polylines")
+        if mp is not None and mp.shape[-1] > self.map_point_dim:
+            out["map_polylines"] = np.ascontiguousarray(mp[..., : self.map_point_dim])
+        return out
 
     @property
     def bev_tokens(self) -> int:
@@ -91,6 +141,8 @@ class ModelConfig:
         m = require(planner, "model")
         return cls(
             bev_channels=len(require(bev, "bev.channels")),
+            bev_channel_names=[str(c) for c in require(bev, "bev.channels")],
+            map_point_dim=MAP_FEATURES,
             bev_hw=(int(require(bev, "bev.height")), int(require(bev, "bev.width"))),
             n_map=int(require(bev, "tokens.map.num_polylines")),
             map_points=int(require(bev, "tokens.map.points_per_polyline")),

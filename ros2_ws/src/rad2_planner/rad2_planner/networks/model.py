@@ -131,6 +131,65 @@ class PlannerModel(nn.Module):
         model.eval()
         return model
 
+    def takes_inputs_of(self, cfg: ModelConfig) -> bool:
+        """Whether this model takes the BEV channels and map-point features ``cfg`` names."""
+        names = list(self.cfg.bev_channel_names) or list(cfg.bev_channel_names)[: self.cfg.bev_channels]
+        return names == list(cfg.bev_channel_names) and self.cfg.map_point_dim == cfg.map_point_dim
+
+    def with_inputs_of(self, cfg: ModelConfig) -> PlannerModel:
+        """A copy that takes ``cfg``'s BEV channels (by name) and map-point features and still computes
+        what this model does (up to float rounding): the weights of the inputs it did not take start at
+        zero, so a fine-tune (``tools/train_il.py --init-from``) begins from this model's behaviour.
+        Only inputs can be added, none removed; a checkpoint without channel names takes the first
+        ``bev_channels`` of ``cfg``'s."""
+        import dataclasses
+
+        old = self.cfg
+        new_names = list(cfg.bev_channel_names)
+        old_names = list(old.bev_channel_names) or new_names[: old.bev_channels]
+        dropped = [c for c in old_names if c not in new_names]
+        if dropped or cfg.map_point_dim < old.map_point_dim:
+            raise CheckpointError(f"with_inputs_of: the model takes BEV channels {dropped} or map-point "
+                                  f"features {old.map_point_dim} that {new_names} / {cfg.map_point_dim} lack")
+        old_scale = dict(zip(old_names, old.bev_channel_scale))
+        new_cfg = dataclasses.replace(
+            old, bev_channels=len(new_names), bev_channel_names=new_names,
+            bev_channel_scale=[float(old_scale.get(c, 1.0)) for c in new_names],
+            map_point_dim=cfg.map_point_dim,
+            input_scale={**old.input_scale, "map_point": list(old.input_scale["map_point"])
+                         + list(cfg.input_scale["map_point"][old.map_point_dim:])})
+        out = PlannerModel(new_cfg, self.normalizer)
+        channel_at = torch.tensor([new_names.index(c) for c in old_names])
+        for name in ("encoder", "denoiser", "discriminator", "correction"):
+            src, dst = getattr(self, name), getattr(out, name)
+            if src is None:
+                continue
+            buffers = {k for k, _ in dst.named_buffers()}
+            state = dst.state_dict()
+            for key, value in src.state_dict().items():
+                target = state[key]
+                if key in buffers or target.shape == value.shape:
+                    if target.shape == value.shape and key not in buffers:
+                        state[key] = value.clone()
+                    continue  # input scales: already the new config's
+                widened = torch.zeros_like(target)
+                bev_in = target.ndim == 4 and (target.shape[1], value.shape[1]) == (new_cfg.bev_channels,
+                                                                                  old.bev_channels)
+                map_in = target.ndim == 2 and (target.shape[1], value.shape[1]) == (new_cfg.map_point_dim,
+                                                                                   old.map_point_dim)
+                if bev_in:
+                    widened[:, channel_at] = value  # the first BEV convolution [out, C, k, k]
+                elif map_in:
+                    widened[..., : old.map_point_dim] = value  # the first map-point layer [hidden, F]
+                else:
+                    raise CheckpointError(f"with_inputs_of: cannot widen {name}.{key} from "
+                                          f"{tuple(value.shape)} to {tuple(target.shape)}")
+                state[key] = widened
+            dst.load_state_dict(state)
+        out.discriminator_trained = self.discriminator_trained
+        out.training_info = dict(self.training_info)
+        return out
+
     def discriminator_logits(self, candidates, discriminator_inputs: dict[str, Any]) -> torch.Tensor:
         """Discriminator logits ``[B, M]`` (with gradients) of ``candidates [B, M, T, 2]`` (metres).
 

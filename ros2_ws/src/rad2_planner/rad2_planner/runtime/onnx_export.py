@@ -67,7 +67,8 @@ def example_inputs(cfg, batch: int = 2, m: int = 3, seed: int = 0) -> dict[str, 
 
     return {
         "bev": rng.random((batch, cfg.bev_channels, h, w)).astype(f32),
-        "map_polylines": (rng.standard_normal((batch, cfg.n_map, cfg.map_points, 6)) * 10).astype(f32),
+        "map_polylines": (rng.standard_normal((batch, cfg.n_map, cfg.map_points, cfg.map_point_dim))
+                          * 10).astype(f32),
         "map_mask": mask(cfg.n_map),
         "agents": (rng.standard_normal((batch, cfg.n_agents, 10)) * 10).astype(f32),
         "agents_mask": mask(cfg.n_agents),

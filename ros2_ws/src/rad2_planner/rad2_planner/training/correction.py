@@ -78,7 +78,7 @@ def mine_unsafe_proposals(model: PlannerModel, critic, cache, indices: np.ndarra
     first = np.zeros(len(indices), bool)
     for s in tqdm(range(0, len(indices), batch), desc="mining unsafe proposals", disable=not progress):
         idx = indices[s:s + batch]
-        data = cache.batch(idx)
+        data = cache.batch(idx, model.cfg)
         order = np.argsort(idx, kind="stable")  # cache.batch returns rows in sorted order
         rows = np.empty_like(order)
         rows[order] = np.arange(len(idx))
@@ -133,7 +133,7 @@ def correction_check(model: PlannerModel, base: PlannerModel, critic, cache, ind
     for s in range(0, len(indices), 32):
         rows = np.arange(s, min(s + 32, len(indices)))
         idx = indices[rows]
-        data = cache.batch(idx)
+        data = cache.batch(idx, model.cfg)
         order = np.argsort(idx, kind="stable")
         inv = np.empty_like(order)
         inv[order] = np.arange(len(idx))
@@ -237,7 +237,7 @@ def train_self_correction(
         order = np.argsort(pool[rows], kind="stable")
         rows = rows[order]  # cache.batch sorts its indices; keep the traces aligned with it
         trace, mask = draw_traces(rng, unsafe, count, rows, L)
-        batch = to_torch(cache.batch(pool[rows]), torch.device("cpu"))
+        batch = to_torch(cache.batch(pool[rows], model.cfg), torch.device("cpu"))
         loss = diffusion_loss(model, batch, schedule, draws, gen,
                               correction=(torch.from_numpy(trace), torch.from_numpy(mask)))
         opt.zero_grad(set_to_none=True)

@@ -41,6 +41,7 @@ from ..networks import ModelConfig, PlannerModel, TrajectoryNormalizer
 from ..open_loop_metrics import OpenLoopAccumulator, logged_future
 from ..runtime.base import SCENE_INPUTS
 from ..runtime.torch_backend import TorchBackend
+from ..tokens import MAP_FEATURES
 
 FIELDS = (*SCENE_INPUTS, "target")
 
@@ -110,11 +111,13 @@ class FeatureCache:
     def __len__(self) -> int:
         return int(self.meta["num_samples"])
 
-    def batch(self, idx: np.ndarray) -> dict[str, np.ndarray]:
+    def batch(self, idx: np.ndarray, model_cfg: ModelConfig | None = None) -> dict[str, np.ndarray]:
+        """Rows ``idx`` (sorted); with ``model_cfg``, only the BEV channels and map features that model
+        takes (a checkpoint trained before one was added to params/bev.yaml)."""
         idx = np.sort(idx)
         out = {k: np.asarray(self.arrays[k][idx]) for k in FIELDS}
         out["bev"] = out["bev"].astype(np.float32)
-        return out
+        return out if model_cfg is None else model_cfg.select_inputs(out)
 
 
 def _cache_key(dataset: Path, tp: dict[str, Any], plan_dt: float, plan_points: int) -> str:
@@ -129,6 +132,7 @@ def _cache_key(dataset: Path, tp: dict[str, Any], plan_dt: float, plan_points: i
                 "seed": tp["seed"],
                 "plan_dt": plan_dt,
                 "plan_points": plan_points,
+                "map_features": MAP_FEATURES,
                 "v": 1,
             },
             sort_keys=True,
@@ -327,7 +331,7 @@ def open_loop_eval(
     acc = OpenLoopAccumulator()
     for s in range(0, len(indices), batch):
         idx = np.sort(indices[s : s + batch])
-        data = cache.batch(idx)
+        data = cache.batch(idx, model.cfg)
         scene = backend.encode({key: data[key] for key in SCENE_INPUTS})
         z = sample(
             lambda x, t, scene=scene: backend.denoise(x, t, scene),
@@ -442,6 +446,9 @@ def train(
         # fine-tune: weights, normalisation and BEV scaling of an earlier run, fresh optimiser; with
         # refit_normalizer the network learns its targets in the new normalised space
         model = PlannerModel.load(init_from)
+        if not model.takes_inputs_of(cfg):
+            # params/bev.yaml gained a channel or a token feature since: start with their weights at zero
+            model = model.with_inputs_of(cfg)
         if bool(tp["refit_normalizer"]):
             model.normalizer = fit_normalizer(cache, train_idx, tp, plan_dt)
         state, start_step = None, 0
@@ -495,7 +502,7 @@ def train(
         for g in opt.param_groups:
             g["lr"] = lr
         batch = to_torch(
-            cache.batch(rng.choice(train_idx, size=min(bs, len(train_idx)), replace=False)),
+            cache.batch(rng.choice(train_idx, size=min(bs, len(train_idx)), replace=False), model.cfg),
             torch.device("cpu"),
         )
         loss = diffusion_loss(model, batch, schedule, draws, gen)
