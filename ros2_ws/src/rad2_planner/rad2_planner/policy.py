@@ -752,10 +752,12 @@ class Rad2Policy:
         if not self.recovery.enabled:
             return executed, notes
         bev_cfg = get_bev_config(None)
-        # without a drivable area to check a recovery plan against, a reversing plan is kept as it is
-        drivable = (bev_cfg.channel_index("drivable_area")
-                    if "drivable_area" in bev_cfg.channels and inputs["bev"].shape[1:] == bev_cfg.shape
-                    else None)
+        # ``inputs`` are the model's: its BEV channels, in its order (ModelConfig.select_inputs). Without a
+        # drivable area to check a recovery plan against, a reversing plan is kept as it is.
+        names = self.cfg.input_channel_names(bev_cfg.channels)
+        drivable = (names.index("drivable_area")
+                    if "drivable_area" in names
+                    and inputs["bev"].shape[1:] == (len(names), bev_cfg.height, bev_cfg.width) else None)
         for i in range(b):
             plan = candidates[i, selected[i]]
             speed, _, _, steer = (float(v) for v in inputs["ego_state"][i])

@@ -78,12 +78,16 @@ class ModelConfig:
             if len(self.input_scale.get(key, [])) != dim:
                 raise ParameterError(f"model.input_scale.{key} must have {dim} entries")
 
+    def input_channel_names(self, observation_channels) -> list[str]:
+        """The BEV channels this model takes, in its order: ``bev_channel_names``, or for checkpoints written
+        before those were recorded the first ``bev_channels`` of ``observation_channels``."""
+        return [str(c) for c in (self.bev_channel_names or list(observation_channels)[: self.bev_channels])]
+
     def bev_input_index(self, observation_channels) -> np.ndarray | None:
         """Indices, among an observation's BEV channels (names, ``bev.channels``), of the ones this model
-        takes, in its order (None: all of them, in order). Without ``bev_channel_names`` (older
-        checkpoints) the model takes the first ``bev_channels``."""
+        takes, in its order (None: all of them, in order)."""
         have = [str(c) for c in observation_channels]
-        want = list(self.bev_channel_names) or have[: self.bev_channels]
+        want = self.input_channel_names(have)
         if want == have:
             return None
         missing = [c for c in want if c not in have]

@@ -133,7 +133,7 @@ class PlannerModel(nn.Module):
 
     def takes_inputs_of(self, cfg: ModelConfig) -> bool:
         """Whether this model takes the BEV channels and map-point features ``cfg`` names."""
-        names = list(self.cfg.bev_channel_names) or list(cfg.bev_channel_names)[: self.cfg.bev_channels]
+        names = self.cfg.input_channel_names(cfg.bev_channel_names)
         return names == list(cfg.bev_channel_names) and self.cfg.map_point_dim == cfg.map_point_dim
 
     def with_inputs_of(self, cfg: ModelConfig) -> PlannerModel:
@@ -146,7 +146,7 @@ class PlannerModel(nn.Module):
 
         old = self.cfg
         new_names = list(cfg.bev_channel_names)
-        old_names = list(old.bev_channel_names) or new_names[: old.bev_channels]
+        old_names = old.input_channel_names(new_names)
         dropped = [c for c in old_names if c not in new_names]
         if dropped or cfg.map_point_dim < old.map_point_dim:
             raise CheckpointError(f"with_inputs_of: the model takes BEV channels {dropped} or map-point "
