@@ -148,3 +148,15 @@ def test_widening_a_checkpoint_keeps_what_it_computes_and_learns_the_new_inputs(
     wide.train()
     wide.encoder(bev2, mp, *rest)[0].square().sum().backward()
     assert conv.grad[:, sig].abs().sum() > 0
+
+
+def test_the_bev_validator_bounds_the_signal_channel(signal_clip):
+    from rad2_planner.validators import check_bev, load_limits
+
+    limits = load_limits()
+    obs = build_observation(snapshot_from_clip(signal_clip, 30))
+    channels = get_config(None).channels
+    assert check_bev(obs.bev, channels, limits) == []
+    obs.bev[CHANNEL, 5, 5] = 3.0  # not a light state's value
+    names = [v.field for v in check_bev(obs.bev, channels, limits)]
+    assert len(names) == 1 and names[0].startswith("bev.traffic_signal")

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 OCCUPANCY_CHANNELS_PREFIXES = ("drivable_area", "lane_centerline", "lane_boundary", "route", "agents_t",
-                               "crosswalk")
+                               "crosswalk", "traffic_signal")
 
 
 @dataclass(frozen=True)
