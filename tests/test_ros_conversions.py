@@ -300,6 +300,60 @@ def test_candidate_set_round_trip_and_validation(arrays):
     assert fallback.selected == -1 and np.all(np.isnan(fallback.scores))
 
 
+@pytest.mark.parametrize(("num", "length", "frame", "selected"),
+                         [(32, 8, "base_link", 3), (1, 1, "a", -1), (0, 8, "odd", -1), (5, 0, "xy", 2),
+                          (3, 17, "", 0)])
+def test_candidate_set_cdr_decodes_to_the_message_it_replaces(num, length, frame, selected):
+    """The planner publishes candidate_set_to_cdr's bytes: any subscriber must decode exactly the
+    message candidate_set_to_msg builds (alignment after strings of every length, empty sets)."""
+    from rad2_msgs.msg import CandidateSet
+    from rclpy.serialization import deserialize_message, serialize_message
+
+    rng = np.random.default_rng(num * 100 + length)
+    cands = rng.normal(size=(num, length, 2)) * 40.0
+    scores = rng.random(num)
+    scores[: min(num, 1)] = np.nan  # unscored candidates travel as NaN
+    args = (cands, scores, selected, 0.5, STAMP, frame, 4)
+    packed = rc.candidate_set_to_cdr(*args)
+    expected = rc.candidate_set_to_msg(*args)
+    assert len(packed) == len(serialize_message(expected))
+    got = deserialize_message(packed, CandidateSet)
+    assert [(len(t.yaw), len(t.speed), t.header) for t in got.candidates] == \
+        [(len(t.yaw), len(t.speed), t.header) for t in expected.candidates]
+    back, ref = rc.candidate_set_from_msg(got), rc.candidate_set_from_msg(expected)
+    shape = (num, length, 2)
+    np.testing.assert_array_equal(back.candidates.reshape(shape), ref.candidates.reshape(shape))
+    np.testing.assert_array_equal(back.scores, ref.scores)  # NaN where NaN
+    np.testing.assert_array_equal(back.dt, ref.dt)  # NaN when there is no candidate to carry dt
+    fields = ("selected", "stamp_ns", "frame_id", "denoising_steps")
+    assert [getattr(back, f) for f in fields] == [getattr(ref, f) for f in fields]
+    assert [getattr(back, f) for f in fields] == [selected, STAMP, frame, 4]
+    with pytest.raises(rc.MessageValidationError, match=r"CandidateSet.selected_index is 40"):
+        rc.candidate_set_to_cdr(cands, scores, 40, 0.5)
+    if num:
+        bad = scores.copy()
+        bad[-1] = 1.5
+        name = rf"CandidateSet.candidates\[{num - 1}\].score"
+        with pytest.raises(rc.MessageValidationError, match=rf"{name} is 1.5"):
+            rc.candidate_set_to_cdr(cands, bad, 0, 0.5)
+
+
+def test_scene_tokens_non_finite_polyline_values_name_the_polyline(arrays):
+    msg = rc.scene_tokens_to_msg(_tokens(arrays))
+    msg.map_polylines[3].points[5].y = float("inf")
+    name = r"SceneTokens.map_polylines\[3\].points"
+    with pytest.raises(rc.MessageValidationError, match=rf"{name} has 1 non-finite values .* index \(5, 1\)"):
+        rc.scene_tokens_from_msg(msg, SIZES)
+    msg = rc.scene_tokens_to_msg(_tokens(arrays))
+    msg.map_polylines[2].speed_limit = float("nan")
+    with pytest.raises(rc.MessageValidationError, match=r"map_polylines\[2\].speed_limit is nan"):
+        rc.scene_tokens_from_msg(msg, SIZES)
+    msg = rc.scene_tokens_to_msg(_tokens(arrays))
+    msg.map_polylines[1].headings = msg.map_polylines[1].headings[:4]
+    with pytest.raises(rc.MessageValidationError, match=r"map_polylines\[1\].headings has 4 values"):
+        rc.scene_tokens_from_msg(msg, SIZES)
+
+
 def test_trajectory_round_trip_and_validation(arrays):
     t = arrays["trajectory"]
     back = rc.trajectory_from_msg(

@@ -15,7 +15,7 @@ TOOLS = Path(__file__).resolve().parents[1] / "tools"
 @pytest.mark.parametrize("tool", ["bench_all.py", "bench_planner_latency.py", "bench_ilqr.py", "bench_sim.py",
                                   "bench_rollouts.py", "train_rl.py", "rl_experiments.py",
                                   "evaluate_policy.py", "train_self_correction.py", "eval_safety_layer.py",
-                                  "finetune_self_correction.py", "merge_datasets.py"])
+                                  "finetune_self_correction.py", "merge_datasets.py", "bench_graph.py"])
 def test_help(tool, tmp_path):
     res = subprocess.run([sys.executable, str(TOOLS / tool), "--help"], capture_output=True, text=True,
                          timeout=120, cwd=tmp_path)
@@ -29,6 +29,8 @@ def test_help(tool, tmp_path):
     ("rl_experiments.py", ["--max-clips", "0"], "--max-clips"),
     ("rl_experiments.py", ["--arms", "il:best"], "il:best"),
     ("bench_all.py", ["--cycles", "0"], "--cycles"),
+    ("bench_graph.py", ["--cycles", "0"], "--cycles"),
+    ("bench_graph.py", ["--rate-hz", "0"], "--rate-hz"),
     ("train_self_correction.py", ["--data", str(TOOLS.parent / "data" / "train"), "--out", "o", "--set",
                                   "trace_len=0"],
      "self_correction.trace_len"),

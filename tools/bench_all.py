@@ -9,13 +9,15 @@ read back:
   selection alone (safe_medoid) with 50 agents;
 - iLQR tracker (tools/bench_ilqr.py --no-ipopt): single cold / warm solve and a batch of 64;
 - BEV warp (tools/bench_sim.py --warp-only): OpenCV vs torch per frame;
+- ROS graph (tools/bench_graph.py): the planner node as its own process, real inputs played into it
+  over DDS at 10 Hz, input stamp -> trajectory arrival (the issue's in-graph figure);
 - with --rollouts: closed-loop rollout throughput (tools/bench_rollouts.py).
 
 The table gives the machine, the threads and the 1-minute load before and after each benchmark, and
 the issue bars where one exists. Figures taken at a load above 1.2 on this 2-core machine are flagged:
 compare only figures taken at similar loads.
 
-    .venv/bin/python tools/bench_all.py                  # ~3 min; writes out/bench_all/bench_all.md
+    .venv/bin/python tools/bench_all.py                  # ~4 min; writes out/bench_all/bench_all.md
     .venv/bin/python tools/bench_all.py --cycles 500 --rollouts --out out/bench_all
 """
 
@@ -54,7 +56,7 @@ def main(argv=None) -> int:
 
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
-    steps = ["planner", "ilqr", "warp"] + (["rollouts"] if args.rollouts else [])
+    steps = ["planner", "ilqr", "warp", "graph"] + (["rollouts"] if args.rollouts else [])
     t0 = time.time()
     with open(out / "bench_all.log", "w") as log:
         for step in tqdm(steps, desc="benchmarks"):
@@ -67,6 +69,9 @@ def main(argv=None) -> int:
             elif step == "warp":
                 _run(["tools/bench_sim.py", "--warp-only", "--batch", "1", "16", "64", "--json",
                       str(out / "warp.json")], log)
+            elif step == "graph":
+                _run(["tools/bench_graph.py", "--cycles", str(max(args.cycles, 100)), "--out",
+                      str(out / "graph")], log)
             else:
                 _run(["tools/bench_rollouts.py", "--clips", "16", "--workers", "0", "2", "--out",
                       str(out / "rollouts.md")], log)
@@ -74,7 +79,8 @@ def main(argv=None) -> int:
     text = bench_summary(out, include_rollouts=args.rollouts, elapsed_s=time.time() - t0)
     (out / "bench_all.md").write_text(text)
     print(text)
-    print(f"wrote {out / 'bench_all.md'} (raw: planner.json, ilqr.json, warp.json; log: bench_all.log)")
+    print(f"wrote {out / 'bench_all.md'} (raw: planner.json, ilqr.json, warp.json, graph.json; "
+          "log: bench_all.log)")
     return 0
 
 

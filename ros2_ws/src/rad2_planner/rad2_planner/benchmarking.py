@@ -188,9 +188,50 @@ def _load_flag(before: float, after: float) -> str:
     return f"{before:.2f} / {after:.2f}" + (" ⚠" if worst > LOAD_LIMIT else "")
 
 
+def print_graph_results(res: dict[str, Any]) -> None:
+    """The console table of tools/bench_graph.py (rad2_planner.nodes.graph_bench)."""
+    meta, run = res["meta"], res["meta"]["run"]
+    print(f"planner node in a ROS 2 graph: {meta['checkpoint']}, M = {meta['num_candidates']}, inputs from "
+          f"{meta['data']} at {meta['rate_hz']:g} Hz, recorder subscribed: {meta['subscribe_all']}")
+    print(f"machine: {run['machine']['cpu_model']}, {run['machine']['logical_cpus']} logical CPUs; load "
+          f"{run['load_before']:.2f} before, {run['load_after']:.2f} after")
+    print(f"cycles: {res['sent']} sent, {res['planned']} trajectories received, {res['fallbacks']} "
+          f"fallbacks, {res['deadline_misses']} over the deadline")
+    rows = [("input -> trajectory", res["input_to_trajectory_ms"])] + list(res["stages_ms"].items())
+    print(f"{'ms':28s} {'median':>8s} {'p90':>8s} {'p99':>8s} {'max':>8s}")
+    for name, p in rows:
+        if p:
+            print(f"{name:28s} {p['median']:8.2f} {p['p90']:8.2f} {p['p99']:8.2f} {p['max']:8.2f}")
+
+
+def plot_graph_results(res: dict[str, Any], png: str) -> None:
+    """Histogram of input -> trajectory (tools/bench_graph.py)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lat = res.get("latency_samples_ms") or []
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    if lat:
+        ax.hist(lat, bins=40, color="tab:blue")
+        p = res["input_to_trajectory_ms"]
+        for q, style in (("median", "-"), ("p99", "--")):
+            ax.axvline(p[q], color="k", ls=style, label=f"{q} {p[q]:.1f} ms")
+        ax.legend()
+    ax.set_xlabel("input stamp -> trajectory arrival (ms)")
+    ax.set_ylabel("cycles")
+    meta = res["meta"]
+    ax.set_title(f"planner node over DDS, M = {meta['num_candidates']}, load "
+                 f"{meta['load_avg'][0]:.2f}/{meta['load_avg'][1]:.2f}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
 def bench_summary(out: Path, include_rollouts: bool = False, elapsed_s: float = float("nan")) -> str:
     """The markdown summary of tools/bench_all.py from the JSON its benchmarks wrote into ``out``
-    (planner.json, ilqr.json, warp.json and, with ``include_rollouts``, rollouts.md)."""
+    (planner.json, ilqr.json, warp.json, graph.json and, with ``include_rollouts``, rollouts.md)."""
     import json
 
     out = Path(out)
@@ -232,6 +273,16 @@ def bench_summary(out: Path, include_rollouts: bool = False, elapsed_s: float = 
     for row in warp["warp"]:
         lines.append(f"| BEV warp, {row['backend']}, batch {row['batch']} | ms/frame | "
                      f"{row['ms_per_frame']:.3f} | | | {wload} |")
+    graph_json = out / "graph.json"
+    if graph_json.is_file():
+        graph = json.loads(graph_json.read_text())
+        p = graph["input_to_trajectory_ms"]
+        gload = _load_flag(*graph["meta"]["load_avg"])
+        who = "recorder subscribed" if graph["meta"]["subscribe_all"] else "no recorder"
+        lines.append(f"| ROS graph: input → trajectory, planner node over DDS, M = "
+                     f"{graph['meta']['num_candidates']} ({graph['planned']} cycles, {who}, "
+                     f"{graph['fallbacks']} fallbacks) | ms | {p['median']:.1f} | {p['p99']:.1f} | "
+                     f"p99 ≤ 60 ms | {gload} |")
     if include_rollouts:
         lines += ["", (out / "rollouts.md").read_text()]
     lines += ["", f"GPU: none on this machine ({os.cpu_count()} CPUs); CUDA figures need a lent device.", ""]

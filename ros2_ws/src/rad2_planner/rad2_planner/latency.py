@@ -42,8 +42,9 @@ def stats(values: Iterable[float]) -> dict[str, float]:
 
 
 def _stage_order(names: Iterable[str]) -> list[str]:
-    """Pipeline order: preprocess, encode, denoise_0.., score, select, the safety layer (critic,
-    corrections), stall_recovery, traffic_rules, safety_envelope, comfort_limits, publish, then the rest."""
+    """Pipeline order: preprocess, encode, denoise_0.. (or denoise_total: the fused sampler), score,
+    select, the safety layer (critic, corrections), stall_recovery, traffic_rules, safety_envelope,
+    comfort_limits, publish, then the rest."""
     first = ["preprocess", "encode"]
     last = ["score", "select", "critic", "corrections", "stall_recovery", "traffic_rules", "safety_envelope",
             "comfort_limits", "publish"]
@@ -54,6 +55,8 @@ def _stage_order(names: Iterable[str]) -> list[str]:
             return (0, first.index(n), 0)
         if n.startswith("denoise_") and n[8:].isdigit():
             return (1, 0, int(n[8:]))
+        if n == "denoise_total":
+            return (1, 1, 0)
         if n in last:
             return (2, last.index(n), 0)
         return (3, 0, n)

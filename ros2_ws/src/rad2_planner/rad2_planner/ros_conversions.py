@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import array
 import math
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -80,6 +81,18 @@ def _check_finite(message_type: str, field_name: str, values: np.ndarray) -> Non
             field_name,
             f"has {len(bad)} non-finite values (first {values[first]!r} at index {first})",
         )
+
+
+def _check_rows_finite(message_type: str, field_pattern: str, values: np.ndarray) -> None:
+    """Like ``_check_finite`` for values stacked from many sub-messages (axis 0): the error names the
+    first bad one (``field_pattern`` formatted with its index) and the index within it."""
+    finite = np.isfinite(values)
+    if finite.all():
+        return
+    row = int(np.argwhere(~finite.reshape(len(values), -1).all(axis=1))[0, 0])
+    if values.ndim == 1:
+        _check_scalar(message_type, field_pattern.format(row), values[row])
+    _check_finite(message_type, field_pattern.format(row), values[row])
 
 
 def _check_scalar(message_type: str, field_name: str, value: float) -> float:
@@ -559,39 +572,44 @@ def scene_tokens_from_msg(msg: SceneTokens, sizes: TokenSizes) -> SceneTokenArra
     polylines = np.zeros((sizes.num_map_polylines, sizes.points_per_polyline, MAP_FEATURES), dtype=np.float32)
     map_mask = np.zeros(sizes.num_map_polylines, dtype=bool)
     lane_ids = np.full(sizes.num_map_polylines, -1, dtype=np.int64)
+    # Per polyline only the cheap checks (counts, enums); the values of all polylines are read and
+    # checked as one array (a Python pass per polyline cost ~1 ms of the planner's cycle).
+    n_poly = len(msg.map_polylines)
+    per_point = sizes.points_per_polyline
     for m, poly in enumerate(msg.map_polylines):
         name = f"map_polylines[{m}]"
-        if len(poly.points) != sizes.points_per_polyline:
-            raise _fail(
-                kind, f"{name}.points", f"has {len(poly.points)} points, expected {sizes.points_per_polyline}"
-            )
+        if len(poly.points) != per_point:
+            raise _fail(kind, f"{name}.points", f"has {len(poly.points)} points, expected {per_point}")
+        if len(poly.headings) not in (0, per_point):
+            raise _fail(kind, f"{name}.headings",
+                        f"has {len(poly.headings)} values for {per_point} points (expected equal or 0)")
         if poly.type not in MAP_POLYLINE_TYPES:
             raise _fail(kind, f"{name}.type", f"is {poly.type}, expected one of {MAP_POLYLINE_TYPES}")
-        xy = np.array([(p.x, p.y) for p in poly.points], dtype=np.float64)
-        _check_finite(kind, f"{name}.points", xy)
-        if len(poly.headings) == 0:
-            headings = headings_from_points(xy, start_xy=None)
-        elif len(poly.headings) == len(poly.points):
-            headings = np.asarray(poly.headings, dtype=np.float64)
-            _check_finite(kind, f"{name}.headings", headings)
-        else:
-            raise _fail(
-                kind,
-                f"{name}.headings",
-                f"has {len(poly.headings)} values for {len(poly.points)} points (expected equal or 0)",
-            )
-        speed_limit = _check_scalar(kind, f"{name}.speed_limit", poly.speed_limit)
-        polylines[m, :, 0:2] = xy
-        polylines[m, :, 2] = np.cos(headings)
-        polylines[m, :, 3] = np.sin(headings)
-        polylines[m, :, 4] = speed_limit
-        polylines[m, :, 5] = 1.0 if poly.on_route else 0.0
         if poly.signal_state not in SIGNAL_STATE_NAMES:
             raise _fail(kind, f"{name}.signal_state",
                         f"is {poly.signal_state}, expected one of {sorted(SIGNAL_STATE_NAMES)}")
-        polylines[m, :, 6:8] = signal_features(poly.signal_state)
-        map_mask[m] = True
-        lane_ids[m] = poly.lane_id
+    if n_poly:
+        polys = msg.map_polylines
+        xy = np.array([(p.x, p.y) for poly in polys for p in poly.points], dtype=np.float64)
+        xy = xy.reshape(n_poly, per_point, 2)
+        _check_rows_finite(kind, "map_polylines[{}].points", xy)
+        headings = np.zeros((n_poly, per_point), dtype=np.float64)
+        for m, poly in enumerate(polys):
+            if len(poly.headings):
+                headings[m] = np.asarray(poly.headings, dtype=np.float32)
+            else:
+                headings[m] = headings_from_points(xy[m], start_xy=None)
+        _check_rows_finite(kind, "map_polylines[{}].headings", headings)
+        speed_limits = np.array([poly.speed_limit for poly in polys], dtype=np.float64)
+        _check_rows_finite(kind, "map_polylines[{}].speed_limit", speed_limits)
+        polylines[:n_poly, :, 0:2] = xy
+        polylines[:n_poly, :, 2] = np.cos(headings)
+        polylines[:n_poly, :, 3] = np.sin(headings)
+        polylines[:n_poly, :, 4] = speed_limits[:, None]
+        polylines[:n_poly, :, 5] = np.array([1.0 if poly.on_route else 0.0 for poly in polys])[:, None]
+        polylines[:n_poly, :, 6:8] = np.array([signal_features(poly.signal_state) for poly in polys])[:, None]
+        map_mask[:n_poly] = True
+        lane_ids[:n_poly] = [poly.lane_id for poly in polys]
 
     agent_list = _agent_states_to_list(kind, msg.agents)
     n = len(agent_list)
@@ -751,6 +769,27 @@ class CandidateSetArrays:
     denoising_steps: int = 0
 
 
+def _candidate_set_fields(candidates, scores, selected,
+                          denoising_steps) -> tuple[np.ndarray, np.ndarray, int]:
+    """Validated (candidates [M, T, 2] float64, scores [M] float64, selected) of a CandidateSet."""
+    kind = "CandidateSet"
+    cands = _as_array(kind, "candidates", candidates, (None, None, 2), np.float64)
+    num = cands.shape[0]
+    score_arr = np.asarray(scores, dtype=np.float64)
+    if score_arr.shape != (num,):
+        raise _fail(
+            kind, "scores", f"has shape {list(score_arr.shape)}, expected [{num}] (one per candidate)"
+        )
+    for m, score in enumerate(score_arr):
+        _check_score(kind, f"candidates[{m}].score", float(score))
+    selected = int(selected)
+    if not -1 <= selected < num:
+        raise _fail(kind, "selected_index", f"is {selected}, expected -1..{num - 1}")
+    if int(denoising_steps) < 0:
+        raise _fail(kind, "denoising_steps", f"is {denoising_steps}, expected >= 0")
+    return cands, score_arr, selected
+
+
 def candidate_set_to_msg(
     candidates: np.ndarray,
     scores: np.ndarray,
@@ -760,27 +799,80 @@ def candidate_set_to_msg(
     frame_id: str = EGO_FRAME,
     denoising_steps: int = 0,
 ) -> CandidateSet:
-    kind = "CandidateSet"
-    cands = _as_array(kind, "candidates", candidates, (None, None, 2), np.float64)
-    num = cands.shape[0]
-    score_arr = np.asarray(scores, dtype=np.float64)
-    if score_arr.shape != (num,):
-        raise _fail(
-            kind, "scores", f"has shape {list(score_arr.shape)}, expected [{num}] (one per candidate)"
-        )
-    selected = int(selected)
-    if not -1 <= selected < num:
-        raise _fail(kind, "selected_index", f"is {selected}, expected -1..{num - 1}")
-    if int(denoising_steps) < 0:
-        raise _fail(kind, "denoising_steps", f"is {denoising_steps}, expected >= 0")
+    cands, score_arr, selected = _candidate_set_fields(candidates, scores, selected, denoising_steps)
     msg = CandidateSet()
     msg.header = make_header(stamp_ns, frame_id)
     msg.candidates = [
-        trajectory_to_msg(cands[m], dt, stamp_ns, frame_id, score=float(score_arr[m])) for m in range(num)
+        trajectory_to_msg(cands[m], dt, stamp_ns, frame_id, score=float(score_arr[m]))
+        for m in range(cands.shape[0])
     ]
     msg.selected_index = selected
     msg.denoising_steps = int(denoising_steps)
     return msg
+
+
+class _CdrWriter:
+    """Little-endian plain CDR (the encapsulation ROS 2's rmw uses), alignment relative to the data
+    after the 4-byte encapsulation header, as Fast CDR writes it."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray(b"\x00\x01\x00\x00")
+
+    def _align(self, size: int) -> None:
+        self.buf += b"\x00" * (-(len(self.buf) - 4) % size)
+
+    def pack(self, fmt: str, *values) -> None:
+        """Primitives of one size (``fmt`` a struct code repeated, e.g. "II"), aligned to it."""
+        self._align(struct.calcsize("<" + fmt[0]))
+        self.buf += struct.pack("<" + fmt, *values)
+
+    def string(self, text: str) -> None:
+        data = text.encode("utf-8") + b"\x00"
+        self.pack("I", len(data))
+        self.buf += data
+
+    def header(self, stamp_ns: int, frame_id: str) -> None:
+        stamp = ns_to_time(stamp_ns)
+        self.pack("iI", stamp.sec, stamp.nanosec)
+        self.string(frame_id)
+
+    def array(self, values: np.ndarray, dtype: str) -> None:
+        """The elements of a primitive array (the sequence length written by the caller)."""
+        data = np.ascontiguousarray(values, dtype=dtype)
+        if data.size:
+            self._align(data.itemsize)
+            self.buf += data.tobytes()
+
+
+def candidate_set_to_cdr(
+    candidates: np.ndarray,
+    scores: np.ndarray,
+    selected: int,
+    dt: float,
+    stamp_ns: int = 0,
+    frame_id: str = EGO_FRAME,
+    denoising_steps: int = 0,
+) -> bytes:
+    """The serialized ``CandidateSet`` that ``candidate_set_to_msg`` builds, byte for byte, written
+    straight from the arrays: building M x T ``geometry_msgs/Point`` objects costs ~10 us each in
+    Python (2.8 ms at M = 32), writing the bytes ~0.1 ms. ``Publisher.publish`` takes the bytes."""
+    cands, score_arr, selected = _candidate_set_fields(candidates, scores, selected, denoising_steps)
+    dt32 = _check_dt("CandidateSet", dt)
+    num, length = cands.shape[0], cands.shape[1]
+    xyz = np.zeros((length, 3), dtype="<f8")
+    out = _CdrWriter()
+    out.header(stamp_ns, frame_id)
+    out.pack("I", num)
+    for m in range(num):  # one Trajectory each
+        out.header(stamp_ns, frame_id)
+        out.pack("f", dt32)
+        out.pack("I", length)
+        xyz[:, :2] = cands[m]
+        out.array(xyz, "<f8")
+        out.pack("II", 0, 0)  # yaw, speed: empty
+        out.pack("f", score_arr[m])
+    out.pack("iI", selected, int(denoising_steps))
+    return bytes(out.buf)
 
 
 def candidate_set_from_msg(msg: CandidateSet) -> CandidateSetArrays:

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Planner node in a ROS 2 graph: input -> trajectory latency over DDS (rad2_planner.nodes.graph_bench).
+
+Starts the planner node of launch/graphs.yaml as its own process (wall clock, the vehicle's parameter
+files), plays BEV features + scene tokens of consecutive log steps of real clips into it at 10 Hz,
+each stamped when published, and times the arrival of the trajectory planned from each stamp. Prints
+p50/p90/p99/max of input -> trajectory and of the node's own stages, the machine and the load; writes
+JSON and a histogram PNG.
+
+    .venv/bin/python tools/bench_graph.py                          # 300 cycles, ~45 s
+    .venv/bin/python tools/bench_graph.py --cycles 600 --no-recorder --out out/bench_graph
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default="data/eval_efficiency", help="dataset whose clips give the inputs")
+    ap.add_argument("--cycles", type=int, default=300, help="timed planning cycles (after the warm-up)")
+    ap.add_argument("--warmup", type=int, default=20, help="untimed cycles first")
+    ap.add_argument("--rate-hz", type=float, default=10.0, help="input rate")
+    ap.add_argument("--no-recorder", action="store_true",
+                    help="do not subscribe to the candidate set and the markers (they are then not built)")
+    ap.add_argument("--domain-id", type=int, default=None, help="ROS_DOMAIN_ID (default: a free one)")
+    ap.add_argument("--out", type=Path, default=ROOT / "out" / "bench_graph",
+                    help="writes <out>.json and <out>.png")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(argv)
+    for name in ("cycles", "warmup"):
+        if getattr(args, name) < (1 if name == "cycles" else 0):
+            _parser().error(f"--{name}: must be >= {1 if name == 'cycles' else 0}, got {getattr(args, name)}")
+    if not 0.5 <= args.rate_hz <= 100.0:
+        _parser().error(f"--rate-hz: must be in [0.5, 100], got {args.rate_hz}")
+    from rad2_planner.rosenv import RosEnvironmentError, ensure_ros_environment, unique_domain_id
+
+    domain = unique_domain_id() if args.domain_id is None else args.domain_id
+    try:
+        ensure_ros_environment(__file__, argv + ["--domain-id", str(domain)] * (args.domain_id is None),
+                               domain)
+    except RosEnvironmentError as exc:
+        print(f"bench_graph: {exc}", file=sys.stderr)
+        return 2
+    from rad2_planner.benchmarking import plot_graph_results, print_graph_results
+    from rad2_planner.nodes.graph_bench import run_graph_benchmark
+
+    res = run_graph_benchmark(data=args.data, cycles=args.cycles, warmup=args.warmup, rate_hz=args.rate_hz,
+                              subscribe_all=not args.no_recorder, domain_id=domain,
+                              log_dir=Path(str(args.out) + "_logs"))
+    print_graph_results(res)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    Path(str(args.out) + ".json").write_text(json.dumps(res, indent=1))
+    plot_graph_results(res, str(args.out) + ".png")
+    print(f"wrote {args.out}.json and {args.out}.png")
+    return 0 if res["planned"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
