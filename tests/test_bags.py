@@ -495,3 +495,16 @@ def test_sigkilled_writer_loses_at_most_one_chunk(tmp_path):
     print(f"SIGKILL after {len(sent)} messages: recovered {len(got)}, lost tail {lost_s:.3f} s "
           f"(kill - last recovered: {(kill_ns - got[-1][1]) * 1e-9:.3f} s)")
     assert lost_s <= chunk_s + period
+
+
+def test_latency_summary_of_the_fused_sampler_keeps_denoise_total_in_pipeline_order():
+    """The fused sampler reports one denoise_total (no per-step keys): it is listed after encode and
+    not summed again into denoise_all."""
+    recs = [{"node": "planner", "backend": "onnxruntime", "total_ms": 20.0 + i, "end_to_end_ms": 25.0 + i,
+             "deadline_missed": False, "cycle_count": i + 1, "deadline_miss_count": 0,
+             "rejected_input_count": 0, "fallback_active": False, "fallback_reason": "",
+             "stages": {"publish": 1.0, "select": 0.5, "denoise_total": 10.0 + i, "preprocess": 1.0,
+                        "encode": 2.0}} for i in range(5)]
+    stages = summarise(recs)["planner"]["stages"]
+    assert list(stages)[:4] == ["preprocess", "encode", "denoise_total", "select"]
+    assert "denoise_all" not in stages and stages["denoise_total"]["max"] == 14.0

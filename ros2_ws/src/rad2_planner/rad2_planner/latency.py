@@ -74,7 +74,8 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
         stage_values: dict[str, list[float]] = defaultdict(list)
         denoise_all = []
         for rec in recs:
-            den = [v for k, v in rec["stages"].items() if k.startswith("denoise_")]
+            # the sum of the per-step timings; the fused sampler reports only denoise_total
+            den = [v for k, v in rec["stages"].items() if k.startswith("denoise_") and k[8:].isdigit()]
             for name, ms in rec["stages"].items():
                 stage_values[name].append(ms)
             if den:
