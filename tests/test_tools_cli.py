@@ -31,6 +31,7 @@ def test_help(tool, tmp_path):
     ("bench_all.py", ["--cycles", "0"], "--cycles"),
     ("bench_graph.py", ["--cycles", "0"], "--cycles"),
     ("bench_graph.py", ["--rate-hz", "0"], "--rate-hz"),
+    ("bench_graph.py", ["--data", "nowhere"], "--data"),
     ("train_self_correction.py", ["--data", str(TOOLS.parent / "data" / "train"), "--out", "o", "--set",
                                   "trace_len=0"],
      "self_correction.trace_len"),

@@ -43,6 +43,12 @@ def main(argv: list[str] | None = None) -> int:
             _parser().error(f"--{name}: must be >= {1 if name == 'cycles' else 0}, got {getattr(args, name)}")
     if not 0.5 <= args.rate_hz <= 100.0:
         _parser().error(f"--rate-hz: must be in [0.5, 100], got {args.rate_hz}")
+    from rad2_planner.config import ResourceNotFoundError, resource_path
+
+    try:
+        resource_path(args.data)
+    except ResourceNotFoundError as exc:
+        _parser().error(f"--data: {exc}")
     from rad2_planner.rosenv import RosEnvironmentError, ensure_ros_environment, unique_domain_id
 
     domain = unique_domain_id() if args.domain_id is None else args.domain_id
