@@ -59,11 +59,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_graph: {exc}", file=sys.stderr)
         return 2
     from rad2_planner.benchmarking import plot_graph_results, print_graph_results
+    from rad2_planner.bringup import BringupError
     from rad2_planner.nodes.graph_bench import run_graph_benchmark
 
-    res = run_graph_benchmark(data=args.data, cycles=args.cycles, warmup=args.warmup, rate_hz=args.rate_hz,
-                              subscribe_all=not args.no_recorder, domain_id=domain,
-                              log_dir=Path(str(args.out) + "_logs"))
+    try:
+        res = run_graph_benchmark(data=args.data, cycles=args.cycles, warmup=args.warmup,
+                                  rate_hz=args.rate_hz, subscribe_all=not args.no_recorder, domain_id=domain,
+                                  log_dir=Path(str(args.out) + "_logs"))
+    except BringupError as exc:  # the planner node did not come up or died: say why, no traceback
+        print(f"bench_graph: planner node: {exc}", file=sys.stderr)
+        return 1
     print_graph_results(res)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     Path(str(args.out) + ".json").write_text(json.dumps(res, indent=1))
