@@ -442,3 +442,38 @@ def test_corrupted_checkpoints_are_errors_naming_the_file(tmp_path):
     (d / "config.json").write_text("{not json")
     with pytest.raises(CheckpointError, match=r"config\.json: unreadable checkpoint metadata"):
         PlannerModel.load(d)
+
+
+def test_discriminator_candidates_safe_ranks_and_samples_the_safe_set_only():
+    """planner.discriminator_candidates: safe -> the argmax of a trained discriminator and the RL draw
+    are taken among safe_candidates (the safe set of safe_medoid), even where the discriminator
+    prefers a candidate that runs into an agent."""
+    from rad2_planner.config import load_params
+    from rad2_planner.policy import Rad2Policy, safe_candidates
+    from rad2_planner.selection import CandidateDistribution
+
+    params = load_params("planner")
+    params["planner"]["discriminator_candidates"] = "safe"
+    policy = Rad2Policy(randomised_model(tiny_config()), params, backend="pytorch", num_candidates=4)
+    policy.model.discriminator_trained = True
+    times = (np.arange(8) + 1) * 0.5
+    fast = np.stack([10 * times, np.zeros(8)], -1)  # reaches the stopped car 25 m ahead
+    slow = np.stack([np.minimum(3 * times, 12.0), np.zeros(8)], -1)
+    cands = np.stack([fast, fast + [0.2, 0.0], slow, slow + [0.1, 0.0]])[None]
+    agents = np.zeros((1, 3, 10), np.float32)
+    agents[0, 0, :8] = [25.0, 0.0, 1.0, 0.0, 0.0, 0.0, 4.5, 2.0]
+    inputs = {"agents": agents, "agents_mask": np.array([[True, False, False]])}
+    safe = safe_candidates(cands[0], agents[0], inputs["agents_mask"][0], 0.5, policy.ego_size,
+                           policy.max_curvature)
+    assert safe.tolist() == [2, 3]
+    logits = np.array([[9.0, 8.0, 0.0, 1.0]], np.float32)  # prefers the colliding ones
+    assert policy._select_deterministic(cands, logits, inputs) == ([3], "discriminator:safe")
+    draw = policy._sample(logits, CandidateDistribution(), [np.random.default_rng(0)],
+                          policy._discriminator_mask(cands, inputs))
+    assert draw.index[0] in (2, 3) and draw.probs[0, :2].sum() == 0.0
+    params["planner"]["discriminator_candidates"] = "all"
+    plain = Rad2Policy(policy.model, params, backend="pytorch", num_candidates=4)
+    assert plain._select_deterministic(cands, logits, inputs) == ([0], "discriminator")
+    params["planner"]["discriminator_candidates"] = "nearest"
+    with pytest.raises(ValueError, match="planner.discriminator_candidates"):
+        Rad2Policy(policy.model, params, backend="pytorch", num_candidates=4)

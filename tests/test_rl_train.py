@@ -79,3 +79,30 @@ def test_cli_names_a_bad_setting(tmp_path):
     assert res.returncode == 2 and "rl.group_size" in res.stderr
     res = subprocess.run(cmd + ["--resume"], capture_output=True, text=True)
     assert res.returncode == 2 and "no checkpoint" in res.stderr
+
+
+def test_window_steps_start_groups_at_a_common_logged_step_and_stop_after_the_window(clips):
+    torch.set_num_threads(1)
+    cfg, tc, ogo = config_from_params(load_params("training"), **{**SMALL, "window_steps": 12})
+    run = RLRun(PlannerModel.load(CHECKPOINT), cfg, tc, ogo, Simulator(), clips)
+    starts = run.window_starts(clips[:2])
+    assert all(0 <= s <= c.num_steps - 1 - 12 for s, c in zip(starts, clips[:2]))
+    rollouts, _ = run.collect(clips[:2], seed=0, start_steps=starts)
+    for r in rollouts:
+        assert r.trace.start_step == starts[r.group]  # one initial state per group
+        assert r.trace.window_end - r.trace.start_step <= 12 and len(r.trace.ego) <= 13
+    assert len({round(r.rewards[cfg.reward], 9) for r in rollouts}) > 1
+    with pytest.raises(ValueError, match="rl.window_steps"):
+        config_from_params(load_params("training"), window_steps=-1)
+
+
+def test_experiment_arms_parse_the_discriminator_candidates_option():
+    from rad2_rl.experiments import parse_arm, policy_spec
+
+    arm = parse_arm("il:uniform@D=safe@M=16", str(CHECKPOINT))
+    assert (arm.rule, arm.m, arm.discriminator_candidates) == ("uniform", 16, "safe")
+    spec = policy_spec(arm, threads=1)
+    assert spec.planner_overrides == {"num_candidates": 16, "discriminator_candidates": "safe"}
+    assert parse_arm("il:safe_medoid", str(CHECKPOINT)).discriminator_candidates is None
+    with pytest.raises(ValueError, match="D=all|safe"):
+        parse_arm("il:uniform@D=nearest", str(CHECKPOINT))

@@ -162,3 +162,19 @@ def test_medoid_is_the_candidate_nearest_the_others_on_average():
         c = rng.normal(0.0, 5.0, (m, 8, 2)).astype(np.float32)
         brute = [np.mean([np.linalg.norm(c[i] - c[j], axis=-1).mean() for j in range(m)]) for i in range(m)]
         assert medoid_index(c) == int(np.argmin(brute))
+
+
+def test_allowed_mask_restricts_and_renormalises_the_distribution():
+    allowed = np.array([True, False, True])
+    # softmax over the allowed [0, ln 3] only: 1/4, 0, 3/4 (the excluded one had the largest logit)
+    assert np.allclose(probabilities([0.0, 5.0, LN3], allowed=allowed), [0.25, 0.0, 0.75], atol=1e-12)
+    assert log_prob_of([0.0, 5.0, LN3], 1, allowed=allowed) == -np.inf
+    u = CandidateDistribution("uniform")
+    assert np.allclose(probabilities([0.0, 0.0, 0.0], u, allowed=allowed), [0.5, 0.0, 0.5])
+    assert entropy([0.0, 0.0, 0.0], u, allowed=allowed) == pytest.approx(math.log(2.0))
+    draws = sample(np.zeros((500, 3)), np.random.default_rng(0), allowed=np.tile(allowed, (500, 1)))
+    assert set(draws.index.tolist()) == {0, 2} and np.all(draws.probs[:, 1] == 0.0)
+    with pytest.raises(ValueError, match="allowed"):
+        probabilities([0.0, 1.0], allowed=np.array([False, False]))
+    with pytest.raises(ValueError, match="allowed"):
+        probabilities([0.0, 1.0], allowed=np.array([1, 0]))

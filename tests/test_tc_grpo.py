@@ -120,3 +120,30 @@ def test_training_raises_the_ranking_of_the_better_candidate():
         stats = trainer.add_and_update(batch)
     assert margin() > before + 2.0 and margin() > 0  # candidate 0 is now ranked first, by a margin
     assert stats["beta"] == 0.0 and np.isfinite(stats["objective"])
+
+
+def test_minibatch_updates_take_the_configured_steps_and_replay_with_the_same_generator():
+    """minibatch_decisions > 0: minibatches_per_update gradient steps on minibatches drawn from the
+    buffer; a resumed run passing the same generator state draws the same minibatches (same weights)."""
+    cands, inputs = _toy_scene(4)
+    cfg = TCGRPOConfig(buffer_batches=2, entropy_target=0.0, minibatch_decisions=5, minibatches_per_update=3)
+    finals = []
+    for _ in range(2):
+        model = randomised_model(tiny_config(), seed=1)
+        trainer = Trainer(model, cfg, lr=1e-3)
+        rng = np.random.default_rng(7)
+        batch = decision_batch(_group(model, cands, inputs, [1.0, 0.0, 0.0, 0.0], decisions_per_rollout=3),
+                               "r", cfg)
+        stats = trainer.add_and_update(batch, rng=rng)
+        assert stats["gradient_steps"] == 3.0 and stats["decisions"] == 12.0
+        finals.append(torch.cat([p.detach().flatten() for p in model.discriminator.parameters()]))
+    assert torch.equal(finals[0], finals[1])
+    model = randomised_model(tiny_config(), seed=1)
+    before = torch.cat([p.detach().flatten() for p in model.discriminator.parameters()])
+    assert not torch.equal(before, finals[0])  # the steps moved the weights
+    whole = Trainer(model, TCGRPOConfig(buffer_batches=2, entropy_target=0.0), lr=1e-3)
+    assert whole.add_and_update(batch)["gradient_steps"] == 1.0  # 0: the whole buffer, one step
+    with pytest.raises(ValueError, match="minibatch_decisions"):
+        TCGRPOConfig(minibatch_decisions=-1)
+    with pytest.raises(ValueError, match="minibatches_per_update"):
+        TCGRPOConfig(minibatches_per_update=0)

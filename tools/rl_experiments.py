@@ -7,6 +7,8 @@ An arm is written ``KIND[:ARG][@M=..][@H=..]``:
   uniformly random candidate, or the named selection rule (the discriminator is not used);
 - ``ckpt:PATH``: a planner checkpoint (e.g. ``runs/rl_seed0/final``), executed candidate = argmax of its
   discriminator when it is trained, else the ``planner.fallback_selection`` rule;
+- ``@D=safe`` | ``@D=all``: ``planner.discriminator_candidates`` (a trained discriminator ranks the safe set
+  of ``safe_medoid`` only, or every candidate; default: params/planner.yaml);
 - ``@M=64``: candidates per cycle (inference-time scaling, RAD-2 Table 10); ``@H=4``: replanning period
   in steps (latched execution, RAD-2 Table 5; evaluation default ``evaluation.h_reuse``).
 
@@ -29,7 +31,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--arms", nargs="+", default=["il:uniform", "il:medoid", "il:safe_medoid"],
                     help="arms to evaluate (see above)")
-    ap.add_argument("--il-checkpoint", default="checkpoints/rad2_il", help="generator of the il: arms")
+    ap.add_argument("--il-checkpoint", default=None,
+                    help="generator of the il: arms (default: planner.checkpoint_dir of params/planner.yaml, "
+                         "the shipped generator; checkpoints/rad2_il for the session-2 table)")
     ap.add_argument("--splits", nargs="+", default=["data/eval_safety", "data/eval_efficiency"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2],
                     help="evaluation seeds (>= 3 for a spread)")
@@ -42,11 +46,13 @@ def main(argv=None) -> int:
     if args.max_clips is not None and args.max_clips < 1:
         ap.error(f"--max-clips: must be >= 1, got {args.max_clips}")
 
+    from rad2_planner.config import load_params
     from rad2_planner.policy import resolve_path
     from rad2_rl.experiments import parse_arm, run_experiments
 
+    il_checkpoint = args.il_checkpoint or load_params("planner")["planner"]["checkpoint_dir"]
     try:
-        arms = [parse_arm(a, str(resolve_path(args.il_checkpoint))) for a in args.arms]
+        arms = [parse_arm(a, str(resolve_path(il_checkpoint))) for a in args.arms]
     except ValueError as exc:
         ap.error(f"--arms: {exc}")
     for split in args.splits:

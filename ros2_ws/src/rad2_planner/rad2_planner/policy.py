@@ -11,7 +11,8 @@ One planning cycle (identical for every runtime backend, see :mod:`rad2_planner.
    unless ``always_score``).
 4. ``select``, by ``selection`` (``planner.selection_mode``):
 
-   - ``deterministic`` (deployment): the highest logit; without a trained discriminator the documented
+   - ``deterministic`` (deployment): the highest logit (with ``planner.discriminator_candidates: safe``,
+     among the safe set of ``safe_medoid`` only: ``safe_candidates``); without a trained discriminator the documented
      fallback rule ``planner.fallback_selection``: ``medoid`` (the candidate with the smallest mean
      distance to the others — the mode of the candidate set, robust to a stray sample), ``first``, or
      ``safe_medoid`` (the medoid of the candidates whose ego box does not overlap any observed agent
@@ -19,8 +20,9 @@ One planning cycle (identical for every runtime backend, see :mod:`rad2_planner.
      first overlap comes latest; with ``planner.selection_progress_quantile`` q > 0, only the safe
      candidates reaching at least the q-quantile of their progress along the route count).
    - ``sample`` (RL rollouts, scenario curation): a draw from the categorical distribution of
-     :mod:`rad2_planner.selection` (``planner.selection_distribution``, temperature, top-K); the
-     result carries the draw's log-probability and the distribution's entropy.
+     :mod:`rad2_planner.selection` (``planner.selection_distribution``, temperature, top-K; restricted
+     to the same safe set with ``discriminator_candidates: safe``); the result carries the draw's
+     log-probability and the distribution's entropy.
 
 5. ``safety`` (``safety_layer.mode``, off by default; deterministic selection only): a learned
    collision critic (:mod:`rad2_planner.networks.critic`) predicts for candidates the probability of a
@@ -106,6 +108,9 @@ from .stall_recovery import StallRecoveryParams, asks_for_reversing, even_start,
 from .traffic_rules import TrafficRuleParams, allowed_distance, limit_progress
 
 FALLBACK_RULES = ("medoid", "first", "safe_medoid")
+# Which candidates the discriminator ranks (deterministic argmax) and samples from (RL rollouts): all of
+# them, or the safe set of safe_medoid (``safe_candidates``).
+DISCRIMINATOR_CANDIDATES = ("all", "safe")
 SELECTION_MODES = ("deterministic", "sample")
 INITIAL_NOISE_MODES = ("per_cycle", "per_episode")
 SAFETY_MODES = ("off", "rejection_sampling", "candidate_selection", "self_correction")
@@ -199,6 +204,29 @@ def medoid_index(candidates: np.ndarray) -> int:
     return int(np.argmin(total))
 
 
+def safe_candidates(
+    candidates: np.ndarray, agents: np.ndarray, agents_mask: np.ndarray, plan_dt: float,
+    ego_size: tuple[float, float], max_curvature: float,
+) -> np.ndarray:
+    """Indices of the candidates ``[M, T, 2]`` whose ego box overlaps no observed agent extrapolated at
+    constant velocity; when every candidate overlaps one, those whose first overlap comes latest (never
+    empty). The safe set of ``safe_medoid`` and of ``planner.discriminator_candidates: safe``."""
+    from .geometry import boxes_overlap
+    from .open_loop_metrics import plan_headings
+
+    m, t = candidates.shape[:2]
+    a = agents[agents_mask.astype(bool)]
+    if not len(a):
+        return np.arange(m)
+    agent_boxes = constant_velocity_boxes(a, (np.arange(t) + 1.0) * plan_dt)  # N T 5
+    yaw = plan_headings(candidates, max_curvature=max_curvature)
+    # M T 5
+    ego = np.stack(np.broadcast_arrays(candidates[..., 0], candidates[..., 1], yaw, *ego_size), -1)
+    hit = boxes_overlap(ego[:, None], agent_boxes[None]).any(axis=1)  # M T
+    first = np.where(hit.any(1), hit.argmax(1), t)
+    return np.nonzero(first == first.max())[0]
+
+
 def safe_medoid_index(
     candidates: np.ndarray, agents: np.ndarray, agents_mask: np.ndarray, plan_dt: float,
     ego_size: tuple[float, float], max_curvature: float, route: np.ndarray | None = None,
@@ -218,20 +246,7 @@ def safe_medoid_index(
     the medoid of the whole set sits at that mode; q = 0 keeps every safe candidate. Progress is
     counted up to the route's last point only.
     """
-    from .geometry import boxes_overlap
-    from .open_loop_metrics import plan_headings
-
-    m, t = candidates.shape[:2]
-    keep = np.arange(m)
-    a = agents[agents_mask.astype(bool)]
-    if len(a):
-        agent_boxes = constant_velocity_boxes(a, (np.arange(t) + 1.0) * plan_dt)  # N T 5
-        yaw = plan_headings(candidates, max_curvature=max_curvature)
-        # M T 5
-        ego = np.stack(np.broadcast_arrays(candidates[..., 0], candidates[..., 1], yaw, *ego_size), -1)
-        hit = boxes_overlap(ego[:, None], agent_boxes[None]).any(axis=1)  # M T
-        first = np.where(hit.any(1), hit.argmax(1), t)
-        keep = np.nonzero(first == first.max())[0]
+    keep = safe_candidates(candidates, agents, agents_mask, plan_dt, ego_size, max_curvature)
     if progress_quantile > 0.0 and route is not None and len(keep) > 1:
         path = RoutePath(route)
         # past the route's last point there is nothing to gain (RoutePath extrapolates beyond it)
@@ -370,6 +385,12 @@ class Rad2Policy:
         if not 0.0 <= self.progress_quantile < 1.0:
             raise ValueError("planner.selection_progress_quantile: must be in [0, 1), got "
                              f"{self.progress_quantile!r}")
+        # params built for an older planner.yaml get the file's default
+        key = "discriminator_candidates"
+        self.discriminator_candidates = str(p[key] if key in p else default_params("planner")["planner"][key])
+        if self.discriminator_candidates not in DISCRIMINATOR_CANDIDATES:
+            raise ValueError(f"planner.discriminator_candidates: unknown value {self.discriminator_candidates!r} "
+                             f"(choose from {DISCRIMINATOR_CANDIDATES})")
         self.always_score = always_score
         self.selection = _check_mode(selection or require(params, "planner.selection_mode"))
         self.distribution = candidate_distribution or CandidateDistribution.from_params(p)
@@ -565,7 +586,7 @@ class Rad2Policy:
         t0 = time.perf_counter()
         if mode == "sample":
             rngs = [np.random.default_rng([s, 1]) for s in (row_seeds or [seed])]
-            draw = self._sample(logits, dist, rngs)
+            draw = self._sample(logits, dist, rngs, self._discriminator_mask(candidates, inputs))
             selected, rule = [int(i) for i in draw.index], f"sample:{dist.label}"
         else:
             draw = None
@@ -733,7 +754,10 @@ class Rad2Policy:
                       inputs: dict[str, np.ndarray]) -> int:
         """The deterministic selection rule of row ``i`` restricted to the candidates ``allowed``."""
         if self.has_discriminator:
-            return int(allowed[np.argmax(logits[i, allowed])])
+            mask = self._discriminator_mask(candidates[i:i + 1], {k: v[i:i + 1] for k, v in inputs.items()})
+            both = allowed if mask is None else allowed[mask[0, allowed]]
+            both = both if len(both) else allowed  # the critic's choice outranks the overlap check
+            return int(both[np.argmax(logits[i, both])])
         sub = candidates[i, allowed]
         if self.fallback == "medoid":
             return int(allowed[medoid_index(sub)])
@@ -849,12 +873,15 @@ class Rad2Policy:
         return self.has_discriminator or self.always_score
 
     @staticmethod
-    def _sample(logits: np.ndarray, dist: CandidateDistribution, rngs: list[np.random.Generator]):
+    def _sample(logits: np.ndarray, dist: CandidateDistribution, rngs: list[np.random.Generator],
+                allowed: np.ndarray | None = None):
         """One draw per row: with one generator per row each row uses its own; with a single generator
-        for the batch the rows are drawn together from it."""
+        for the batch the rows are drawn together from it. ``allowed [B, M]``: the candidates the draw
+        may pick (None: all)."""
         if len(rngs) == 1:
-            return sample_candidate(logits, rngs[0], dist)
-        draws = [sample_candidate(row, rng, dist) for row, rng in zip(logits, rngs)]
+            return sample_candidate(logits, rngs[0], dist, allowed=allowed)
+        rows = [None] * len(logits) if allowed is None else allowed
+        draws = [sample_candidate(row, rng, dist, allowed=a) for row, rng, a in zip(logits, rngs, rows)]
         return type(draws[0])(*(np.stack(field) for field in zip(*draws)))
 
     def _select_deterministic(
@@ -863,12 +890,27 @@ class Rad2Policy:
         b = candidates.shape[0]
         if self.has_discriminator:
             # Logits, not scores: a float32 sigmoid saturates to exact ties at 1.
+            mask = self._discriminator_mask(candidates, inputs)
+            if mask is not None:
+                return [int(np.argmax(np.where(mask[i], logits[i], -np.inf))) for i in range(b)], \
+                    "discriminator:safe"
             return [int(np.argmax(logits[i])) for i in range(b)], "discriminator"
         if self.fallback == "medoid":
             return [medoid_index(candidates[i]) for i in range(b)], "medoid"
         if self.fallback == "safe_medoid":
             return [self._safe_medoid(candidates[i], inputs, i) for i in range(b)], "safe_medoid"
         return [0] * b, "first"
+
+    def _discriminator_mask(self, candidates: np.ndarray, inputs: dict[str, np.ndarray]) -> np.ndarray | None:
+        """``[B, M]`` the candidates the discriminator chooses among (``safe_candidates`` per row), or
+        None when it chooses among all (``planner.discriminator_candidates: all``)."""
+        if self.discriminator_candidates == "all":
+            return None
+        mask = np.zeros(candidates.shape[:2], dtype=bool)
+        for i in range(candidates.shape[0]):
+            mask[i, safe_candidates(candidates[i], inputs["agents"][i], inputs["agents_mask"][i], self.plan_dt,
+                                    self.ego_size, self.max_curvature)] = True
+        return mask
 
     def _safe_medoid(self, candidates: np.ndarray, inputs: dict[str, np.ndarray], i: int) -> int:
         """:func:`safe_medoid_index` of row ``i``'s candidates ``[M', T, 2]`` with this policy's settings."""

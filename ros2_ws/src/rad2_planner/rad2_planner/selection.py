@@ -24,6 +24,11 @@ H) is thus sampled among fewer candidates than a flat one. Because H ≥ 0, σ(H
 below the midpoint (k_min + k_max) / 2. Rounding is half-up; ties in probability go to the lower
 candidate index (stable sort), so the result is deterministic.
 
+Optional ``allowed`` mask ``[..., M]`` (bool): the distribution is restricted to the allowed candidates
+(renormalised over them; the others get probability 0) before top-K. The planner passes the candidates
+that its constant-velocity overlap check keeps (``planner.discriminator_candidates: safe``), so the
+discriminator learns and decides among those only. A row must allow at least one candidate.
+
 Every function takes logits ``[..., M]`` (one row or a batch of rows) and works on the last axis; all
 quantities are computed in log space with log-sum-exp, so large logits neither overflow nor lose
 the small probabilities. ``log_probs``, ``entropy``, ``sample`` and ``log_prob_of`` all describe the
@@ -170,32 +175,48 @@ def _truncate_top_k(logp: np.ndarray, dist: CandidateDistribution) -> np.ndarray
     return _log_normalize(kept)
 
 
-def log_probs(logits: Any, dist: CandidateDistribution | None = None, name: str = "logits") -> np.ndarray:
-    """Log-probabilities ``[..., M]`` (float64) of the distribution sampled from; -inf when excluded
-    by top-K."""
+def _restrict(logp: np.ndarray, allowed: Any) -> np.ndarray:
+    mask = np.asarray(allowed)
+    if mask.dtype != bool or mask.shape != logp.shape:
+        raise ValueError(f"allowed: expected a bool mask of shape {logp.shape}, got {mask.dtype} {mask.shape}")
+    if not mask.any(axis=-1).all():
+        raise ValueError("allowed: a row allows no candidate (at least one must be allowed)")
+    return _log_normalize(np.where(mask, logp, -np.inf))
+
+
+def log_probs(logits: Any, dist: CandidateDistribution | None = None, name: str = "logits",
+              allowed: Any = None) -> np.ndarray:
+    """Log-probabilities ``[..., M]`` (float64) of the distribution sampled from; -inf when not
+    ``allowed`` or excluded by top-K."""
     dist = dist or SOFTMAX
     logp = _full_log_probs(_check_logits(logits, dist, name), dist)
+    if allowed is not None:
+        logp = _restrict(logp, allowed)
     return _truncate_top_k(logp, dist) if dist.top_k == "entropy" else logp
 
 
-def probabilities(logits: Any, dist: CandidateDistribution | None = None, name: str = "logits") -> np.ndarray:
+def probabilities(logits: Any, dist: CandidateDistribution | None = None, name: str = "logits",
+                  allowed: Any = None) -> np.ndarray:
     """Probabilities ``[..., M]`` (rows sum to 1) of the distribution sampled from."""
-    return np.exp(log_probs(logits, dist, name))
+    return np.exp(log_probs(logits, dist, name, allowed))
 
 
-def entropy(logits: Any, dist: CandidateDistribution | None = None, name: str = "logits") -> np.ndarray:
+def entropy(logits: Any, dist: CandidateDistribution | None = None, name: str = "logits",
+            allowed: Any = None) -> np.ndarray:
     """Entropy ``[...]`` in nats of the distribution sampled from (after top-K)."""
-    return _entropy_of(log_probs(logits, dist, name))
+    return _entropy_of(log_probs(logits, dist, name, allowed))
 
 
 def log_prob_of(
-    logits: Any, index: Any, dist: CandidateDistribution | None = None, name: str = "logits"
+    logits: Any, index: Any, dist: CandidateDistribution | None = None, name: str = "logits",
+    allowed: Any = None,
 ) -> np.ndarray:
-    """Log-probability ``[...]`` of candidate ``index [...]`` (one per row; -inf if top-K excludes it).
+    """Log-probability ``[...]`` of candidate ``index [...]`` (one per row; -inf if not allowed or
+    excluded by top-K).
 
     The RL importance ratio compares this under the current logits with the recorded ``log_prob``.
     """
-    logp = log_probs(logits, dist, name)
+    logp = log_probs(logits, dist, name, allowed)
     idx = np.asarray(index)
     m = logp.shape[-1]
     if idx.shape != logp.shape[:-1] or not np.issubdtype(idx.dtype, np.integer):
@@ -206,12 +227,13 @@ def log_prob_of(
 
 
 def sample(
-    logits: Any, rng: np.random.Generator, dist: CandidateDistribution | None = None, name: str = "logits"
+    logits: Any, rng: np.random.Generator, dist: CandidateDistribution | None = None, name: str = "logits",
+    allowed: Any = None,
 ) -> Draw:
     """Draw one candidate per row with ``rng`` (one uniform number per row, inverse CDF)."""
     if not isinstance(rng, np.random.Generator):
         raise ValueError(f"rng: expected a numpy.random.Generator, got {type(rng).__name__}")
-    logp = log_probs(logits, dist, name)
+    logp = log_probs(logits, dist, name, allowed)
     p = np.exp(logp)
     cdf = np.cumsum(p, axis=-1)
     # Scale u by the row's total so rounding in the cumsum can never push the draw past the last

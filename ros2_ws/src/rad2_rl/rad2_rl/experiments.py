@@ -24,25 +24,29 @@ class Arm:
     rule: str | None  # uniform | medoid | safe_medoid | None (the checkpoint's own selection)
     m: int | None
     h_reuse: int | None
+    discriminator_candidates: str | None = None  # planner.discriminator_candidates (None: params/planner.yaml)
 
 
 def parse_arm(text: str, il_checkpoint: str) -> Arm:
     head, *opts = text.split("@")
     kind, _, arg = head.partition(":")
-    m = h = None
+    m = h = d = None
     for opt in opts:
         key, _, value = opt.partition("=")
+        if key == "D" and value in ("all", "safe"):
+            d = value
+            continue
         if key not in ("M", "H") or not value.isdigit() or int(value) < 1:
-            raise ValueError(f"arm {text!r}: option {opt!r} is not M=<int >= 1> or H=<int >= 1>")
+            raise ValueError(f"arm {text!r}: option {opt!r} is not M=<int >= 1>, H=<int >= 1> or D=all|safe")
         m, h = (int(value), h) if key == "M" else (m, int(value))
     if kind == "il":
         if arg not in RULES:
             raise ValueError(f"arm {text!r}: il:{arg} is not one of il:{'|il:'.join(RULES)}")
-        return Arm(text, il_checkpoint, arg, m, h)
+        return Arm(text, il_checkpoint, arg, m, h, d)
     if kind == "ckpt":
         if not (Path(arg) / "config.json").is_file():
             raise ValueError(f"arm {text!r}: {arg} is not a planner checkpoint (no config.json)")
-        return Arm(text, arg, None, m, h)
+        return Arm(text, arg, None, m, h, d)
     raise ValueError(f"arm {text!r}: expected il:RULE or ckpt:PATH")
 
 
@@ -52,6 +56,8 @@ def policy_spec(arm: Arm, threads: int | None):
     overrides = {}
     if arm.m:
         overrides["num_candidates"] = arm.m
+    if arm.discriminator_candidates:
+        overrides["discriminator_candidates"] = arm.discriminator_candidates
     if arm.rule == "uniform":
         return PolicySpec(checkpoint_dir=arm.checkpoint, selection="sample", distribution="uniform",
                           planner_overrides=overrides, threads=threads)

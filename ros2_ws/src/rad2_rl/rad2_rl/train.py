@@ -55,11 +55,13 @@ class RLConfig:
     group_size: int = 4
     batch_size: int = 16
     h_reuse: int = 8
+    window_steps: int = 0
     num_candidates: int = 32
     reward: str = "rad2"
     train_discriminator: bool = True
     train_generator: bool = True
     discriminator_init: str = "generator"
+    discriminator_candidates: str = "all"  # planner.discriminator_candidates of the rollouts: all | safe
     discriminator_lr: float = 1e-4
     generator_lr: float = 2e-5
     ogo_every: int = 8
@@ -74,8 +76,14 @@ class RLConfig:
         if self.discriminator_init not in DISCRIMINATOR_INITS:
             raise ValueError(f"rl.discriminator_init: unknown value {self.discriminator_init!r} "
                              f"(choose from {DISCRIMINATOR_INITS})")
+        if self.discriminator_candidates not in ("all", "safe"):
+            raise ValueError(f"rl.discriminator_candidates: unknown value {self.discriminator_candidates!r} "
+                             "(choose from ('all', 'safe'))")
         if self.group_size < 2:
             raise ValueError(f"rl.group_size: GRPO needs groups of >= 2 rollouts, got {self.group_size}")
+        if self.window_steps < 0:
+            raise ValueError(f"rl.window_steps: must be >= 0 (0: every rollout runs to its clip's end), "
+                             f"got {self.window_steps}")
         for name in ("iterations", "clips_per_iteration", "batch_size", "h_reuse", "num_candidates",
                      "ogo_every", "ogo_steps", "ogo_batch", "ogo_noise_draws", "validate_every",
                      "checkpoint_every"):
@@ -127,7 +135,8 @@ class RLRun:
         self.train_clips, self.val_clips = list(train_clips), list(val_clips)
         self.clips_by_id = {c.clip_id: c for c in self.train_clips}
         params = planner_params if planner_params is not None else load_params("planner")
-        params = {**params, "runtime": {**params["runtime"], "fused_sampler": True}}
+        params = {**params, "runtime": {**params["runtime"], "fused_sampler": True},
+                  "planner": {**params["planner"], "discriminator_candidates": cfg.discriminator_candidates}}
         torch.manual_seed(cfg.seed)
         if cfg.discriminator_init == "random":
             from rad2_planner.networks.discriminator import Discriminator
@@ -151,11 +160,13 @@ class RLRun:
         self.state = RunState(log_beta=self.trainer.entropy.log_beta, history=[])
 
     # -- 1. collection -------------------------------------------------------------------------------
-    def collect(self, clips: Sequence[Any], seed: int, progress: Callable[[int], None] | None = None):
+    def collect(self, clips: Sequence[Any], seed: int, progress: Callable[[int], None] | None = None,
+                start_steps: int | Sequence[int] = 0):
         from bev_warp_sim.rollout import run_rollouts
 
-        kwargs = dict(group_size=self.cfg.group_size, batch_size=self.cfg.batch_size, seed=seed,
-                      h_reuse=self.cfg.h_reuse, rewards=[self.cfg.reward], progress=progress)
+        kwargs = dict(group_size=self.cfg.group_size, start_steps=start_steps, batch_size=self.cfg.batch_size,
+                      seed=seed, h_reuse=self.cfg.h_reuse, max_steps=self.cfg.window_steps or None,
+                      rewards=[self.cfg.reward], progress=progress)
         if self.pool is not None:
             return self.pool.run(clips, **kwargs)
         self.model.eval()
@@ -168,7 +179,8 @@ class RLRun:
         n = min(cfg.clips_per_iteration, len(self.train_clips))
         pick = self.rng.choice(len(self.train_clips), size=n, replace=False)
         clips = [self.train_clips[i] for i in sorted(pick)]
-        rollouts, stats = self.collect(clips, seed=cfg.seed * 1_000_003 + it, progress=progress)
+        rollouts, stats = self.collect(clips, seed=cfg.seed * 1_000_003 + it, progress=progress,
+                                       start_steps=self.window_starts(clips))
         rewards = np.array([r.rewards[cfg.reward] for r in rollouts])
         log: dict[str, float] = {
             "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std()),
@@ -178,7 +190,7 @@ class RLRun:
         # 2.-3. TC-GRPO on the discriminator
         if cfg.train_discriminator:
             batch = decision_batch(rollouts, cfg.reward, self.tc_cfg)
-            upd = self.trainer.add_and_update(batch)
+            upd = self.trainer.add_and_update(batch, rng=self.rng)
             if batch is None:
                 log["clip_filter_rate"] = 1.0
             if upd is not None:
@@ -200,6 +212,15 @@ class RLRun:
         self.state.seconds += log["iteration_s"]
         self.state.history.append({"iteration": it, **log})
         return log
+
+    def window_starts(self, clips: Sequence[Any]) -> list[int]:
+        """Where each group starts: the clip's first step, or with ``window_steps`` a step drawn
+        uniformly among those that leave a whole window (the logged state there is the group's common
+        initial state). A window holds few decisions, so each shares its rollout's advantage with fewer
+        others: the credit of a decision is less diluted than over a whole clip."""
+        if self.cfg.window_steps == 0:
+            return [0] * len(clips)
+        return [int(self.rng.integers(0, max(c.num_steps - 1 - self.cfg.window_steps, 0) + 1)) for c in clips]
 
     def generator_update(self) -> dict[str, float]:
         """Eq. 19 on the pending targets: ``ogo_steps`` minibatches, then the targets are consumed."""
