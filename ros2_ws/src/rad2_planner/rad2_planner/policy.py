@@ -12,8 +12,8 @@ One planning cycle (identical for every runtime backend, see :mod:`rad2_planner.
 4. ``select``, by ``selection`` (``planner.selection_mode``):
 
    - ``deterministic`` (deployment): the highest logit (with ``planner.discriminator_candidates: safe``,
-     among the safe set of ``safe_medoid`` only: ``safe_candidates``); without a trained discriminator the documented
-     fallback rule ``planner.fallback_selection``: ``medoid`` (the candidate with the smallest mean
+     among the safe set of ``safe_medoid`` only: ``safe_candidates``); without a trained discriminator
+     the documented fallback rule ``planner.fallback_selection``: ``medoid`` (the candidate with the smallest mean
      distance to the others — the mode of the candidate set, robust to a stray sample), ``first``, or
      ``safe_medoid`` (the medoid of the candidates whose ego box does not overlap any observed agent
      extrapolated at constant velocity from the agent tokens; when all overlap, the candidates whose
@@ -389,8 +389,8 @@ class Rad2Policy:
         key = "discriminator_candidates"
         self.discriminator_candidates = str(p[key] if key in p else default_params("planner")["planner"][key])
         if self.discriminator_candidates not in DISCRIMINATOR_CANDIDATES:
-            raise ValueError(f"planner.discriminator_candidates: unknown value {self.discriminator_candidates!r} "
-                             f"(choose from {DISCRIMINATOR_CANDIDATES})")
+            raise ValueError("planner.discriminator_candidates: unknown value "
+                             f"{self.discriminator_candidates!r} (choose from {DISCRIMINATOR_CANDIDATES})")
         self.always_score = always_score
         self.selection = _check_mode(selection or require(params, "planner.selection_mode"))
         self.distribution = candidate_distribution or CandidateDistribution.from_params(p)
@@ -908,8 +908,8 @@ class Rad2Policy:
             return None
         mask = np.zeros(candidates.shape[:2], dtype=bool)
         for i in range(candidates.shape[0]):
-            mask[i, safe_candidates(candidates[i], inputs["agents"][i], inputs["agents_mask"][i], self.plan_dt,
-                                    self.ego_size, self.max_curvature)] = True
+            mask[i, safe_candidates(candidates[i], inputs["agents"][i], inputs["agents_mask"][i],
+                                    self.plan_dt, self.ego_size, self.max_curvature)] = True
         return mask
 
     def _safe_medoid(self, candidates: np.ndarray, inputs: dict[str, np.ndarray], i: int) -> int:

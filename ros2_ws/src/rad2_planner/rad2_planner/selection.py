@@ -178,7 +178,8 @@ def _truncate_top_k(logp: np.ndarray, dist: CandidateDistribution) -> np.ndarray
 def _restrict(logp: np.ndarray, allowed: Any) -> np.ndarray:
     mask = np.asarray(allowed)
     if mask.dtype != bool or mask.shape != logp.shape:
-        raise ValueError(f"allowed: expected a bool mask of shape {logp.shape}, got {mask.dtype} {mask.shape}")
+        raise ValueError(f"allowed: expected a bool mask of shape {logp.shape}, "
+                         f"got {mask.dtype} {mask.shape}")
     if not mask.any(axis=-1).all():
         raise ValueError("allowed: a row allows no candidate (at least one must be allowed)")
     return _log_normalize(np.where(mask, logp, -np.inf))

@@ -24,7 +24,7 @@ class Arm:
     rule: str | None  # uniform | medoid | safe_medoid | None (the checkpoint's own selection)
     m: int | None
     h_reuse: int | None
-    discriminator_candidates: str | None = None  # planner.discriminator_candidates (None: params/planner.yaml)
+    discriminator_candidates: str | None = None  # planner.discriminator_candidates (None: planner.yaml's)
 
 
 def parse_arm(text: str, il_checkpoint: str) -> Arm:
