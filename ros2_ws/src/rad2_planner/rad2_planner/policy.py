@@ -14,8 +14,8 @@ One planning cycle (identical for every runtime backend, see :mod:`rad2_planner.
    - ``deterministic`` (deployment): the highest logit (with ``planner.discriminator_candidates: safe``,
      among the safe set of ``safe_medoid`` only: ``safe_candidates``); without a trained discriminator
      the documented fallback rule ``planner.fallback_selection``: ``medoid`` (the candidate with the
-     smallest mean distance to the others — the mode of the candidate set, robust to a stray sample), ``first``, or
-     ``safe_medoid`` (the medoid of the candidates whose ego box does not overlap any observed agent
+     smallest mean distance to the others — the mode of the candidate set, robust to a stray sample),
+     ``first``, or ``safe_medoid`` (the medoid of the candidates whose ego box does not overlap any observed agent
      extrapolated at constant velocity from the agent tokens; when all overlap, the candidates whose
      first overlap comes latest; with ``planner.selection_progress_quantile`` q > 0, only the safe
      candidates reaching at least the q-quantile of their progress along the route count).
