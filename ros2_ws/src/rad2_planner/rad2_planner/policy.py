@@ -11,14 +11,14 @@ One planning cycle (identical for every runtime backend, see :mod:`rad2_planner.
    unless ``always_score``).
 4. ``select``, by ``selection`` (``planner.selection_mode``):
 
-   - ``deterministic`` (deployment): the highest logit (with ``planner.discriminator_candidates: safe``,
-     among the safe set of ``safe_medoid`` only: ``safe_candidates``); without a trained discriminator
-     the documented fallback rule ``planner.fallback_selection``: ``medoid`` (the candidate with the
-     smallest mean distance to the others — the mode of the candidate set, robust to a stray sample),
-     ``first``, or ``safe_medoid`` (the medoid of the candidates whose ego box does not overlap any observed agent
-     extrapolated at constant velocity from the agent tokens; when all overlap, the candidates whose
-     first overlap comes latest; with ``planner.selection_progress_quantile`` q > 0, only the safe
-     candidates reaching at least the q-quantile of their progress along the route count).
+   - ``deterministic`` (deployment): the highest logit (with ``planner.discriminator_candidates: safe``, among
+     the safe set of ``safe_medoid`` only: ``safe_candidates``); without a trained discriminator the
+     documented fallback rule ``planner.fallback_selection``: ``medoid`` (the candidate with the smallest mean
+     distance to the others — the mode of the candidate set, robust to a stray sample), ``first``, or
+     ``safe_medoid`` (the medoid of the candidates whose ego box does not overlap any observed agent
+     extrapolated at constant velocity from the agent tokens; when all overlap, the candidates whose first
+     overlap comes latest; with ``planner.selection_progress_quantile`` q > 0, only the safe candidates
+     reaching at least the q-quantile of their progress along the route count).
    - ``sample`` (RL rollouts, scenario curation): a draw from the categorical distribution of
      :mod:`rad2_planner.selection` (``planner.selection_distribution``, temperature, top-K; restricted
      to the same safe set with ``discriminator_candidates: safe``); the result carries the draw's
