@@ -10,7 +10,8 @@ One iteration:
    top-K_t), latched for H_reuse steps (``bev_warp_sim.rollout``; in this process or Ray workers);
 2. rewards (``rewards.rl_reward`` of params/sim.yaml, any of ``bev_warp_sim.rewards.REWARDS``) →
    group advantages → clip filtering → the decision points of the kept groups (one batch);
-3. TC-GRPO: the batch enters the FIFO buffer and the discriminator takes one step on the buffer;
+3. TC-GRPO: the batch enters the FIFO buffer and the discriminator is updated on the buffer (one step
+   on all of it, or ``minibatches_per_update`` steps on minibatches drawn with the run's generator);
 4. OGO: every ``ogo_every`` iterations (one circulation of the buffer: the 8:1 schedule) the
    re-timed segments collected since the last generator update fine-tune the generator;
 5. every ``validate_every`` iterations: deterministic (argmax) closed-loop evaluation on held-out
