@@ -28,12 +28,14 @@ class Arm:
 
 
 def parse_arm(text: str, il_checkpoint: str) -> Arm:
+    from rad2_planner.policy import DISCRIMINATOR_CANDIDATES
+
     head, *opts = text.split("@")
     kind, _, arg = head.partition(":")
     m = h = d = None
     for opt in opts:
         key, _, value = opt.partition("=")
-        if key == "D" and value in ("all", "safe"):
+        if key == "D" and value in DISCRIMINATOR_CANDIDATES:
             d = value
             continue
         if key not in ("M", "H") or not value.isdigit() or int(value) < 1:

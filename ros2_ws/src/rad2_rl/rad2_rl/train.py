@@ -77,9 +77,11 @@ class RLConfig:
         if self.discriminator_init not in DISCRIMINATOR_INITS:
             raise ValueError(f"rl.discriminator_init: unknown value {self.discriminator_init!r} "
                              f"(choose from {DISCRIMINATOR_INITS})")
-        if self.discriminator_candidates not in ("all", "safe"):
+        from rad2_planner.policy import DISCRIMINATOR_CANDIDATES
+
+        if self.discriminator_candidates not in DISCRIMINATOR_CANDIDATES:
             raise ValueError(f"rl.discriminator_candidates: unknown value {self.discriminator_candidates!r} "
-                             "(choose from ('all', 'safe'))")
+                             f"(choose from {DISCRIMINATOR_CANDIDATES})")
         if self.group_size < 2:
             raise ValueError(f"rl.group_size: GRPO needs groups of >= 2 rollouts, got {self.group_size}")
         if self.window_steps < 0:
