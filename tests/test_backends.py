@@ -191,6 +191,66 @@ def test_backend_parameter_switches(setup):
         make_backend("tflite", model, params["runtime"])
 
 
+def test_unavailable_ort_provider_is_a_clear_error(setup):
+    _, _, paths = setup
+    runtime = {**load_params("planner")["runtime"], "ort_providers": ["NoSuchExecutionProvider"]}
+    with pytest.raises(BackendUnavailableError, match=r"runtime.ort_providers.*NoSuchExecutionProvider"):
+        OrtBackend(paths, runtime)
+
+
+def test_cuda_graphs_are_ignored_on_the_cpu(setup):
+    model, _, _ = setup
+    spec = SamplerSpec(2, "ddim", 4.0)
+    plain, graphed = TorchBackend(model, sampler_spec=spec), TorchBackend(model, sampler_spec=spec, cuda_graphs=True)
+    assert graphed.graphs == {}
+    ex = example_inputs(model.cfg, batch=1, m=4, seed=1)
+    inputs = {k: ex[k] for k in SCENE_INPUTS}
+    schedule = NoiseSchedule(model.cfg.num_train_steps)
+    a = plain.generate(ex["x_t"], plain.encode(inputs), schedule, spec)
+    b = graphed.generate(ex["x_t"], graphed.encode(inputs), schedule, spec)
+    assert np.array_equal(a, b)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on a lent GPU)")
+def test_cuda_graph_replay_matches_eager_cuda():
+    """Replayed graphs compute what eager CUDA computes, one graph per M, and a returned output is
+    not overwritten by the next replay; a capture that fails falls back to eager."""
+    from rad2_planner.runtime.cuda_graphs import CudaGraphCache
+
+    model = _tiny_model()  # no ONNX export: this test also runs on a GPU machine's own PyTorch
+    spec = SamplerSpec(3, "ddim", 4.0)
+    eager = TorchBackend(_tiny_model(), device="cuda", sampler_spec=spec)
+    eager.model.load_state_dict(model.state_dict())
+    graphed = TorchBackend(_tiny_model(), device="cuda", sampler_spec=spec, cuda_graphs=True)
+    graphed.model.load_state_dict(model.state_dict())
+    schedule = NoiseSchedule(model.cfg.num_train_steps)
+    first = None
+    for m, seed in ((5, 1), (9, 2), (5, 3)):
+        ex = example_inputs(model.cfg, batch=1, m=m, seed=seed)
+        inputs = {k: ex[k] for k in SCENE_INPUTS}
+        s_e, s_g = eager.encode(inputs), graphed.encode(inputs)
+        x_e = eager.generate(ex["x_t"], s_e, schedule, spec)
+        x_g = graphed.generate(ex["x_t"], s_g, schedule, spec)
+        assert np.abs(x_e - x_g).max() < 1e-4, m
+        lg_e, _ = eager.score_logits(ex["trajectories"], inputs, s_e)
+        lg_g, _ = graphed.score_logits(ex["trajectories"], inputs, s_g)
+        assert np.abs(lg_e - lg_g).max() < 1e-4, m
+        if first is None:
+            first = (s_g["scene_tokens"], s_g["scene_tokens"].clone())
+    assert torch.equal(*first)  # the first scene kept its values through later replays
+    assert graphed.graphs["sampler"].captures == 2 and graphed.graphs["sampler"].replays == 3
+    assert graphed.graphs["encoder"].captures == 1 and graphed.graphs["encoder"].disabled_reason is None
+
+    def syncs_inside(x):  # a host sync cannot be captured
+        return x * float(x.sum().item())
+
+    cache = CudaGraphCache(syncs_inside, "sync test")
+    x = torch.ones(3, device="cuda")
+    with pytest.warns(RuntimeWarning, match="sync test"):
+        out = cache(x)
+    assert cache.disabled_reason is not None and torch.equal(out, syncs_inside(x))
+
+
 @pytest.mark.skipif(importlib.util.find_spec("tensorrt") is not None, reason="TensorRT is installed here")
 def test_tensorrt_requested_without_tensorrt_is_a_clear_error(setup):
     model, onnx_dir, _ = setup

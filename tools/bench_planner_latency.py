@@ -45,14 +45,23 @@ def main(argv=None) -> int:
     ap.add_argument("--random-inputs", action="store_true")
     ap.add_argument("--agents", type=int, default=50, help="agents in the selection-only timing")
     ap.add_argument("--out", default="out/bench_latency", help="output prefix (.json, .png)")
+    ap.add_argument("--ort-providers", nargs="+", default=None, metavar="PROVIDER",
+                    help="overrides runtime.ort_providers, e.g. CUDAExecutionProvider CPUExecutionProvider")
+    ap.add_argument("--cuda-graphs", choices=("on", "off"), default=None,
+                    help="overrides runtime.torch_cuda_graphs (pytorch backend on cuda)")
     args = ap.parse_args(argv)
+    runtime_overrides = {}
+    if args.ort_providers is not None:
+        runtime_overrides["ort_providers"] = args.ort_providers
+    if args.cuda_graphs is not None:
+        runtime_overrides["torch_cuda_graphs"] = args.cuda_graphs == "on"
 
     from rad2_planner.planning_benchmark import run_latency_benchmark
 
     run_latency_benchmark(args.m, backend=args.backend, device=args.device, checkpoint=args.checkpoint,
                           random_init=args.random_init, k=args.k, sampler=args.sampler, cycles=args.cycles,
                           warmup=args.warmup, data=None if args.random_inputs else args.data,
-                          agents=args.agents, out=args.out)
+                          agents=args.agents, out=args.out, runtime_overrides=runtime_overrides)
     return 0
 
 if __name__ == "__main__":

@@ -26,6 +26,9 @@ def main(argv=None) -> int:
     ap.add_argument("--candidates", type=int, default=32, help="M")
     ap.add_argument("--workers", type=int, nargs="+", default=[0, 2],
                     help="0: this process; N: N Ray workers")
+    ap.add_argument("--backend", default="onnxruntime", choices=("onnxruntime", "pytorch", "tensorrt"),
+                    help="the planner's network runtime")
+    ap.add_argument("--device", default="cpu", help="torch device for --backend pytorch (cpu | cuda)")
     ap.add_argument("--out", default=None, help="also write the table as Markdown to this file")
     args = ap.parse_args(argv)
     if min(args.clips, args.group, args.h_reuse, args.batch, args.candidates) < 1 or min(args.workers) < 0:
@@ -37,7 +40,8 @@ def main(argv=None) -> int:
     from rich.console import Console
 
     text = run_rollout_benchmark(args.dataset, clips=args.clips, group=args.group, h_reuse=args.h_reuse,
-                                 batch=args.batch, candidates=args.candidates, workers=args.workers)
+                                 batch=args.batch, candidates=args.candidates, workers=args.workers,
+                                 backend=args.backend, device=args.device)
     Console(width=max(Console().width, 120)).print(text)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

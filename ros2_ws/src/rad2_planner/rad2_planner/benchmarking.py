@@ -68,8 +68,9 @@ def load_average() -> float:
         return float("nan")
 
 
-def matmul_probe(threads: int, size: int = 1024, seconds: float = 1.0) -> float:
-    """GFLOP/s of float32 ``size x size`` matrix products on ``threads`` threads (best of repeats).
+def matmul_probe(threads: int, size: int = 1024, seconds: float = 1.0, device: str = "cpu") -> float:
+    """GFLOP/s of float32 ``size x size`` matrix products on ``threads`` threads (best of repeats),
+    or on a CUDA ``device`` (4096 x 4096, with PyTorch's default float32 precision, as the planner).
 
     ONNX Runtime's MLAS and PyTorch's kernels reach about this on the large products of a network;
     the best repeat is taken because the floor is what the machine can do, not what a busy moment
@@ -77,23 +78,37 @@ def matmul_probe(threads: int, size: int = 1024, seconds: float = 1.0) -> float:
     """
     import torch
 
+    cuda = str(device).startswith("cuda")
+    size = 4096 if cuda and size == 1024 else size
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     before = torch.get_num_threads()
     torch.set_num_threads(int(threads))
     try:
-        a = torch.rand(size, size)
-        b = torch.rand(size, size)
+        a = torch.rand(size, size, device=device)
+        b = torch.rand(size, size, device=device)
         for _ in range(3):
             a @ b
+        sync()
         best = float("inf")
         t_end = time.perf_counter() + seconds
         while time.perf_counter() < t_end:
             t0 = time.perf_counter()
             for _ in range(4):
                 a @ b
+            sync()
             best = min(best, (time.perf_counter() - t0) / 4)
     finally:
         torch.set_num_threads(before)
     return 2.0 * size**3 / best / 1e9
+
+
+def gpu_name(device: str) -> str | None:
+    """The CUDA device's name (``None`` for a CPU device)."""
+    if not str(device).startswith("cuda"):
+        return None
+    import torch
+
+    return torch.cuda.get_device_name(torch.device(device))
 
 
 def count_flops(fn, *args, **kwargs) -> float:
@@ -152,11 +167,14 @@ class RunContext:
     load_before: float
     probe_gflops: float
     load_after: float = float("nan")
+    #: the GPU that ran the networks (its name), ``None`` on the CPU; the probe then ran on it
+    gpu: str | None = None
 
     @classmethod
-    def start(cls, threads: int, probe: bool = True) -> RunContext:
+    def start(cls, threads: int, probe: bool = True, device: str = "cpu") -> RunContext:
         load = load_average()
-        return cls(machine_info(), int(threads), load, matmul_probe(threads) if probe else float("nan"))
+        gflops = matmul_probe(threads, device=device) if probe else float("nan")
+        return cls(machine_info(), int(threads), load, gflops, gpu=gpu_name(device))
 
     def finish(self) -> RunContext:
         self.load_after = load_average()
@@ -170,7 +188,8 @@ class RunContext:
         return (
             f"machine: {self.machine.describe()}; threads {self.threads}; load average "
             f"{self.load_before:.2f} before, {self.load_after:.2f} after; matrix-product probe "
-            f"{self.probe_gflops:.0f} GFLOP/s on {self.threads} thread(s)"
+            f"{self.probe_gflops:.0f} GFLOP/s on "
+            + (f"the GPU {self.gpu}" if self.gpu else f"{self.threads} thread(s)")
         )
 
     def to_dict(self) -> dict[str, Any]:

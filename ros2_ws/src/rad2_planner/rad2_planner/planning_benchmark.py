@@ -157,7 +157,8 @@ def plot_results(results: dict, meta: dict, deadline: float, png: str) -> None:
     axes[1].set(xscale="log", xlabel="M (candidates)", ylabel="ms", title="planning cycle total")
     axes[1].set_xticks(ms, [str(m) for m in ms])
     axes[1].legend()
-    fig.suptitle(f"{meta['backend']}, K={meta['K']}, {meta['cycles']} cycles/M, load {meta['load_avg']}")
+    fig.suptitle(f"{meta['backend']} on {meta.get('device', 'cpu')}, K={meta['K']}, {meta['cycles']} cycles/M, "
+                 f"load {meta['load_avg']}")
     fig.tight_layout()
     fig.savefig(png, dpi=110)
 
@@ -166,12 +167,17 @@ def run_latency_benchmark(ms: list[int], *, backend: str | None = None, device: 
                           checkpoint: str | None = None, random_init: bool = False, k: int | None = None,
                           sampler: str | None = None, cycles: int = 200, warmup: int = 20,
                           data: str | None = "data/eval_efficiency", agents: int = 50,
-                          out: str = "out/bench_latency") -> dict[str, Any]:
-    """The whole benchmark (``data`` None: random inputs); returns what ``<out>.json`` holds."""
+                          out: str = "out/bench_latency",
+                          runtime_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The whole benchmark (``data`` None: random inputs); returns what ``<out>.json`` holds.
+    ``runtime_overrides``: ``runtime.*`` settings of params/planner.yaml to replace (checked)."""
     from rad2_planner.benchmarking import RunContext, planning_cycle_flops
-    from rad2_planner.config import load_params
+    from rad2_planner.config import load_params, validate_overrides
 
     params = load_params("planner")
+    if runtime_overrides:
+        validate_overrides("planner", {f"runtime.{k}": v for k, v in runtime_overrides.items()})
+        params["runtime"].update(runtime_overrides)
     policy, weights = make_policy(params, random_init=random_init, checkpoint=checkpoint, backend=backend,
                                   device=device, num_steps=k, sampler=sampler)
     obs = sample_observations(policy.cfg, 32, data)
@@ -186,7 +192,7 @@ def run_latency_benchmark(ms: list[int], *, backend: str | None = None, device: 
     # scans only what the cycles allocate.
     gc.collect()
     gc.freeze()
-    ctx = RunContext.start(threads)
+    ctx = RunContext.start(threads, device=str(getattr(policy.backend, "device", "cpu")))
     print(
         f"backend {policy.backend_name}, K={policy.num_steps}, sampler {policy.sampler}, weights {weights}, "
         f"{cycles} cycles per M, fused sampler {bool(params['runtime'].get('fused_sampler'))}, "
@@ -205,6 +211,10 @@ def run_latency_benchmark(ms: list[int], *, backend: str | None = None, device: 
         "cycles": cycles, "time": time.strftime("%Y-%m-%d %H:%M:%S"), "run": ctx.to_dict(),
         "candidate_shards": getattr(policy.backend, "shards", 1),
         "load_avg": [ctx.load_before, ctx.load_after], "selection_agents": agents,
+        "device": str(getattr(policy.backend, "device", "cpu")),
+        "cuda_graphs": {k: {"captures": g.captures, "replays": g.replays, "disabled": g.disabled_reason}
+                        for k, g in getattr(policy.backend, "graphs", {}).items()},
+        "ort_providers": params["runtime"].get("ort_providers"),
     }
     payload = {"meta": meta, "results": results, "selection": selection}
     Path(str(out) + ".json").write_text(json.dumps(payload, indent=1))

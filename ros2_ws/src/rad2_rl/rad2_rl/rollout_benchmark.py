@@ -68,8 +68,10 @@ def bench_planner(spec, clips, group: int, h_reuse: int, batch: int, workers: in
 
 
 def run_rollout_benchmark(dataset: str, *, clips: int = 8, group: int = 4, h_reuse: int = 8, batch: int = 16,
-                          candidates: int = 32, workers: list[int] = (0, 2)) -> str:
-    """The Markdown table of tools/bench_rollouts.py (printed by the caller)."""
+                          candidates: int = 32, workers: list[int] = (0, 2), backend: str = "onnxruntime",
+                          device: str = "cpu") -> str:
+    """The Markdown table of tools/bench_rollouts.py (printed by the caller); ``backend`` / ``device``:
+    the planner's runtime (``pytorch`` on ``cuda`` times the rollouts with the networks on a GPU)."""
     from rad2_planner.benchmarking import machine_info
     from rad2_planner.clip import load_dataset
     from rad2_planner.config import load_params
@@ -82,10 +84,12 @@ def run_rollout_benchmark(dataset: str, *, clips: int = 8, group: int = 4, h_reu
     sim_steps, sim_s = bench_simulator(clip_list, group, h_reuse, batch)
     rows = [("simulator alone (fixed controls)", 0, sim_steps, 0, sim_s)]
     for w in workers:
-        spec = PolicySpec(name="rad2", backend="onnxruntime", selection="sample", distribution="softmax",
+        spec = PolicySpec(name="rad2", backend=backend, selection="sample", distribution="softmax",
                           always_score=True, threads=None if w == 0 else threads,
-                          planner_overrides={"num_candidates": candidates})
-        label = "real planner, 1 process" if w == 0 else f"real planner, {w} Ray workers x {threads} thread"
+                          planner_overrides={"num_candidates": candidates, "device": device})
+        runtime = backend if device == "cpu" else f"{backend} on {device}"
+        label = (f"real planner ({runtime}), 1 process" if w == 0
+                 else f"real planner ({runtime}), {w} Ray workers x {threads} thread")
         rows.append((label, w, *bench_planner(spec, clip_list, group, h_reuse, batch, w)))
     start_b, end_b = state_sizes(clip_list[0])
     info = machine_info()

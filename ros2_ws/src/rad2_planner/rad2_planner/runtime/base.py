@@ -160,7 +160,8 @@ def make_backend(
     if name == "pytorch":
         from .torch_backend import TorchBackend
 
-        return TorchBackend(model, device=device, sampler_spec=fused)
+        return TorchBackend(model, device=device, sampler_spec=fused,
+                            cuda_graphs=bool(runtime_params.get("torch_cuda_graphs", False)))
     if name == "onnxruntime":
         from .ort_backend import OrtBackend
 

@@ -80,7 +80,12 @@ class OrtBackend(Backend):
             import onnxruntime as ort
         except ImportError as e:  # pragma: no cover - onnxruntime is a pinned dependency
             raise BackendUnavailableError(f"onnxruntime backend: cannot import onnxruntime ({e})") from e
-        providers = providers or ["CPUExecutionProvider"]
+        providers = list(providers or runtime_params.get("ort_providers") or ["CPUExecutionProvider"])
+        missing = [p for p in providers if p not in ort.get_available_providers()]
+        if missing:
+            raise BackendUnavailableError(
+                f"onnxruntime backend: runtime.ort_providers {providers} names {missing}, which this "
+                f"onnxruntime build ({ort.__version__}) lacks; it has {ort.get_available_providers()}")
         # Shards only where they can run side by side: on the CPU provider.
         self.shards = candidate_shards(runtime_params) if providers == ["CPUExecutionProvider"] else 1
         threads = int(runtime_params["ort_intra_op_threads"])

@@ -15,7 +15,10 @@ from .base import DISCRIMINATOR_INPUTS, SCENE_INPUTS, SCENE_OUTPUTS, Backend, Ba
 class TorchBackend(Backend):
     name = "pytorch"
 
-    def __init__(self, model, device: str = "cpu", sampler_spec: SamplerSpec | None = None):
+    def __init__(self, model, device: str = "cpu", sampler_spec: SamplerSpec | None = None,
+                 cuda_graphs: bool = False):
+        """``cuda_graphs``: on a CUDA device, replay the scene encoder, the fused sampler and the
+        discriminator from captured CUDA graphs (runtime/cuda_graphs.py); ignored on the CPU."""
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise BackendUnavailableError(
                 f"pytorch backend: device {device!r} requested but CUDA is not available"
@@ -27,13 +30,25 @@ class TorchBackend(Backend):
             from ..networks.sampler import DiffusionSampler
 
             self.fused = DiffusionSampler(self.model.denoiser, model.cfg.num_train_steps, sampler_spec).eval()
+        self._encoder = self.model.encoder
+        self._sampler = self.fused
+        self._discriminator = self.model.discriminator.logits_and_scores
+        self.graphs: dict[str, Any] = {}
+        if cuda_graphs and self.device.type == "cuda":
+            from .cuda_graphs import CudaGraphCache
+
+            self._encoder = self.graphs["encoder"] = CudaGraphCache(self.model.encoder, "scene encoder")
+            if self.fused is not None:
+                self._sampler = self.graphs["sampler"] = CudaGraphCache(self.fused, "fused sampler")
+            self._discriminator = self.graphs["discriminator"] = CudaGraphCache(
+                self.model.discriminator.logits_and_scores, "discriminator")
 
     def _t(self, a: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(np.ascontiguousarray(a), device=self.device)
 
     @torch.inference_mode()
     def encode(self, inputs: dict[str, np.ndarray], prefetch_scores: bool = False) -> dict[str, Any]:
-        outs = self.model.encoder(*(self._t(inputs[k]) for k in SCENE_INPUTS))
+        outs = self._encoder(*(self._t(inputs[k]) for k in SCENE_INPUTS))
         return dict(zip(SCENE_OUTPUTS, outs))
 
     @torch.inference_mode()
@@ -48,7 +63,7 @@ class TorchBackend(Backend):
         if self.fused is None or self.fused.spec != spec:
             return super().generate(x_init, scene, schedule, spec, timings)
         t0 = time.perf_counter()
-        x0 = self.fused(self._t(x_init), scene["scene_tokens"], scene["scene_bias"], scene["scene_cond"])
+        x0 = self._sampler(self._t(x_init), scene["scene_tokens"], scene["scene_bias"], scene["scene_cond"])
         x0 = x0.float().cpu().numpy()
         if timings is not None:
             timings["generate"] = (time.perf_counter() - t0) * 1e3
@@ -58,7 +73,7 @@ class TorchBackend(Backend):
     def score_logits(
         self, trajectories: np.ndarray, inputs: dict[str, np.ndarray], scene: dict[str, Any]
     ) -> tuple[np.ndarray, np.ndarray]:
-        logits, scores = self.model.discriminator.logits_and_scores(
+        logits, scores = self._discriminator(
             self._t(trajectories.astype(np.float32)),
             *(self._t(inputs[k]) for k in DISCRIMINATOR_INPUTS[1:-1]),
             scene["bev_tokens"],
