@@ -201,7 +201,8 @@ def test_unavailable_ort_provider_is_a_clear_error(setup):
 def test_cuda_graphs_are_ignored_on_the_cpu(setup):
     model, _, _ = setup
     spec = SamplerSpec(2, "ddim", 4.0)
-    plain, graphed = TorchBackend(model, sampler_spec=spec), TorchBackend(model, sampler_spec=spec, cuda_graphs=True)
+    plain = TorchBackend(model, sampler_spec=spec)
+    graphed = TorchBackend(model, sampler_spec=spec, cuda_graphs=True)
     assert graphed.graphs == {}
     ex = example_inputs(model.cfg, batch=1, m=4, seed=1)
     inputs = {k: ex[k] for k in SCENE_INPUTS}

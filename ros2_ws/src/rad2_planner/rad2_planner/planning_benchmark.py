@@ -157,8 +157,8 @@ def plot_results(results: dict, meta: dict, deadline: float, png: str) -> None:
     axes[1].set(xscale="log", xlabel="M (candidates)", ylabel="ms", title="planning cycle total")
     axes[1].set_xticks(ms, [str(m) for m in ms])
     axes[1].legend()
-    fig.suptitle(f"{meta['backend']} on {meta.get('device', 'cpu')}, K={meta['K']}, {meta['cycles']} cycles/M, "
-                 f"load {meta['load_avg']}")
+    fig.suptitle(f"{meta['backend']} on {meta.get('device', 'cpu')}, K={meta['K']}, "
+                 f"{meta['cycles']} cycles/M, load {meta['load_avg']}")
     fig.tight_layout()
     fig.savefig(png, dpi=110)
 
