@@ -133,7 +133,9 @@ def planning_cycle_flops(model, num_candidates: int, num_steps: int, batch: int 
     from .runtime.onnx_export import example_inputs
 
     cfg = model.cfg
-    ex = {k: torch.from_numpy(v) for k, v in example_inputs(cfg, batch=batch, m=num_candidates).items()}
+    device = next(model.parameters()).device
+    ex = {k: torch.from_numpy(v).to(device)
+          for k, v in example_inputs(cfg, batch=batch, m=num_candidates).items()}
     scene_args = [ex[k] for k in SCENE_INPUTS]
     with torch.inference_mode():
         tokens, bias, cond, bev_tokens = model.encoder(*scene_args)
