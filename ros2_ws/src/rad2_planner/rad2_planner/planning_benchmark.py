@@ -137,6 +137,7 @@ def print_results(results: dict, selection: dict, ctx, flops: dict, agents: int)
 def plot_results(results: dict, meta: dict, deadline: float, png: str) -> None:
     """Stacked median per stage, and the cycle total's percentiles against M."""
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -156,9 +157,10 @@ def plot_results(results: dict, meta: dict, deadline: float, png: str) -> None:
     axes[1].axhline(deadline, color="k", lw=0.8, label=f"deadline {deadline:.0f} ms")
     axes[1].set(xscale="log", xlabel="M (candidates)", ylabel="ms", title="planning cycle total")
     axes[1].set_xticks(ms, [str(m) for m in ms])
+    axes[1].xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     axes[1].legend()
     fig.suptitle(f"{meta['backend']} on {meta.get('device', 'cpu')}, K={meta['K']}, "
-                 f"{meta['cycles']} cycles/M, load {meta['load_avg']}")
+                 f"{meta['cycles']} cycles/M, load {meta['load_avg'][0]:.2f} / {meta['load_avg'][1]:.2f}")
     fig.tight_layout()
     fig.savefig(png, dpi=110)
 
