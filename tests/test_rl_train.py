@@ -106,3 +106,34 @@ def test_experiment_arms_parse_the_discriminator_candidates_option():
     assert parse_arm("il:safe_medoid", str(CHECKPOINT)).discriminator_candidates is None
     with pytest.raises(ValueError, match="D=all|safe"):
         parse_arm("il:uniform@D=nearest", str(CHECKPOINT))
+
+
+def test_experiment_results_of_separate_runs_merge_into_one_table(tmp_path):
+    """Runs of one seed each (side by side on several processes or machines) give the table that one
+    run over all seeds gives; unequal run counts are refused rather than averaged."""
+    import json
+
+    from rad2_rl.experiments import Arm, experiments_table, merge_results, policy_spec
+
+    def run(cr, ep, where):
+        return {"il:safe_medoid": {
+            f"{where}/data/eval_safety": [{"CR": cr, "AF-CR": 0.0, "Safety@1": 1 - cr,
+                                           "comfort_violation_steps": 0.2}],
+            f"{where}/data/eval_efficiency": [{"EP-Mean": ep, "EP@1.0": 0.5, "CR": 0.0,
+                                               "comfort_violation_steps": 0.1}]}}
+
+    paths = []
+    for i, (cr, ep) in enumerate(((0.05, 0.9), (0.15, 1.0))):
+        paths.append(tmp_path / f"seed{i}.json")
+        paths[-1].write_text(json.dumps(run(cr, ep, f"/elsewhere{i}")))
+    merged, splits, runs = merge_results(paths)
+    assert runs == 2 and [p.rsplit("/", 1)[-1] for p in splits] == ["eval_efficiency", "eval_safety"]
+    text = "\n".join(experiments_table(merged, splits, "2 per cell", None, 0.0))
+    assert "| il:safe_medoid | 0.100 ± 0.050 |" in text and "| il:safe_medoid | 0.950 ± 0.050 |" in text
+    lopsided = tmp_path / "extra.json"
+    lopsided.write_text(json.dumps({"il:uniform": run(0.1, 0.9, "/x")["il:safe_medoid"]}))
+    with pytest.raises(ValueError, match="different numbers of runs"):
+        merge_results(paths + [lopsided])
+    arm = Arm("il:uniform", str(CHECKPOINT), "uniform", None, None)
+    spec = policy_spec(arm, threads=1, backend="pytorch", device="cuda")  # an arm on a GPU's planner
+    assert spec.backend == "pytorch" and spec.planner_overrides == {"device": "cuda"}

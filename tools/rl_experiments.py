@@ -23,6 +23,7 @@ on the efficiency split, comfort-violating steps on both.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -40,7 +41,34 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=0, help="Ray workers per arm (0: this process)")
     ap.add_argument("--max-clips", type=int, default=None, help="first N clips of each split (quick looks)")
     ap.add_argument("--out", type=Path, default=Path("out/rl_experiments"))
+    ap.add_argument("--backend", default=None, choices=("pytorch", "onnxruntime", "tensorrt"),
+                    help="the planner's network runtime (default: planner.backend)")
+    ap.add_argument("--device", default=None, help="torch device of --backend pytorch (cpu | cuda)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="CPU threads of this process's planner (--workers 0; e.g. 1 per process when "
+                         "several run side by side)")
+    ap.add_argument("--merge", type=Path, nargs="+", default=None, metavar="RESULTS_JSON",
+                    help="evaluate nothing: one table from the results.json of earlier runs (e.g. one "
+                         "run per seed, side by side), written to --out")
     args = ap.parse_args(argv)
+    if args.threads is not None and args.threads < 1:
+        ap.error(f"--threads: must be >= 1, got {args.threads}")
+    if args.merge:
+        from rad2_rl.experiments import merge_results, write_report
+
+        missing = [str(p) for p in args.merge if not p.is_file()]
+        if missing:
+            ap.error(f"--merge: no such file {missing}")
+        try:
+            results, splits, runs = merge_results(args.merge)
+        except ValueError as exc:
+            ap.error(str(exc))
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "results.json").write_text(json.dumps(results, indent=1))
+        write_report(results, splits, f"{runs} per cell, merged from {', '.join(map(str, args.merge))}",
+                     args.out, args.max_clips, 0.0)
+        print(f"merged {len(args.merge)} runs into {args.out / 'experiments.md'}")
+        return 0
     if args.workers < 0:
         ap.error(f"--workers: must be >= 0, got {args.workers}")
     if args.max_clips is not None and args.max_clips < 1:
@@ -58,7 +86,8 @@ def main(argv=None) -> int:
     for split in args.splits:
         if not (resolve_path(split) / "index.json").is_file():
             ap.error(f"--splits: {split} is not a dataset directory (no index.json)")
-    run_experiments(arms, args.splits, args.seeds, args.out, workers=args.workers, max_clips=args.max_clips)
+    run_experiments(arms, args.splits, args.seeds, args.out, workers=args.workers, max_clips=args.max_clips,
+                    threads=args.threads, backend=args.backend, device=args.device)
     print(f"wrote {args.out / 'experiments.md'}, experiments.png and results.json")
     return 0
 

@@ -52,30 +52,35 @@ def parse_arm(text: str, il_checkpoint: str) -> Arm:
     raise ValueError(f"arm {text!r}: expected il:RULE or ckpt:PATH")
 
 
-def policy_spec(arm: Arm, threads: int | None):
+def policy_spec(arm: Arm, threads: int | None, backend: str | None = None, device: str | None = None):
+    """How to build the arm's decision maker; ``backend`` / ``device``: the planner's network runtime
+    (None: params/planner.yaml's)."""
     from rad2_rl.workers import PolicySpec
 
     overrides = {}
+    if device:
+        overrides["device"] = device
     if arm.m:
         overrides["num_candidates"] = arm.m
     if arm.discriminator_candidates:
         overrides["discriminator_candidates"] = arm.discriminator_candidates
     if arm.rule == "uniform":
         return PolicySpec(checkpoint_dir=arm.checkpoint, selection="sample", distribution="uniform",
-                          planner_overrides=overrides, threads=threads)
+                          planner_overrides=overrides, threads=threads, backend=backend)
     if arm.rule is not None:
         overrides["fallback_selection"] = arm.rule
     return PolicySpec(checkpoint_dir=arm.checkpoint, selection="deterministic", planner_overrides=overrides,
-                      threads=threads)
+                      threads=threads, backend=backend)
 
 
 def evaluate_arm(arm: Arm, splits: list[str], seeds: list[int], workers: int, max_clips: int | None,
-                 sim_params) -> dict[str, list[dict[str, float]]]:
+                 sim_params, threads: int | None = None, backend: str | None = None,
+                 device: str | None = None) -> dict[str, list[dict[str, float]]]:
     """``{split: [metrics per seed]}``."""
     from bev_warp_sim.evaluate import evaluate_split
     from bev_warp_sim.simulator import Simulator
 
-    spec = policy_spec(arm, threads=1 if workers > 0 else None)
+    spec = policy_spec(arm, threads=1 if workers > 0 else threads, backend=backend, device=device)
     pool = runner = decider = None
     if workers > 0:
         from rad2_rl.workers import RolloutPool
@@ -121,9 +126,10 @@ def plot_experiments(results, splits, path: Path, resolve) -> None:
     plt.close(fig)
 
 
-def experiments_table(results: dict, splits: list[str], seeds: list[int], max_clips: int | None,
+def experiments_table(results: dict, splits: list[str], seeds: list[int] | str, max_clips: int | None,
                       elapsed_s: float) -> list[str]:
-    """Markdown: per split, the arm x metric table of mean ± standard deviation over the seeds."""
+    """Markdown: per split, the arm x metric table of mean ± standard deviation over the seeds
+    (``seeds``: the list, or a description where the runs were merged)."""
     from bev_warp_sim.evaluate import split_kind
     from rad2_planner.policy import resolve_path
 
@@ -143,8 +149,20 @@ def experiments_table(results: dict, splits: list[str], seeds: list[int], max_cl
     return lines
 
 
+def write_report(results: dict, splits: list[str], seeds: list[int] | str, out: Path, max_clips: int | None,
+                 elapsed_s: float) -> None:
+    """experiments.md and experiments.png of ``results`` into ``out``, and the table printed."""
+    from rad2_planner.policy import resolve_path
+
+    lines = experiments_table(results, splits, seeds, max_clips, elapsed_s)
+    (out / "experiments.md").write_text("\n".join(lines))
+    plot_experiments(results, splits, out / "experiments.png", resolve_path)
+    print("\n".join(lines))
+
+
 def run_experiments(arms: list[Arm], splits: list[str], seeds: list[int], out: Path, *, workers: int = 0,
-                    max_clips: int | None = None) -> dict:
+                    max_clips: int | None = None, threads: int | None = None, backend: str | None = None,
+                    device: str | None = None) -> dict:
     """Evaluate every arm (results.json rewritten after each), then write experiments.md and
     experiments.png into ``out`` and print the table; returns the results."""
     from rad2_planner.config import load_params
@@ -156,10 +174,31 @@ def run_experiments(arms: list[Arm], splits: list[str], seeds: list[int], out: P
     results = {}
     for arm in arms:
         results[arm.label] = evaluate_arm(arm, [str(resolve_path(s)) for s in splits], seeds, workers,
-                                          max_clips, sim_params)
+                                          max_clips, sim_params, threads=threads, backend=backend,
+                                          device=device)
         (out / "results.json").write_text(json.dumps(results, indent=1))
-    lines = experiments_table(results, splits, seeds, max_clips, time.time() - t0)
-    (out / "experiments.md").write_text("\n".join(lines))
-    plot_experiments(results, splits, out / "experiments.png", resolve_path)
-    print("\n".join(lines))
+    write_report(results, splits, seeds, out, max_clips, time.time() - t0)
     return results
+
+
+def merge_results(paths: list[Path]) -> tuple[dict, list[str], int]:
+    """One ``{arm: {split: [metrics per seed]}}`` from the results.json of several runs (e.g. one per
+    seed, run side by side), splits keyed as this checkout resolves them; also the splits and the
+    number of seeds. Every arm must have the same number of runs on every split: a table whose cells
+    average different seed counts would mislead, so that is an error naming the arm and split."""
+    from rad2_planner.policy import resolve_path
+
+    merged: dict[str, dict[str, list]] = {}
+    for path in paths:
+        for arm, per_split in json.loads(Path(path).read_text()).items():
+            for split, runs in per_split.items():
+                key = str(resolve_path(f"data/{Path(split).name}"))
+                merged.setdefault(arm, {}).setdefault(key, []).extend(runs)
+    if not merged:
+        raise ValueError(f"--merge: no results in {[str(p) for p in paths]}")
+    splits = sorted({s for per in merged.values() for s in per})
+    counts = {(a, s): len(per.get(s, [])) for a, per in merged.items() for s in splits}
+    if len(set(counts.values())) != 1:
+        bad = {f"{a} on {Path(s).name}": n for (a, s), n in counts.items()}
+        raise ValueError(f"--merge: arms and splits have different numbers of runs: {bad}")
+    return merged, splits, next(iter(counts.values()))
