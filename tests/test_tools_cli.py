@@ -28,6 +28,10 @@ def test_help(tool, tmp_path):
     ("train_rl.py", ["--budget-min", "0"], "--budget-min"),
     ("rl_experiments.py", ["--max-clips", "0"], "--max-clips"),
     ("rl_experiments.py", ["--arms", "il:best"], "il:best"),
+    ("rl_experiments.py", ["--merge", "nowhere.json"], "--merge"),
+    ("rl_experiments.py", ["--rename", "a->b"], "--rename"),
+    ("rl_experiments.py", ["--threads", "0"], "--threads"),
+    ("bench_planner_latency.py", ["--cuda-graphs", "maybe"], "--cuda-graphs"),
     ("bench_all.py", ["--cycles", "0"], "--cycles"),
     ("bench_graph.py", ["--cycles", "0"], "--cycles"),
     ("bench_graph.py", ["--rate-hz", "0"], "--rate-hz"),
@@ -80,3 +84,21 @@ def test_merge_datasets_keeps_every_clip_and_refuses_repeated_ids(tmp_path):
                          text=True, timeout=300, cwd=tmp_path)
     assert res.returncode == 1 and bad.name in res.stderr and "Traceback" not in res.stderr, res.stderr
     assert not (tmp_path / "f").exists() and not (tmp_path / "f.partial").exists()
+
+
+def test_rl_experiments_merges_runs_and_renames_arms(tmp_path):
+    import json
+
+    def run(cr):
+        return {"ckpt:/mnt/x@D=safe": {"/elsewhere/data/eval_safety": [
+            {"CR": cr, "AF-CR": 0.0, "Safety@1": 1 - cr, "comfort_violation_steps": 0.2}]}}
+
+    for i, cr in enumerate((0.1, 0.3)):
+        (tmp_path / f"r{i}.json").write_text(json.dumps(run(cr)))
+    res = subprocess.run([sys.executable, str(TOOLS / "rl_experiments.py"), "--merge", "r0.json", "r1.json",
+                          "--rename", "ckpt:/mnt/x@D=safe->RL run", "--out", "m"], capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    table = (tmp_path / "m" / "experiments.md").read_text()
+    assert "| RL run | 0.200 ± 0.100 |" in table and "2 per cell" in table
+    assert (tmp_path / "m" / "experiments.png").is_file()

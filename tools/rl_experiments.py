@@ -50,7 +50,11 @@ def main(argv=None) -> int:
     ap.add_argument("--merge", type=Path, nargs="+", default=None, metavar="RESULTS_JSON",
                     help="evaluate nothing: one table from the results.json of earlier runs (e.g. one "
                          "run per seed, side by side), written to --out")
+    ap.add_argument("--rename", nargs="+", default=[], metavar="OLD->NEW",
+                    help="with --merge: show arm OLD as NEW (e.g. a checkpoint evaluated under another path)")
     args = ap.parse_args(argv)
+    if args.rename and not args.merge:
+        ap.error("--rename: only with --merge")
     if args.threads is not None and args.threads < 1:
         ap.error(f"--threads: must be >= 1, got {args.threads}")
     if args.merge:
@@ -63,9 +67,14 @@ def main(argv=None) -> int:
             results, splits, runs = merge_results(args.merge)
         except ValueError as exc:
             ap.error(str(exc))
+        for item in args.rename:
+            old, sep, new = item.partition("->")  # arm labels hold "=" (@D=safe)
+            if not sep or old not in results:
+                ap.error(f"--rename {item!r}: expected OLD->NEW with OLD one of {sorted(results)}")
+            results = {new if k == old else k: v for k, v in results.items()}
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "results.json").write_text(json.dumps(results, indent=1))
-        write_report(results, splits, f"{runs} per cell, merged from {', '.join(map(str, args.merge))}",
+        write_report(results, splits, f"{runs} per cell, merged from {len(args.merge)} results files",
                      args.out, args.max_clips, 0.0)
         print(f"merged {len(args.merge)} runs into {args.out / 'experiments.md'}")
         return 0
