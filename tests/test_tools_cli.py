@@ -31,6 +31,8 @@ def test_help(tool, tmp_path):
     ("rl_experiments.py", ["--merge", "nowhere.json"], "--merge"),
     ("rl_experiments.py", ["--rename", "a->b"], "--rename"),
     ("rl_experiments.py", ["--threads", "0"], "--threads"),
+    ("rl_experiments.py", ["--device", "cuda"], "--backend pytorch"),
+    ("bench_rollouts.py", ["--backend", "pytorch", "--device", "gpu0"], "--device"),
     ("bench_planner_latency.py", ["--cuda-graphs", "maybe"], "--cuda-graphs"),
     ("bench_all.py", ["--cycles", "0"], "--cycles"),
     ("bench_graph.py", ["--cycles", "0"], "--cycles"),

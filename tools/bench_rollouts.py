@@ -12,6 +12,7 @@ pickled size of a simulator state. Prints the machine and the load before and af
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -31,6 +32,10 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cpu", help="torch device for --backend pytorch (cpu | cuda)")
     ap.add_argument("--out", default=None, help="also write the table as Markdown to this file")
     args = ap.parse_args(argv)
+    if args.device is not None and not re.fullmatch(r"cpu|cuda(:\d+)?", args.device):
+        ap.error(f"--device: expected cpu, cuda or cuda:<index>, got {args.device!r}")
+    if args.device not in (None, "cpu") and args.backend != "pytorch":
+        ap.error(f"--device {args.device}: only with --backend pytorch (got --backend {args.backend})")
     if min(args.clips, args.group, args.h_reuse, args.batch, args.candidates) < 1 or min(args.workers) < 0:
         ap.error("--clips, --group, --h-reuse, --batch, --candidates must be >= 1 and --workers >= 0")
     if not (Path(args.dataset) / "index.json").is_file():

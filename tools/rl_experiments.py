@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -53,6 +54,10 @@ def main(argv=None) -> int:
     ap.add_argument("--rename", nargs="+", default=[], metavar="OLD->NEW",
                     help="with --merge: show arm OLD as NEW (e.g. a checkpoint evaluated under another path)")
     args = ap.parse_args(argv)
+    if args.device is not None and not re.fullmatch(r"cpu|cuda(:\d+)?", args.device):
+        ap.error(f"--device: expected cpu, cuda or cuda:<index>, got {args.device!r}")
+    if args.device not in (None, "cpu") and args.backend != "pytorch":
+        ap.error(f"--device {args.device}: only with --backend pytorch (got --backend {args.backend})")
     if args.rename and not args.merge:
         ap.error("--rename: only with --merge")
     if args.threads is not None and args.threads < 1:
