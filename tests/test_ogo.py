@@ -146,3 +146,46 @@ def test_generator_fine_tuning_moves_towards_the_targets():
     for _ in range(6):
         generator_step(model, opt, batch, schedule, 4, gen)
     assert loss() < 0.8 * before
+
+
+def test_imitation_mix_uses_logged_futures_and_adds_its_weighted_loss():
+    """RAD-2 Table 4 row 3: the logged samples have a whole logged horizon, their targets are the logged
+    ego future in the ego frame, and one OGO step's loss is the OGO term plus the weighted imitation term
+    (the same noise draws, in that order)."""
+    import torch
+    from rad2_planner.diffusion import NoiseSchedule
+    from rad2_planner.networks import PlannerModel
+    from rad2_planner.policy import resolve_path
+    from rad2_planner.training.imitation import diffusion_loss, to_torch
+    from rad2_rl.ogo import generator_batch, generator_step, imitation_batch, imitation_samples
+
+    sim = Simulator()
+    clips = [make_clip(num_steps=200), make_clip(num_steps=30, clip_id="synthetic_short")]  # too short
+    model = PlannerModel.load(resolve_path("checkpoints/rad2_il"))
+    horizon = int(round(model.cfg.plan_dt / clips[0].dt)) * model.cfg.plan_points
+    samples = imitation_samples(clips, np.random.default_rng(0), 6, model.cfg.plan_dt, model.cfg.plan_points)
+    assert len(samples) == 6 and {i for i, _ in samples} == {0}
+    assert all(0 <= t < clips[0].num_steps - horizon for _, t in samples)
+    assert len({t for _, t in samples}) > 1
+    logged = imitation_batch(sim, clips, samples, model.cfg)
+    i, t = samples[0]
+    stride = int(round(model.cfg.plan_dt / clips[0].dt))
+    fut = np.stack([clips[0].ego_x, clips[0].ego_y], -1)[t + stride * np.arange(1, model.cfg.plan_points + 1)]
+    np.testing.assert_allclose(logged["target"][0], world_to_ego(fut, clips[0].ego_pose(t)), atol=1e-4)
+    with pytest.raises(ValueError, match="imitation mix"):
+        imitation_samples(clips[1:], np.random.default_rng(0), 2, model.cfg.plan_dt, model.cfg.plan_points)
+
+    [fast], _ = run_rollouts(sim, PerRowPlanners(lambda: _Straight(3.0)), [clips[0]], start_steps=60,
+                             max_steps=100, h_reuse=8)
+    targets = ogo_targets([fast], OGOConfig(), plan_points=8, plan_dt=0.5)[:4]
+    batch = generator_batch(sim, {clips[0].clip_id: clips[0]}, targets, model.cfg)
+    schedule = NoiseSchedule(model.cfg.num_train_steps)
+    with torch.no_grad():
+        gen = torch.Generator().manual_seed(5)
+        ogo = float(diffusion_loss(model, to_torch(batch, torch.device("cpu")), schedule, 2, gen))
+        il = float(diffusion_loss(model, to_torch(logged, torch.device("cpu")), schedule, 2, gen))
+    opt = torch.optim.SGD(list(model.encoder.parameters()) + list(model.denoiser.parameters()), lr=0.0)
+    got = generator_step(model, opt, batch, schedule, 2, torch.Generator().manual_seed(5),
+                         imitation_batch=logged, imitation_weight=0.5)
+    assert got == pytest.approx(ogo + 0.5 * il, rel=1e-5)
+    assert il > 0 and got > ogo

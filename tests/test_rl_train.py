@@ -20,6 +20,7 @@ from rad2_rl.train import RLRun, config_from_params, train
 
 CHECKPOINT = resolve_path("checkpoints/rad2_il")
 SMALL = dict(iterations=3, clips_per_iteration=2, group_size=2, batch_size=4, num_candidates=6, ogo_every=2,
+             ogo_imitation_weight=0.5,
              ogo_steps=2, ogo_batch=8, validation_clips=0, checkpoint_every=1, validate_every=100)
 
 

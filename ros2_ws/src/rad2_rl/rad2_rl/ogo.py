@@ -16,6 +16,11 @@ Scaling every point's arc length by one ratio is the integral of an acceleration
 constant — the path (the points in space) stays, only the timing changes. The targets, with the
 state they start from, fine-tune the generator by the mean squared error of Eq. 19 (the trainer
 renders the observation at that state and uses the imitation loss with the target as the expert).
+
+**Imitation mix** (RAD-2 Table 4, row 3; ``rl.ogo_imitation_weight``): each OGO step can add the
+imitation loss on logged (observation, expert future) pairs of the training clips. OGO only re-times
+what the policy drove; the logged term keeps the generator's paths and speeds anchored to the
+demonstrations it was trained on while the re-timing shifts it.
 """
 
 from __future__ import annotations
@@ -136,6 +141,36 @@ def generator_batch(sim: Any, clips: dict[str, Any], targets: Sequence[OGOTarget
     obs = [sim.observation_at(clips[t.clip_id], t.step, t.ego_state, t.accel) for t in targets]
     batch = observation_inputs(stack_observations(obs), model_cfg)
     batch["target"] = np.stack([t.target for t in targets]).astype(np.float32)
+    return batch
+
+
+def imitation_samples(clips: Sequence[Any], rng: np.random.Generator, n: int, plan_dt: float,
+                      plan_points: int) -> list[tuple[int, int]]:
+    """``n`` (clip index, log step) pairs drawn uniformly over the clips, then over the steps whose whole
+    plan horizon is logged (the expert future to imitate must exist). ValueError when no clip has one."""
+    from rad2_planner.training.imitation import sample_steps
+
+    steps = [sample_steps(c.num_steps, c.dt, plan_dt, plan_points, 1) for c in clips]
+    usable = [i for i, s in enumerate(steps) if s]
+    if not usable:
+        raise ValueError(
+            f"imitation mix: no clip is longer than the plan horizon ({plan_points} x {plan_dt} s)")
+    picks = rng.choice(usable, size=int(n))
+    return [(int(i), int(steps[i][rng.integers(len(steps[i]))])) for i in picks]
+
+
+def imitation_batch(sim: Any, clips: Sequence[Any], samples: Sequence[tuple[int, int]],
+                    model_cfg: Any) -> dict[str, np.ndarray]:
+    """The imitation-loss batch of logged samples: the logged observation at step t (the simulator's,
+    so the BEV is the one the rollouts warp) and the logged ego future after t in the ego frame of t."""
+    from rad2_planner.observation import stack_observations
+    from rad2_planner.open_loop_metrics import logged_future
+    from rad2_planner.policy import observation_inputs
+
+    obs = [sim.logged_observation(clips[i], t) for i, t in samples]
+    batch = observation_inputs(stack_observations(obs), model_cfg)
+    batch["target"] = np.stack([logged_future(clips[i], t, model_cfg.plan_dt, model_cfg.plan_points).ego
+                                for i, t in samples]).astype(np.float32)
     return batch
 
 

@@ -40,7 +40,15 @@ import torch
 from safetensors.numpy import load_file as load_arrays
 from safetensors.numpy import save_file as save_arrays
 
-from .ogo import OGOConfig, OGOTarget, generator_batch, generator_step, ogo_targets
+from .ogo import (
+    OGOConfig,
+    OGOTarget,
+    generator_batch,
+    generator_step,
+    imitation_batch,
+    imitation_samples,
+    ogo_targets,
+)
 from .tc_grpo import DecisionBatch, TCGRPOConfig, Trainer, decision_batch
 
 DISCRIMINATOR_INITS = ("generator", "random")
@@ -69,6 +77,7 @@ class RLConfig:
     ogo_steps: int = 20
     ogo_batch: int = 32
     ogo_noise_draws: int = 4
+    ogo_imitation_weight: float = 0.0  # logged-sample imitation loss mixed into each OGO step (Table 4 row 3)
     validate_every: int = 8
     validation_clips: int = 16
     checkpoint_every: int = 4
@@ -84,6 +93,9 @@ class RLConfig:
                              f"(choose from {DISCRIMINATOR_CANDIDATES})")
         if self.group_size < 2:
             raise ValueError(f"rl.group_size: GRPO needs groups of >= 2 rollouts, got {self.group_size}")
+        if not self.ogo_imitation_weight >= 0.0:
+            raise ValueError(
+                f"rl.ogo_imitation_weight: must be >= 0 (0: OGO alone), got {self.ogo_imitation_weight}")
         if self.window_steps < 0:
             raise ValueError(f"rl.window_steps: must be >= 0 (0: every rollout runs to its clip's end), "
                              f"got {self.window_steps}")
@@ -156,7 +168,7 @@ class RLRun:
         self.trainer = Trainer(model, tc_cfg, lr=cfg.discriminator_lr)
         self.gen_optimizer = torch.optim.AdamW(
             list(model.encoder.parameters()) + list(model.denoiser.parameters()), lr=cfg.generator_lr)
-        self.schedule = NoiseSchedule(model.cfg.num_train_steps)
+        self.schedule = NoiseSchedule(model.cfg.num_train_steps, params["diffusion"]["schedule"])
         self.torch_gen = torch.Generator().manual_seed(cfg.seed)
         self.rng = np.random.default_rng(cfg.seed)
         self.pending_targets: list[OGOTarget] = []
@@ -226,16 +238,22 @@ class RLRun:
         return [int(self.rng.integers(0, max(c.num_steps - 1 - self.cfg.window_steps, 0) + 1)) for c in clips]
 
     def generator_update(self) -> dict[str, float]:
-        """Eq. 19 on the pending targets: ``ogo_steps`` minibatches, then the targets are consumed."""
-        cfg = self.cfg
+        """Eq. 19 on the pending targets: ``ogo_steps`` minibatches, then the targets are consumed; with
+        ``ogo_imitation_weight`` > 0 each minibatch also imitates as many logged training samples."""
+        cfg, mcfg = self.cfg, self.model.cfg
         targets, self.pending_targets = self.pending_targets, []
         losses = []
         for _ in range(cfg.ogo_steps):
             idx = self.rng.choice(len(targets), size=min(cfg.ogo_batch, len(targets)), replace=False)
-            batch = generator_batch(self.sim, self.clips_by_id, [targets[i] for i in idx],
-                                    self.model.cfg)
+            batch = generator_batch(self.sim, self.clips_by_id, [targets[i] for i in idx], mcfg)
+            logged = None
+            if cfg.ogo_imitation_weight > 0:
+                samples = imitation_samples(self.train_clips, self.rng, len(idx), mcfg.plan_dt,
+                                            mcfg.plan_points)
+                logged = imitation_batch(self.sim, self.train_clips, samples, mcfg)
             losses.append(generator_step(self.model, self.gen_optimizer, batch, self.schedule,
-                                         cfg.ogo_noise_draws, self.torch_gen))
+                                         cfg.ogo_noise_draws, self.torch_gen, imitation_batch=logged,
+                                         imitation_weight=cfg.ogo_imitation_weight))
         self.state.generator_updates += 1
         kinds = [t.kind for t in targets]
         return {"ogo_loss": float(np.mean(losses)), "ogo_targets": float(len(targets)),
