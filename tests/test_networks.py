@@ -268,6 +268,32 @@ def test_box_overlap_agrees_with_polygon_intersection():
         boxes_overlap((0, 0, 0, 4, 2), np.zeros((3, 4)))
 
 
+def test_tracks_overlap_equals_the_exhaustive_pairwise_test():
+    """The broad phase of tracks_overlap drops only pairs that cannot touch: on random scenes (agents
+    clustered near the tracks and scattered far, some invalid, some undefined) it equals the exhaustive
+    M x N x T boxes_overlap."""
+    from rad2_planner.geometry import tracks_overlap
+
+    rng = np.random.default_rng(11)
+    for trial in range(40):
+        m, n, t = rng.integers(1, 20), rng.integers(0, 40), rng.integers(1, 9)
+        a = np.concatenate([rng.uniform(-10, 30, (m, t, 2)), rng.uniform(-4, 4, (m, t, 1)),
+                            rng.uniform(0.5, 6, (m, t, 2))], -1)
+        spread = 15.0 if trial % 2 else 60.0
+        b = np.concatenate([rng.uniform(-spread, spread, (n, t, 2)), rng.uniform(-4, 4, (n, t, 1)),
+                            rng.uniform(0.5, 6, (n, t, 2))], -1)
+        valid = rng.random((n, t)) > 0.2
+        if trial % 5 == 0 and n:
+            b[rng.integers(n), rng.integers(t), rng.integers(5)] = np.nan
+        if trial % 7 == 0:
+            a[rng.integers(m), rng.integers(t), rng.integers(5)] = np.nan
+        want = (boxes_overlap(a[:, None], b[None]) & valid[None]).any(axis=1)
+        np.testing.assert_array_equal(tracks_overlap(a, b, valid), want)
+        np.testing.assert_array_equal(tracks_overlap(a, b), boxes_overlap(a[:, None], b[None]).any(axis=1))
+    with pytest.raises(ValueError, match="tracks_overlap"):
+        tracks_overlap(np.zeros((2, 3, 5)), np.zeros((2, 4, 5)))
+
+
 def test_box_overlap_and_collisions():
     a = (0, 0, 0, 4.0, 2.0)
     assert boxes_overlap(a, (3.9, 0, 0.3, 4.0, 2.0))

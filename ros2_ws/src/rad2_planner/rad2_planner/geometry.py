@@ -142,6 +142,45 @@ def boxes_overlap(a, b) -> np.ndarray:
     return near
 
 
+def tracks_overlap(a, b, b_valid=None) -> np.ndarray:
+    """For box tracks ``a [M, T, 5]`` and ``b [N, T, 5]`` at the same T times: ``[M, T]`` bool, whether
+    box ``a[m, t]`` overlaps any box ``b[n, t]`` (with ``b_valid [N, T]``: any valid one). Equal to
+    ``(boxes_overlap(a[:, None], b[None]) & b_valid[None]).any(axis=1)``.
+
+    Why not that one-liner: with M = 32 candidates, 50 agents and 8 times it evaluates 12,800 pairs,
+    of which a planning scene has a few dozen near ones. Here a broad phase first keeps the (agent,
+    time) pairs whose bounding circle reaches the box that bounds all of ``a``'s boxes at that time
+    (N x T tests), and the exact test runs on those alone. Undefined (NaN) boxes are kept by the broad
+    phase and overlap in the exact test, as in :func:`boxes_overlap`.
+    """
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if a.ndim != 3 or a.shape[-1] != 5 or b.ndim != 3 or b.shape[-1] != 5 or a.shape[1] != b.shape[1]:
+        raise ValueError(f"tracks_overlap: expected a [M, T, 5] and b [N, T, 5] with the same T, "
+                         f"got {a.shape} and {b.shape}")
+    m, t = a.shape[:2]
+    hit = np.zeros((m, t), dtype=bool)
+    if m == 0 or b.shape[0] == 0:
+        return hit
+    # box bounding all of a's circles at each time [T, 2]; a NaN propagates into it
+    reach_a = 0.5 * np.hypot(a[..., 3], a[..., 4])[..., None]
+    lo = (a[..., :2] - reach_a).min(axis=0)
+    hi = (a[..., :2] + reach_a).max(axis=0)
+    # distance (per axis) of b's centres outside that box, against b's circle; np.maximum and max
+    # propagate NaN and a NaN comparison is False, so an undefined box on either side stays near
+    outside = np.maximum(lo - b[..., :2], b[..., :2] - hi).max(axis=-1)  # N T
+    near = ~(outside > 0.5 * np.hypot(b[..., 3], b[..., 4]))
+    if b_valid is not None:
+        near &= np.asarray(b_valid, dtype=bool)
+    ti, ni = np.nonzero(near.T)  # time-major: pairs of one time are contiguous
+    if not len(ti):
+        return hit
+    pair = boxes_overlap(a[:, ti], b[ni, ti][None])  # M K
+    times, starts = np.unique(ti, return_index=True)
+    hit[:, times] = np.logical_or.reduceat(pair, starts, axis=1)
+    return hit
+
+
 def yaw_to_quaternion(yaw: float) -> tuple[float, float, float, float]:
     """Planar rotation about +z as a quaternion (x, y, z, w)."""
     return 0.0, 0.0, math.sin(yaw / 2.0), math.cos(yaw / 2.0)

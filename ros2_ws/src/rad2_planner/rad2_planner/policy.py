@@ -211,7 +211,7 @@ def safe_candidates(
     """Indices of the candidates ``[M, T, 2]`` whose ego box overlaps no observed agent extrapolated at
     constant velocity; when every candidate overlaps one, those whose first overlap comes latest (never
     empty). The safe set of ``safe_medoid`` and of ``planner.discriminator_candidates: safe``."""
-    from .geometry import boxes_overlap
+    from .geometry import tracks_overlap
     from .open_loop_metrics import plan_headings
 
     m, t = candidates.shape[:2]
@@ -222,7 +222,7 @@ def safe_candidates(
     yaw = plan_headings(candidates, max_curvature=max_curvature)
     # M T 5
     ego = np.stack(np.broadcast_arrays(candidates[..., 0], candidates[..., 1], yaw, *ego_size), -1)
-    hit = boxes_overlap(ego[:, None], agent_boxes[None]).any(axis=1)  # M T
+    hit = tracks_overlap(ego, agent_boxes)  # M T
     first = np.where(hit.any(1), hit.argmax(1), t)
     return np.nonzero(first == first.max())[0]
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rad2_planner.geometry import boxes_overlap, ego_to_world
+from rad2_planner.geometry import ego_to_world, tracks_overlap
 from rad2_planner.open_loop_metrics import plan_headings, vehicle_max_curvature
 
 PER_DECISION = (
@@ -114,7 +114,7 @@ def label_candidates(
         axis=-1,
     )  # N K 5
     valid = np.asarray(clip.agent_valid)[:, idx] & avail[None]
-    hit = (boxes_overlap(ego[:, None], agents[None]) & valid[None]).any(axis=1)  # M K
+    hit = tracks_overlap(ego, agents, valid)  # M K
     collides = hit.any(axis=1)
     ttc = np.where(collides, (hit.argmax(axis=1) + 1) * dt, np.inf)
     return collides, ttc, bool(avail.all())
