@@ -138,3 +138,22 @@ def test_experiment_results_of_separate_runs_merge_into_one_table(tmp_path):
     arm = Arm("il:uniform", str(CHECKPOINT), "uniform", None, None)
     spec = policy_spec(arm, threads=1, backend="pytorch", device="cuda")  # an arm on a GPU's planner
     assert spec.backend == "pytorch" and spec.planner_overrides == {"device": "cuda"}
+
+
+def test_experiment_results_keep_each_clips_outcome(tmp_path):
+    """results.json holds, per seed, one record per clip whose collisions add up to the seed's CR."""
+    import json
+
+    from rad2_rl.experiments import parse_arm, run_experiments
+
+    torch.set_num_threads(1)
+    arm = parse_arm("il:safe_medoid@M=4@H=8", str(CHECKPOINT))
+    results = run_experiments([arm], ["data/eval_safety"], [0], tmp_path, max_clips=2, backend="pytorch")
+    (runs,) = json.loads((tmp_path / "results.json").read_text())[arm.label].values()
+    assert runs == next(iter(results[arm.label].values()))  # what was returned is what was written
+    clips = runs[0]["clips"]
+    names = [c.clip_id for c in load_dataset(resolve_path("data/eval_safety"))[:2]]
+    assert [c["clip_id"] for c in clips] == names
+    assert runs[0]["CR"] == pytest.approx(np.mean([c["collided"] for c in clips]))
+    assert all(c["termination"] in ("clip_end", "collision", "offroad", "max_steps") for c in clips)
+    assert (tmp_path / "experiments.md").is_file()

@@ -76,7 +76,8 @@ def policy_spec(arm: Arm, threads: int | None, backend: str | None = None, devic
 def evaluate_arm(arm: Arm, splits: list[str], seeds: list[int], workers: int, max_clips: int | None,
                  sim_params, threads: int | None = None, backend: str | None = None,
                  device: str | None = None) -> dict[str, list[dict[str, float]]]:
-    """``{split: [metrics per seed]}``."""
+    """``{split: [metrics per seed]}``; each seed's metrics also hold ``clips``, one
+    :func:`clip_record` per clip."""
     from bev_warp_sim.evaluate import evaluate_split
     from bev_warp_sim.simulator import Simulator
 
@@ -99,11 +100,23 @@ def evaluate_arm(arm: Arm, splits: list[str], seeds: list[int], workers: int, ma
             for seed in seeds:
                 ev = evaluate_split("rad2", split, sim_params, max_clips=max_clips, h_reuse=arm.h_reuse,
                                     simulator=sim, decider=decider, runner=runner, seed=seed, progress=True)
-                out[split].append(ev.metrics)
+                out[split].append({**ev.metrics, "clips": [clip_record(r) for r in ev.results]})
     finally:
         if pool is not None:
             pool.close()
     return out
+
+
+def clip_record(result) -> dict:
+    """What results.json keeps of one clip's episode (bev_warp_sim.metrics.EpisodeResult): enough to
+    see which clips an arm collides on and how, next to the aggregated metrics of the seed."""
+    first = result.collisions[0] if result.collisions else {}
+    return {"clip_id": result.clip_id, "scenario_kind": result.scenario_kind,
+            "termination": result.termination, "collided": bool(result.collided),
+            "at_fault": bool(result.at_fault), "offroad": bool(result.offroad),
+            "rho": float(result.rho), "min_ttc": float(result.min_ttc), "end_step": int(result.end_step),
+            "collision": {k: (v.item() if isinstance(v, np.generic) else v) for k, v in first.items()
+                          if isinstance(v, (str, int, float, bool, np.generic))}}
 
 
 def plot_experiments(results, splits, path: Path, resolve) -> None:
