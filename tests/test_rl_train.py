@@ -156,4 +156,6 @@ def test_experiment_results_keep_each_clips_outcome(tmp_path):
     assert [c["clip_id"] for c in clips] == names
     assert runs[0]["CR"] == pytest.approx(np.mean([c["collided"] for c in clips]))
     assert all(c["termination"] in ("clip_end", "collision", "offroad", "max_steps") for c in clips)
-    assert (tmp_path / "experiments.md").is_file()
+    report = (tmp_path / "experiments.md").read_text()
+    hits = sum(c["collided"] for c in clips)
+    assert f"| {arm.label} | {hits} / 2 |" in report  # the collision table counts the same episodes

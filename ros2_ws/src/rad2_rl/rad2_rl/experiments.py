@@ -162,12 +162,38 @@ def experiments_table(results: dict, splits: list[str], seeds: list[int] | str, 
     return lines
 
 
+def collision_table(results: dict, splits: list[str]) -> list[str]:
+    """Markdown: per split and arm, the collisions of all seeds by the ego's contact zone (front, side,
+    rear: rear-ended by a log-replayed agent that does not react), with the mean progress ratio ρ of
+    the colliding episodes. Empty when the results carry no per-clip records (older results.json)."""
+    from rad2_planner.policy import resolve_path
+
+    lines = []
+    for split in splits:
+        rows = []
+        for label, per_split in results.items():
+            clips = [c for r in per_split[str(resolve_path(split))] for c in r.get("clips", [])]
+            if not clips:
+                continue
+            hits = [c for c in clips if c["collided"]]
+            zones = [c["collision"].get("ego_zone", "?") for c in hits]
+            rho = f"{np.mean([c['rho'] for c in hits]):.2f}" if hits else "–"
+            rows.append(f"| {label} | {len(hits)} / {len(clips)} | {sum(c['at_fault'] for c in hits)} | "
+                        + " | ".join(str(zones.count(z)) for z in ("front", "side", "rear")) + f" | {rho} |")
+        if rows:
+            lines += [f"### {Path(split).name}: collisions by the ego's contact zone (all seeds)", "",
+                      "| arm | collided / episodes | at fault | ego front | ego side | ego rear "
+                      "| ρ when colliding |",
+                      "|---|---|---|---|---|---|---|", *rows, ""]
+    return lines
+
+
 def write_report(results: dict, splits: list[str], seeds: list[int] | str, out: Path, max_clips: int | None,
                  elapsed_s: float) -> None:
     """experiments.md and experiments.png of ``results`` into ``out``, and the table printed."""
     from rad2_planner.policy import resolve_path
 
-    lines = experiments_table(results, splits, seeds, max_clips, elapsed_s)
+    lines = experiments_table(results, splits, seeds, max_clips, elapsed_s) + collision_table(results, splits)
     (out / "experiments.md").write_text("\n".join(lines))
     plot_experiments(results, splits, out / "experiments.png", resolve_path)
     print("\n".join(lines))
