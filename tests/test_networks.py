@@ -503,3 +503,45 @@ def test_discriminator_candidates_safe_ranks_and_samples_the_safe_set_only():
     params["planner"]["discriminator_candidates"] = "nearest"
     with pytest.raises(ValueError, match="planner.discriminator_candidates"):
         Rad2Policy(policy.model, params, backend="pytorch", num_candidates=4)
+
+
+def test_consensus_prior_leans_selection_to_the_medoid_of_the_allowed_set():
+    """planner.discriminator_prior_weight κ: softmax(l + κ·prior). With flat logits (an untrained head)
+    the argmax is the medoid of the allowed candidates; a discriminator that prefers another candidate by
+    more than the prior's margin still gets its way; a negative or non-number κ is refused by name."""
+    from rad2_planner.config import load_params
+    from rad2_planner.policy import Rad2Policy, consensus_prior, medoid_index
+
+    times = (np.arange(8) + 1.0)[:, None]
+    cluster = [np.hstack([times * v, np.zeros_like(times)]) for v in (5.0, 5.2, 5.4, 5.6)]
+    outlier = np.hstack([times * 9.0, times * 0.5])
+    cands = np.stack(cluster + [outlier]).astype(np.float32)  # M = 5
+    prior = consensus_prior(cands)
+    assert int(np.argmax(prior)) == medoid_index(cands) and prior.max() == 0.0
+    assert prior[4] == prior.min() < -1.0  # the outlier is the least preferred
+    allowed = np.array([False, False, True, True, True])
+    sub = consensus_prior(cands, allowed)
+    assert (sub[~allowed] == 0).all() and int(np.argmax(np.where(allowed, sub, -np.inf))) == 3
+    assert sub[2] > sub[4]  # within the allowed set, the cluster member beats the outlier
+    angles = np.array([0.0, 2.0, 4.0]) * np.pi / 3.0
+    ring = np.stack([np.full((8, 2), (np.cos(a), np.sin(a))) for a in angles])
+    assert np.allclose(consensus_prior(ring), 0.0)  # equally far apart: no preference
+
+    params = load_params("planner")
+    params["planner"]["discriminator_prior_weight"] = 3.0
+    policy = Rad2Policy(randomised_model(tiny_config()), params, backend="pytorch", num_candidates=5)
+    policy.model.discriminator_trained = True
+    inputs = {"agents": np.zeros((1, 1, 10), np.float32), "agents_mask": np.zeros((1, 1), bool)}
+    flat = np.zeros((1, 5), np.float32)
+    kappa_prior = policy._selection_prior(cands[None], None)
+    np.testing.assert_allclose(kappa_prior[0], 3.0 * prior, rtol=1e-6)
+    assert policy._select_deterministic(cands[None], flat + kappa_prior, inputs)[0] == [medoid_index(cands)]
+    strong = np.array([[0.0, 0.0, 0.0, 0.0, 20.0]], np.float32)  # learned preference outweighs the prior
+    assert policy._select_deterministic(cands[None], strong + kappa_prior, inputs)[0] == [4]
+    params["planner"]["discriminator_prior_weight"] = 0.0
+    assert Rad2Policy(policy.model, params, backend="pytorch", num_candidates=5)._selection_prior(
+        cands[None], None) is None
+    for bad in (-1.0, float("nan"), "4"):
+        params["planner"]["discriminator_prior_weight"] = bad
+        with pytest.raises(ValueError, match="planner.discriminator_prior_weight"):
+            Rad2Policy(policy.model, params, backend="pytorch", num_candidates=5)

@@ -107,6 +107,14 @@ def test_experiment_arms_parse_the_discriminator_candidates_option():
     assert parse_arm("il:safe_medoid", str(CHECKPOINT)).discriminator_candidates is None
     with pytest.raises(ValueError, match="D=all|safe"):
         parse_arm("il:uniform@D=nearest", str(CHECKPOINT))
+    arm = parse_arm("il:safe_medoid@D=safe@P=2.5", str(CHECKPOINT))
+    assert arm.prior_weight == 2.5
+    assert policy_spec(arm, threads=1).planner_overrides == {
+        "discriminator_candidates": "safe", "discriminator_prior_weight": 2.5,
+        "fallback_selection": "safe_medoid"}
+    for bad in ("P=-1", "P=nan", "P=strong"):
+        with pytest.raises(ValueError, match="P=<float >= 0>"):
+            parse_arm(f"il:safe_medoid@{bad}", str(CHECKPOINT))
 
 
 def test_experiment_results_of_separate_runs_merge_into_one_table(tmp_path):

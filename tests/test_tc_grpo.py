@@ -17,6 +17,8 @@ from rad2_rl.tc_grpo import (
     decision_batch,
     group_advantages,
     keeps_signal,
+    selection_logits,
+    tc_grpo_loss,
 )
 from tiny_models import randomised_model, tiny_config
 
@@ -147,3 +149,33 @@ def test_minibatch_updates_take_the_configured_steps_and_replay_with_the_same_ge
         TCGRPOConfig(minibatch_decisions=-1)
     with pytest.raises(ValueError, match="minibatches_per_update"):
         TCGRPOConfig(minibatches_per_update=0)
+
+
+def test_the_update_recomputes_the_behaviour_policy_with_its_recorded_prior():
+    """With planner.discriminator_prior_weight > 0 the rollouts draw from softmax(l + κ·prior) and record
+    κ·prior beside the discriminator inputs: the update adds it back, so before any step the importance
+    ratio is 1 (without it, the ratios would be off by the prior)."""
+    from rad2_planner.policy import SELECTION_PRIOR
+
+    model = randomised_model(tiny_config(), seed=2)
+    cands, inputs = _toy_scene(4)
+    prior = np.array([0.0, -2.0, -4.0, -1.0], np.float32)
+    with torch.no_grad():
+        raw = model.discriminator_logits(cands[None], {k: v[None] for k, v in inputs.items()})[0].numpy()
+    z = raw + prior
+    logp = z - z.max() - np.log(np.exp(z - z.max()).sum())
+    recorded = {**inputs, SELECTION_PRIOR: prior}
+    rollouts = [SimpleNamespace(group=0, member=i, rewards={"r": r}, trace=SimpleNamespace(decisions=(
+        DecisionPoint(step=0, ego_state=np.zeros(5), accel=0.0, reason="start", selected=i, candidates=cands,
+                      logits=z, probs=np.exp(logp), log_prob=float(logp[i]), entropy=0.0,
+                      discriminator_inputs=recorded),)))
+        for i, r in enumerate([1.0, 0.0, 0.5, 0.0])]
+    batch = decision_batch(rollouts, "r", TCGRPOConfig())
+    with torch.no_grad():
+        np.testing.assert_allclose(selection_logits(model, batch).numpy(), np.tile(z, (4, 1)), atol=1e-5)
+        _, stats = tc_grpo_loss(model, batch, TCGRPOConfig(), AdaptiveEntropy(TCGRPOConfig()))
+    assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-5) and stats["clip_fraction"] == 0.0
+    batch.inputs.pop(SELECTION_PRIOR)  # the same decisions judged without the prior: not the behaviour policy
+    with torch.no_grad():
+        _, stats = tc_grpo_loss(model, batch, TCGRPOConfig(), AdaptiveEntropy(TCGRPOConfig()))
+    assert stats["clip_fraction"] > 0.0

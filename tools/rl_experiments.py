@@ -9,6 +9,8 @@ An arm is written ``KIND[:ARG][@M=..][@H=..]``:
   discriminator when it is trained, else the ``planner.fallback_selection`` rule;
 - ``@D=safe`` | ``@D=all``: ``planner.discriminator_candidates`` (a trained discriminator ranks the safe set
   of ``safe_medoid`` only, or every candidate; default: params/planner.yaml);
+- ``@P=4``: ``planner.discriminator_prior_weight`` κ (the consensus prior added to a trained
+  discriminator's logits; evaluate an RL discriminator with the κ it was trained with);
 - ``@M=64``: candidates per cycle (inference-time scaling, RAD-2 Table 10); ``@H=4``: replanning period
   in steps (latched execution, RAD-2 Table 5; evaluation default ``evaluation.h_reuse``).
 

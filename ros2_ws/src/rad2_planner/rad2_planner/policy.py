@@ -116,6 +116,9 @@ INITIAL_NOISE_MODES = ("per_cycle", "per_episode")
 SAFETY_MODES = ("off", "rejection_sampling", "candidate_selection", "self_correction")
 # Discriminator inputs recorded per row for the RL update (the trajectories are the candidates).
 RECORDED_DISCRIMINATOR_INPUTS = DISCRIMINATOR_INPUTS[1:]
+# Recorded beside them when planner.discriminator_prior_weight > 0: the κ·prior [M] the cycle added to the
+# logits, so that the RL update recomputes the same distribution (rad2_rl.tc_grpo).
+SELECTION_PRIOR = "selection_prior"
 
 
 def resolve_path(p: str | Path) -> Path:
@@ -189,8 +192,9 @@ def correction_inputs(traces: list[list[np.ndarray]], speeds, normalizer, trace_
     return trace, mask
 
 
-def medoid_index(candidates: np.ndarray) -> int:
-    """Index of the candidate [M, T, 2] with the smallest mean point-wise distance to the others.
+def mean_pairwise_distance(candidates: np.ndarray, allowed: np.ndarray | None = None) -> np.ndarray:
+    """``[M]``: each candidate's mean point-wise distance (m) to the ``allowed`` candidates ``[M]`` (bool;
+    None: all), over every plan point. The medoid minimises it.
 
     One distance matrix per time step (scipy's cdist) rather than an [M, M, T, 2] difference array:
     0.4 instead of 4 ms at M = 128.
@@ -198,10 +202,38 @@ def medoid_index(candidates: np.ndarray) -> int:
     from scipy.spatial.distance import cdist
 
     c = np.asarray(candidates, np.float64)
+    others = c if allowed is None else c[np.asarray(allowed, bool)]
+    if not len(others):
+        raise ValueError("allowed: no candidate allowed (at least one must be)")
     total = np.zeros(len(c))
     for t in range(c.shape[1]):
-        total += cdist(c[:, t], c[:, t]).sum(axis=1)
-    return int(np.argmin(total))
+        total += cdist(c[:, t], others[:, t]).sum(axis=1)
+    return total / (len(others) * max(c.shape[1], 1))
+
+
+def medoid_index(candidates: np.ndarray) -> int:
+    """Index of the candidate [M, T, 2] with the smallest mean point-wise distance to the others."""
+    return int(np.argmin(mean_pairwise_distance(candidates)))
+
+
+def consensus_prior(candidates: np.ndarray, allowed: np.ndarray | None = None) -> np.ndarray:
+    """``[M]`` log-preference of each candidate ``[M, T, 2]`` for the consensus of the ``allowed`` set:
+    ``−(d_m − min d) / std d`` over the allowed candidates, with ``d`` the :func:`mean_pairwise_distance`
+    to them (0 for the medoid and where not allowed: the draw never picks those; all 0 when the allowed
+    candidates are equally far from each other).
+
+    Added with a weight κ (``planner.discriminator_prior_weight``) to the discriminator's logits, it
+    makes the selection distribution ``softmax(l + κ·prior)``: with a constant ``l`` (an untrained head)
+    its argmax is the medoid of the allowed set (``safe_medoid`` with the safe set), so RL starts from
+    the best hand-written rule and learns where to leave it instead of starting from a uniform choice.
+    Standardised, so κ means the same in a tight and in a spread set.
+    """
+    mask = np.ones(len(candidates), bool) if allowed is None else np.asarray(allowed, bool)
+    d = mean_pairwise_distance(candidates, mask)
+    spread = float(d[mask].std())
+    if spread <= 1e-9 * max(float(d[mask].max()), 1e-9):  # rounding noise, not a preference
+        return np.zeros(len(d))
+    return np.where(mask, -(d - d[mask].min()) / spread, 0.0)
 
 
 def safe_candidates(
@@ -391,6 +423,12 @@ class Rad2Policy:
         if self.discriminator_candidates not in DISCRIMINATOR_CANDIDATES:
             raise ValueError("planner.discriminator_candidates: unknown value "
                              f"{self.discriminator_candidates!r} (choose from {DISCRIMINATOR_CANDIDATES})")
+        # params built for an older planner.yaml get the file's default
+        key = "discriminator_prior_weight"
+        w = p[key] if key in p else default_params("planner")["planner"][key]
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not (np.isfinite(w) and w >= 0):
+            raise ValueError(f"planner.discriminator_prior_weight: must be a finite number >= 0, got {w!r}")
+        self.prior_weight = float(w)
         self.always_score = always_score
         self.selection = _check_mode(selection or require(params, "planner.selection_mode"))
         self.distribution = candidate_distribution or CandidateDistribution.from_params(p)
@@ -584,13 +622,17 @@ class Rad2Policy:
         timings["score"] = (time.perf_counter() - t0) * 1e3
 
         t0 = time.perf_counter()
+        mask = self._discriminator_mask(candidates, inputs) if scored else None
+        prior = self._selection_prior(candidates, mask) if scored else None
+        if prior is not None:
+            logits = logits + prior
         if mode == "sample":
             rngs = [np.random.default_rng([s, 1]) for s in (row_seeds or [seed])]
-            draw = self._sample(logits, dist, rngs, self._discriminator_mask(candidates, inputs))
+            draw = self._sample(logits, dist, rngs, mask)
             selected, rule = [int(i) for i in draw.index], f"sample:{dist.label}"
         else:
             draw = None
-            selected, rule = self._select_deterministic(candidates, logits, inputs)
+            selected, rule = self._select_deterministic(candidates, logits, inputs, mask)
         timings["select"] = (time.perf_counter() - t0) * 1e3
         safety_info: list[dict[str, Any]] = [{} for _ in range(b)]
         if self.safety.mode != "off" and mode == "deterministic":
@@ -610,6 +652,9 @@ class Rad2Policy:
         executed = self._comfort_limits(candidates, selected, executed, inputs)
         timings["comfort_limits"] = (time.perf_counter() - t0) * 1e3
         recorded = self._recorded_inputs(inputs, scene) if return_discriminator_inputs else [None] * b
+        if prior is not None and return_discriminator_inputs:
+            for i, row in enumerate(recorded):
+                row[SELECTION_PRIOR] = prior[i].astype(np.float32)
         timings["total"] = (time.perf_counter() - t_start) * 1e3
         info = {"backend": self.backend_name, "sampler": self.sampler, "M": m, "K": k, "selection": rule}
         return [
@@ -716,12 +761,16 @@ class Rad2Policy:
                 new = self._denoise(x_init, gen_scene, sub_inputs, k, {}, self._corrector)
             else:
                 new = self._denoise(x_init, sub_scene, sub_inputs, k, {})
+            new_mask = None
             if scored:
                 new_logits, new_scores = (np.asarray(a, dtype=np.float32)
                                           for a in self.backend.score_logits(new, sub_inputs, sub_scene))
+                new_mask = self._discriminator_mask(new, sub_inputs)
+                new_prior = self._selection_prior(new, new_mask)
+                new_logits = new_logits if new_prior is None else new_logits + new_prior
             else:
                 new_logits, new_scores = np.full((2, len(todo), m), np.nan, dtype=np.float32)
-            new_sel, _ = self._select_deterministic(new, new_logits, sub_inputs)
+            new_sel, _ = self._select_deterministic(new, new_logits, sub_inputs, new_mask)
             timings["corrections"] += (time.perf_counter() - t0) * 1e3
             proposals = new[np.arange(len(todo)), new_sel][:, None]  # B' 1 T 2
             p_new = self._critic_probs(proposals, inputs, todo, timings)[:, 0]
@@ -885,12 +934,15 @@ class Rad2Policy:
         return type(draws[0])(*(np.stack(field) for field in zip(*draws)))
 
     def _select_deterministic(
-        self, candidates: np.ndarray, logits: np.ndarray, inputs: dict[str, np.ndarray]
+        self, candidates: np.ndarray, logits: np.ndarray, inputs: dict[str, np.ndarray],
+        mask: np.ndarray | None = None,
     ) -> tuple[list[int], str]:
+        """``mask``: :meth:`_discriminator_mask` when the caller has it already (None: computed here)."""
         b = candidates.shape[0]
         if self.has_discriminator:
             # Logits, not scores: a float32 sigmoid saturates to exact ties at 1.
-            mask = self._discriminator_mask(candidates, inputs)
+            if mask is None:
+                mask = self._discriminator_mask(candidates, inputs)
             if mask is not None:
                 return [int(np.argmax(np.where(mask[i], logits[i], -np.inf))) for i in range(b)], \
                     "discriminator:safe"
@@ -900,6 +952,14 @@ class Rad2Policy:
         if self.fallback == "safe_medoid":
             return [self._safe_medoid(candidates[i], inputs, i) for i in range(b)], "safe_medoid"
         return [0] * b, "first"
+
+    def _selection_prior(self, candidates: np.ndarray, mask: np.ndarray | None) -> np.ndarray | None:
+        """``[B, M]`` κ·:func:`consensus_prior` added to the discriminator's logits before the draw or the
+        argmax (float32), or None with ``planner.discriminator_prior_weight`` 0."""
+        if self.prior_weight == 0.0:
+            return None
+        rows = [consensus_prior(c, None if mask is None else mask[i]) for i, c in enumerate(candidates)]
+        return (self.prior_weight * np.stack(rows)).astype(np.float32)
 
     def _discriminator_mask(self, candidates: np.ndarray, inputs: dict[str, np.ndarray]) -> np.ndarray | None:
         """``[B, M]`` the candidates the discriminator chooses among (``safe_candidates`` per row), or

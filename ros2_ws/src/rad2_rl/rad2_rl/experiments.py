@@ -6,6 +6,7 @@ process or on Ray workers), the mean ± std table and the bar plot. No ROS.
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ class Arm:
     m: int | None
     h_reuse: int | None
     discriminator_candidates: str | None = None  # planner.discriminator_candidates (None: planner.yaml's)
+    prior_weight: float | None = None  # planner.discriminator_prior_weight (None: planner.yaml's)
 
 
 def parse_arm(text: str, il_checkpoint: str) -> Arm:
@@ -32,24 +34,35 @@ def parse_arm(text: str, il_checkpoint: str) -> Arm:
 
     head, *opts = text.split("@")
     kind, _, arg = head.partition(":")
-    m = h = d = None
+    m = h = d = p = None
     for opt in opts:
         key, _, value = opt.partition("=")
         if key == "D" and value in DISCRIMINATOR_CANDIDATES:
             d = value
             continue
+        if key == "P" and _is_weight(value):
+            p = float(value)
+            continue
         if key not in ("M", "H") or not value.isdigit() or int(value) < 1:
-            raise ValueError(f"arm {text!r}: option {opt!r} is not M=<int >= 1>, H=<int >= 1> or D=all|safe")
+            raise ValueError(f"arm {text!r}: option {opt!r} is not M=<int >= 1>, H=<int >= 1>, D=all|safe "
+                             "or P=<float >= 0>")
         m, h = (int(value), h) if key == "M" else (m, int(value))
     if kind == "il":
         if arg not in RULES:
             raise ValueError(f"arm {text!r}: il:{arg} is not one of il:{'|il:'.join(RULES)}")
-        return Arm(text, il_checkpoint, arg, m, h, d)
+        return Arm(text, il_checkpoint, arg, m, h, d, p)
     if kind == "ckpt":
         if not (Path(arg) / "config.json").is_file():
             raise ValueError(f"arm {text!r}: {arg} is not a planner checkpoint (no config.json)")
-        return Arm(text, arg, None, m, h, d)
+        return Arm(text, arg, None, m, h, d, p)
     raise ValueError(f"arm {text!r}: expected il:RULE or ckpt:PATH")
+
+
+def _is_weight(value: str) -> bool:
+    try:
+        return float(value) >= 0.0 and math.isfinite(float(value))
+    except ValueError:
+        return False
 
 
 def policy_spec(arm: Arm, threads: int | None, backend: str | None = None, device: str | None = None):
@@ -64,6 +77,8 @@ def policy_spec(arm: Arm, threads: int | None, backend: str | None = None, devic
         overrides["num_candidates"] = arm.m
     if arm.discriminator_candidates:
         overrides["discriminator_candidates"] = arm.discriminator_candidates
+    if arm.prior_weight is not None:
+        overrides["discriminator_prior_weight"] = arm.prior_weight
     if arm.rule == "uniform":
         return PolicySpec(checkpoint_dir=arm.checkpoint, selection="sample", distribution="uniform",
                           planner_overrides=overrides, threads=threads, backend=backend)

@@ -91,7 +91,8 @@ def rollout_pool(ckpt: Path, cfg, training: dict, workers: int):
     spec = PolicySpec(checkpoint_dir=str(ckpt), backend="pytorch", selection="sample",
                       record_discriminator_inputs=True, threads=1, always_score=True,
                       planner_overrides={"num_candidates": cfg.num_candidates,
-                                         "discriminator_candidates": cfg.discriminator_candidates})
+                                         "discriminator_candidates": cfg.discriminator_candidates,
+                                         "discriminator_prior_weight": cfg.discriminator_prior_weight})
     return RolloutPool(spec, num_workers=workers, training_params=training)
 
 

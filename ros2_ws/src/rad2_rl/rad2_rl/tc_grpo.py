@@ -180,6 +180,18 @@ def policy_log_probs(logits: torch.Tensor, allowed: torch.Tensor, temperature: f
     return torch.log_softmax(z, dim=-1)
 
 
+def selection_logits(model, batch: DecisionBatch, device: str | torch.device = "cpu") -> torch.Tensor:
+    """The logits the behaviour policy drew from: the discriminator's, plus the recorded κ·prior when the
+    rollouts ran with ``planner.discriminator_prior_weight`` > 0 (a constant: no gradient flows to it)."""
+    from rad2_planner.policy import SELECTION_PRIOR
+
+    inputs = {k: v for k, v in batch.inputs.items() if k != SELECTION_PRIOR}
+    logits = model.discriminator_logits(batch.candidates, inputs)
+    if SELECTION_PRIOR in batch.inputs:
+        logits = logits + torch.as_tensor(batch.inputs[SELECTION_PRIOR], device=logits.device)
+    return logits
+
+
 def clipped_objective(new_log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantage: torch.Tensor,
                       eps: float) -> torch.Tensor:
     """Eq. 16 per decision: ``min(ρA, clip(ρ, 1−ε, 1+ε)A)``."""
@@ -206,7 +218,7 @@ class AdaptiveEntropy:
 def tc_grpo_loss(model, batch: DecisionBatch, cfg: TCGRPOConfig, entropy: AdaptiveEntropy,
                  device: str | torch.device = "cpu") -> tuple[torch.Tensor, dict[str, float]]:
     """``−J`` of Eq. 18 on a batch (to minimise) and the quantities worth logging."""
-    logits = model.discriminator_logits(batch.candidates, batch.inputs)
+    logits = selection_logits(model, batch, device)
     allowed = torch.as_tensor(batch.allowed, device=device)
     logp = policy_log_probs(logits, allowed, cfg.temperature)
     idx = torch.as_tensor(batch.selected, device=device)

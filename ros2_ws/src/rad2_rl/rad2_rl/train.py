@@ -71,6 +71,7 @@ class RLConfig:
     train_generator: bool = True
     discriminator_init: str = "generator"
     discriminator_candidates: str = "all"  # planner.discriminator_candidates of the rollouts: all | safe
+    discriminator_prior_weight: float = 0.0  # planner.discriminator_prior_weight of the rollouts (κ)
     discriminator_lr: float = 1e-4
     generator_lr: float = 2e-5
     ogo_every: int = 8
@@ -91,6 +92,9 @@ class RLConfig:
         if self.discriminator_candidates not in DISCRIMINATOR_CANDIDATES:
             raise ValueError(f"rl.discriminator_candidates: unknown value {self.discriminator_candidates!r} "
                              f"(choose from {DISCRIMINATOR_CANDIDATES})")
+        if not self.discriminator_prior_weight >= 0.0:
+            raise ValueError("rl.discriminator_prior_weight: must be >= 0 (0: the logits alone), "
+                             f"got {self.discriminator_prior_weight}")
         if self.group_size < 2:
             raise ValueError(f"rl.group_size: GRPO needs groups of >= 2 rollouts, got {self.group_size}")
         if not self.ogo_imitation_weight >= 0.0:
@@ -151,7 +155,8 @@ class RLRun:
         self.clips_by_id = {c.clip_id: c for c in self.train_clips}
         params = planner_params if planner_params is not None else load_params("planner")
         params = {**params, "runtime": {**params["runtime"], "fused_sampler": True},
-                  "planner": {**params["planner"], "discriminator_candidates": cfg.discriminator_candidates}}
+                  "planner": {**params["planner"], "discriminator_candidates": cfg.discriminator_candidates,
+                              "discriminator_prior_weight": cfg.discriminator_prior_weight}}
         torch.manual_seed(cfg.seed)
         if cfg.discriminator_init == "random":
             from rad2_planner.networks.discriminator import Discriminator
