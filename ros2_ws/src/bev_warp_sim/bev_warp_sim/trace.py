@@ -44,7 +44,9 @@ class DecisionPoint:
     trajectory: np.ndarray | None = None  # [T, 2] executed plan, ego frame
     candidates: np.ndarray | None = None  # [M, T, 2]
     scores: np.ndarray | None = None  # [M] sigmoid scores (NaN when not scored)
-    logits: np.ndarray | None = None  # [M] discriminator logits (NaN when not scored)
+    # [M] logits selection used (NaN when not scored): the discriminator's, plus κ·consensus prior
+    # with planner.discriminator_prior_weight κ > 0
+    logits: np.ndarray | None = None
     probs: np.ndarray | None = None  # [M] sampling distribution (None: deterministic selection)
     log_prob: float = float("nan")  # log π_old(selected) of the behaviour policy (NaN: deterministic)
     entropy: float = float("nan")  # entropy of the sampling distribution

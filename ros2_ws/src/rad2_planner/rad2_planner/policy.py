@@ -8,7 +8,9 @@ One planning cycle (identical for every runtime backend, see :mod:`rad2_planner.
    batched over the M candidates; then de-normalised to ego-frame metres.
 3. ``score``: the discriminator gives logits and scores = sigmoid(logits) for each candidate
    (skipped, both NaN, when no trained discriminator is loaded and the selection does not need them,
-   unless ``always_score``).
+   unless ``always_score``). With ``planner.discriminator_prior_weight`` κ > 0 the logits the selection
+   uses (and the result carries) are the discriminator's plus κ·:func:`consensus_prior` over the
+   candidates it may choose; the scores stay the discriminator's own.
 4. ``select``, by ``selection`` (``planner.selection_mode``):
 
    - ``deterministic`` (deployment): the highest logit (with ``planner.discriminator_candidates: safe``, among
@@ -622,8 +624,10 @@ class Rad2Policy:
         timings["score"] = (time.perf_counter() - t0) * 1e3
 
         t0 = time.perf_counter()
-        mask = self._discriminator_mask(candidates, inputs) if scored else None
-        prior = self._selection_prior(candidates, mask) if scored else None
+        # the logits decide only in a draw or for a trained discriminator (else the fallback rule does)
+        by_logits = scored and (mode == "sample" or self.has_discriminator)
+        mask = self._discriminator_mask(candidates, inputs) if by_logits else None
+        prior = self._selection_prior(candidates, mask) if by_logits else None
         if prior is not None:
             logits = logits + prior
         if mode == "sample":
