@@ -541,7 +541,7 @@ def test_consensus_prior_leans_selection_to_the_medoid_of_the_allowed_set():
     params["planner"]["discriminator_prior_weight"] = 0.0
     assert Rad2Policy(policy.model, params, backend="pytorch", num_candidates=5)._selection_prior(
         cands[None], None) is None
-    for bad in (-1.0, float("nan"), "4"):
+    for bad in (-1.0, float("nan"), 1e6, "4"):
         params["planner"]["discriminator_prior_weight"] = bad
         with pytest.raises(ValueError, match="planner.discriminator_prior_weight"):
             Rad2Policy(policy.model, params, backend="pytorch", num_candidates=5)

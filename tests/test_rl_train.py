@@ -112,8 +112,8 @@ def test_experiment_arms_parse_the_discriminator_candidates_option():
     assert policy_spec(arm, threads=1).planner_overrides == {
         "discriminator_candidates": "safe", "discriminator_prior_weight": 2.5,
         "fallback_selection": "safe_medoid"}
-    for bad in ("P=-1", "P=nan", "P=strong"):
-        with pytest.raises(ValueError, match="P=<float >= 0>"):
+    for bad in ("P=-1", "P=nan", "P=strong", "P=1e6"):
+        with pytest.raises(ValueError, match=r"P=<float in \[0, 1000\]>"):
             parse_arm(f"il:safe_medoid@{bad}", str(CHECKPOINT))
 
 

@@ -121,6 +121,9 @@ RECORDED_DISCRIMINATOR_INPUTS = DISCRIMINATOR_INPUTS[1:]
 # Recorded beside them when planner.discriminator_prior_weight > 0: the κ·prior [M] the cycle added to the
 # logits, so that the RL update recomputes the same distribution (rad2_rl.tc_grpo).
 SELECTION_PRIOR = "selection_prior"
+# Largest planner.discriminator_prior_weight (the schema's bound): beyond it the prior alone decides and
+# the float32 logits lose the discriminator's differences, so a larger value is a typo, not a setting.
+MAX_PRIOR_WEIGHT = 1000.0
 
 
 def resolve_path(p: str | Path) -> Path:
@@ -428,8 +431,9 @@ class Rad2Policy:
         # params built for an older planner.yaml get the file's default
         key = "discriminator_prior_weight"
         w = p[key] if key in p else default_params("planner")["planner"][key]
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not (np.isfinite(w) and w >= 0):
-            raise ValueError(f"planner.discriminator_prior_weight: must be a finite number >= 0, got {w!r}")
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0.0 <= w <= MAX_PRIOR_WEIGHT:
+            raise ValueError("planner.discriminator_prior_weight: must be a number in "
+                             f"[0, {MAX_PRIOR_WEIGHT:g}], got {w!r}")
         self.prior_weight = float(w)
         self.always_score = always_score
         self.selection = _check_mode(selection or require(params, "planner.selection_mode"))

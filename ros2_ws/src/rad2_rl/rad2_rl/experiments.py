@@ -6,7 +6,6 @@ process or on Ray workers), the mean ± std table and the bar plot. No ROS.
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +44,7 @@ def parse_arm(text: str, il_checkpoint: str) -> Arm:
             continue
         if key not in ("M", "H") or not value.isdigit() or int(value) < 1:
             raise ValueError(f"arm {text!r}: option {opt!r} is not M=<int >= 1>, H=<int >= 1>, D=all|safe "
-                             "or P=<float >= 0>")
+                             "or P=<float in [0, 1000]>")
         m, h = (int(value), h) if key == "M" else (m, int(value))
     if kind == "il":
         if arg not in RULES:
@@ -59,8 +58,10 @@ def parse_arm(text: str, il_checkpoint: str) -> Arm:
 
 
 def _is_weight(value: str) -> bool:
+    from rad2_planner.policy import MAX_PRIOR_WEIGHT
+
     try:
-        return float(value) >= 0.0 and math.isfinite(float(value))
+        return 0.0 <= float(value) <= MAX_PRIOR_WEIGHT
     except ValueError:
         return False
 

@@ -180,7 +180,7 @@ def policy_log_probs(logits: torch.Tensor, allowed: torch.Tensor, temperature: f
     return torch.log_softmax(z, dim=-1)
 
 
-def selection_logits(model, batch: DecisionBatch, device: str | torch.device = "cpu") -> torch.Tensor:
+def selection_logits(model, batch: DecisionBatch) -> torch.Tensor:
     """The logits the behaviour policy drew from: the discriminator's, plus the recorded κ·prior when the
     rollouts ran with ``planner.discriminator_prior_weight`` > 0 (a constant: no gradient flows to it)."""
     from rad2_planner.policy import SELECTION_PRIOR
@@ -218,7 +218,7 @@ class AdaptiveEntropy:
 def tc_grpo_loss(model, batch: DecisionBatch, cfg: TCGRPOConfig, entropy: AdaptiveEntropy,
                  device: str | torch.device = "cpu") -> tuple[torch.Tensor, dict[str, float]]:
     """``−J`` of Eq. 18 on a batch (to minimise) and the quantities worth logging."""
-    logits = selection_logits(model, batch, device)
+    logits = selection_logits(model, batch)
     allowed = torch.as_tensor(batch.allowed, device=device)
     logp = policy_log_probs(logits, allowed, cfg.temperature)
     idx = torch.as_tensor(batch.selected, device=device)

@@ -92,9 +92,11 @@ class RLConfig:
         if self.discriminator_candidates not in DISCRIMINATOR_CANDIDATES:
             raise ValueError(f"rl.discriminator_candidates: unknown value {self.discriminator_candidates!r} "
                              f"(choose from {DISCRIMINATOR_CANDIDATES})")
-        if not self.discriminator_prior_weight >= 0.0:
-            raise ValueError("rl.discriminator_prior_weight: must be >= 0 (0: the logits alone), "
-                             f"got {self.discriminator_prior_weight}")
+        from rad2_planner.policy import MAX_PRIOR_WEIGHT
+
+        if not 0.0 <= self.discriminator_prior_weight <= MAX_PRIOR_WEIGHT:
+            raise ValueError(f"rl.discriminator_prior_weight: must be in [0, {MAX_PRIOR_WEIGHT:g}] "
+                             f"(0: the logits alone), got {self.discriminator_prior_weight}")
         if self.group_size < 2:
             raise ValueError(f"rl.group_size: GRPO needs groups of >= 2 rollouts, got {self.group_size}")
         if not self.ogo_imitation_weight >= 0.0:
