@@ -148,6 +148,25 @@ def test_experiment_results_of_separate_runs_merge_into_one_table(tmp_path):
     assert spec.backend == "pytorch" and spec.planner_overrides == {"device": "cuda"}
 
 
+def test_a_mixed_split_is_reported_on_both_collisions_and_progress(tmp_path):
+    """A set of both kinds of clip (eval_rich) is judged on CR and EP together: its table has both,
+    a metric missing from an older results.json shows as a dash, and the plot has a panel for each."""
+    from rad2_rl.experiments import experiments_table, plot_experiments
+
+    split = "/x/data/eval_rich"
+    runs = [{"CR": cr, "AF-CR": 0.0, "EP-Mean": ep, "EP@1.0": 0.4, "comfort_violation_steps": 0.2}
+            for cr, ep in ((0.1, 0.8), (0.2, 0.9))]
+    text = "\n".join(experiments_table({"il:uniform": {split: runs}}, [split], [0, 1], None, 0.0))
+    assert "| arm | CR | AF-CR | EP-Mean | EP@1.0 | comfort_violation_steps | offroad_rate |" in text
+    row = "| il:uniform | 0.150 ± 0.050 | 0.000 ± 0.000 | 0.850 ± 0.050 | 0.400 ± 0.000 | 0.200 ± 0.000 | – |"
+    assert row in text
+    plot_experiments({"il:uniform": {split: runs}}, [split], tmp_path / "p.png", lambda s: s)
+    import matplotlib.image
+
+    height, width = matplotlib.image.imread(tmp_path / "p.png").shape[:2]
+    assert width > 1.5 * height  # two panels side by side
+
+
 def test_experiment_results_keep_each_clips_outcome(tmp_path):
     """results.json holds, per seed, one record per clip whose collisions add up to the seed's CR."""
     import json

@@ -13,8 +13,11 @@ from pathlib import Path
 import numpy as np
 
 RULES = ("uniform", "medoid", "safe_medoid")
+# A mixed set (e.g. eval_rich: both kinds of clip) is judged on both CR and EP, so it gets both.
 COLUMNS = {"safety": ("CR", "AF-CR", "Safety@1", "comfort_violation_steps"),
-           "efficiency": ("EP-Mean", "EP@1.0", "CR", "comfort_violation_steps")}
+           "efficiency": ("EP-Mean", "EP@1.0", "CR", "comfort_violation_steps"),
+           "other": ("CR", "AF-CR", "EP-Mean", "EP@1.0", "comfort_violation_steps", "offroad_rate")}
+PLOTTED = {"safety": ("CR",), "efficiency": ("EP-Mean",), "other": ("CR", "EP-Mean")}
 
 
 @dataclass(frozen=True)
@@ -142,10 +145,11 @@ def plot_experiments(results, splits, path: Path, resolve) -> None:
     import matplotlib.pyplot as plt
     from bev_warp_sim.evaluate import split_kind
 
-    fig, axes = plt.subplots(1, len(splits), figsize=(5 * len(splits), 4), squeeze=False)
+    panels = [(split, metric) for split in splits for metric in PLOTTED[split_kind(split)]]
     labels = list(results)
-    for ax, split in zip(axes[0], splits):
-        metric = "EP-Mean" if split_kind(split) == "efficiency" else "CR"
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(5.0, 0.9 * len(labels) + 2) * len(panels), 4.5),
+                             squeeze=False)
+    for ax, (split, metric) in zip(axes[0], panels):
         vals = [[r[metric] for r in results[a][str(resolve(split))]] for a in labels]
         ax.bar(range(len(labels)), [np.mean(v) for v in vals], yerr=[np.std(v) for v in vals], capsize=4)
         ax.set_xticks(range(len(labels)), labels, rotation=25, ha="right", fontsize=8)
@@ -166,13 +170,14 @@ def experiments_table(results: dict, splits: list[str], seeds: list[int] | str, 
              f"Seeds {seeds}; each cell: mean ± standard deviation over the seeds"
              + (f"; first {max_clips} clips per split" if max_clips else "") + ".", ""]
     for split in splits:
-        cols = COLUMNS.get(split_kind(split), COLUMNS["safety"])
+        cols = COLUMNS[split_kind(split)]
         lines += [f"## {Path(split).name}", "", "| arm | " + " | ".join(cols) + " |",
                   "|---|" + "---|" * len(cols)]
         for label, per_split in results.items():
             runs = per_split[str(resolve_path(split))]
+            # "–" where an older results.json (merged) predates the metric
             cells = [f"{np.mean([r[c] for r in runs]):.3f} ± {np.std([r[c] for r in runs]):.3f}"
-                     for c in cols]
+                     if all(c in r for r in runs) else "–" for c in cols]
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
         lines.append("")
     return lines
