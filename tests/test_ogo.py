@@ -23,17 +23,39 @@ def _arc_length(points):
     return np.cumsum(np.hypot(*np.diff(path, axis=0).T))
 
 
+def _offset_distance(s_raw, ratio):
+    """Arc lengths after a constant acceleration offset that scales the horizon's distance by ratio."""
+    frac = np.arange(1, len(s_raw) + 1) / len(s_raw)
+    return s_raw + (ratio - 1.0) * s_raw[-1] * frac**2
+
+
 @pytest.mark.parametrize("ratio", [0.8, 0.5])
-def test_compression_keeps_the_path_and_scales_the_timing(ratio):
-    raw = _arc()
+def test_compression_keeps_the_path_and_offsets_the_acceleration(ratio):
+    """RAD-2 §3.3.3: a constant offset on the acceleration, re-integrated. The path stays, the horizon's
+    distance scales by the ratio, and the start speed is kept (no brake step at the plan's first point)."""
+    raw = _arc()  # 4 m per 0.5 s step: 8 m/s
     out = retime(raw, ratio)
     path = np.vstack([[0.0, 0.0], raw])
     for p in out:  # every re-timed point lies on the driven path
         assert abs(project_onto_polyline(path, p)[1]) < 1e-9
     s_raw, s_out = _arc_length(raw), _arc_length(out)
-    # distance travelled by each point scales by the ratio (chords of a gentle arc: 1e-2 relative)
-    np.testing.assert_allclose(s_out, ratio * s_raw, rtol=1e-2)
+    # chords of a gentle arc: 1e-2 relative
+    assert s_out[-1] == pytest.approx(ratio * s_raw[-1], rel=1e-2)
+    dt = 0.5
+    t = dt * np.arange(1, len(raw) + 1)
+    accel_offset = 2.0 * (s_out - s_raw) / t**2  # one constant, the same at every point
+    np.testing.assert_allclose(accel_offset, 2.0 * (ratio - 1.0) * s_raw[-1] / t[-1] ** 2, rtol=1e-2)
+    assert abs(accel_offset[0]) < 3.0  # per-point scaling by 0.5 would brake at 8 m/s² over the first step
     assert np.all(np.diff(s_out) > 0)
+
+
+def test_a_deceleration_that_would_reverse_stops_the_ego_instead():
+    raw = _arc()
+    out = retime(raw, 0.05)
+    s_out = _arc_length(out)
+    assert np.all(np.diff(s_out) >= -1e-9)  # never backwards
+    np.testing.assert_allclose(out[-3:] - out[-1], 0.0)  # at rest by the horizon's end
+    assert s_out[-1] < 0.6 * _arc_length(raw)[-1]
 
 
 def test_extension_follows_the_path_then_its_last_heading():
@@ -41,13 +63,15 @@ def test_extension_follows_the_path_then_its_last_heading():
     out = retime(raw, 1.25)
     path = np.vstack([[0.0, 0.0], raw])
     s_raw = _arc_length(raw)
-    inside = 1.25 * s_raw <= s_raw[-1]
+    inside = _offset_distance(s_raw, 1.25) <= s_raw[-1]
+    assert inside.any() and not inside.all()
     for p in out[inside]:
         assert abs(project_onto_polyline(path, p)[1]) < 1e-9
     d = raw[-1] - raw[-2]
     heading = np.arctan2(d[1], d[0])
     beyond = out[~inside] - raw[-1]
     np.testing.assert_allclose(np.arctan2(beyond[:, 1], beyond[:, 0]), heading, atol=1e-9)
+    assert np.linalg.norm(beyond[-1]) == pytest.approx(0.25 * s_raw[-1], rel=1e-9)
     np.testing.assert_array_equal(retime(np.zeros((8, 2)), 1.25), np.zeros((8, 2)))  # standing still
 
 
@@ -96,7 +120,8 @@ def _check_targets(ro, cfg, kinds):
             np.testing.assert_allclose(t.raw[0], world_to_ego(tr.ego[i + 5, :2][None], tr.ego[i, :3])[0])
         assert t.kind == decide(tr, t.step, cfg)
         ratio = cfg.decel_ratio if t.kind == "decelerate" else cfg.accel_ratio
-        np.testing.assert_allclose(_arc_length(t.target), ratio * _arc_length(t.raw), rtol=0.05, atol=0.05)
+        expected = np.maximum.accumulate(np.maximum(_offset_distance(_arc_length(t.raw), ratio), 0.0))
+        np.testing.assert_allclose(_arc_length(t.target), expected, rtol=0.05, atol=0.05)
 
 
 def test_targets_from_closed_loop_rollouts():

@@ -6,14 +6,19 @@ frame at t (the frame the generator plans in). The closed-loop outcome then re-t
 path*:
 
 - **safety-driven deceleration**: when ``T_t`` (RAD-2 Eq. 12) is below ``γ_safe``, the distance
-  travelled by every point is compressed by ``ρ ∈ (0, 1)``;
+  travelled over the horizon is compressed by ``ρ ∈ (0, 1)``;
 - **efficiency-driven acceleration**: when the ego lags the logged drive (its progress along the route
   is behind the log's by more than ``lag_m``) and ``T_t`` is above ``γ_safe``, the distance is extended
   by ``ρ' > 1`` (beyond the driven path's end, along its last heading);
 - otherwise the segment is no target.
 
-Scaling every point's arc length by one ratio is the integral of an acceleration profile offset by a
-constant — the path (the points in space) stays, only the timing changes. The targets, with the
+As in RAD-2, the re-timing adds one constant offset to the segment's acceleration profile and
+re-integrates: the start speed is kept (a target must begin at the speed the ego has), the distance at
+the horizon's end becomes ρ times the driven one, and a deceleration that would reverse the ego stops
+it instead (the sign-aware part). The path (the points in space) stays, only the timing changes.
+Scaling every point's distance by ρ instead would change the start speed by (1 − ρ)·v at once: at
+15 m/s and ρ = 0.8 that is a 12 m/s² brake over the first 0.5 s, and a generator fine-tuned on such
+targets learns jerky plans. The targets, with the
 state they start from, fine-tune the generator by the mean squared error of Eq. 19 (the trainer
 renders the observation at that state and uses the imitation loss with the target as the expert).
 
@@ -64,17 +69,21 @@ class OGOTarget:
 
 
 def retime(points: np.ndarray, ratio: float) -> np.ndarray:
-    """Points ``[T, 2]`` (ego frame, the ego at the origin before the first) moved along their own path so
-    each has travelled ``ratio`` × its arc length; past the path's end along its last segment."""
+    """Points ``[T, 2]`` at equal time steps (ego frame, the ego at the origin one step before the first)
+    moved along their own path by a constant acceleration offset: the start speed is kept, the last
+    point has travelled ``ratio`` × its arc length, and no point moves backwards (the ego stops instead).
+    Past the path's end the points continue along its last segment."""
     pts = np.asarray(points, dtype=np.float64)
     path = np.vstack([np.zeros((1, 2)), pts])
     seg = np.diff(path, axis=0)
     length = np.hypot(seg[:, 0], seg[:, 1])
     cum = np.concatenate([[0.0], np.cumsum(length)])
-    s = ratio * cum[1:]
     moving = np.flatnonzero(length > 1e-9)
     if len(moving) == 0:
         return pts.copy()  # standing still stays standing still
+    # s'(t) = s(t) + ½·Δa·t² with s'(t_T) = ratio · s(t_T); t_k / t_T = k / T, so dt drops out
+    frac = np.arange(1, len(pts) + 1) / len(pts)
+    s = np.maximum.accumulate(np.maximum(cum[1:] + (ratio - 1.0) * cum[-1] * frac**2, 0.0))
     last = seg[moving[-1]] / length[moving[-1]]
     out = np.empty_like(pts)
     within = s <= cum[-1]
