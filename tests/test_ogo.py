@@ -45,7 +45,7 @@ def test_compression_keeps_the_path_and_offsets_the_acceleration(ratio):
     t = dt * np.arange(1, len(raw) + 1)
     accel_offset = 2.0 * (s_out - s_raw) / t**2  # one constant, the same at every point
     np.testing.assert_allclose(accel_offset, 2.0 * (ratio - 1.0) * s_raw[-1] / t[-1] ** 2, rtol=1e-2)
-    assert abs(accel_offset[0]) < 3.0  # per-point scaling by 0.5 would brake at 8 m/s² over the first step
+    assert abs(accel_offset[0]) < 3.0  # per-point scaling by 0.5 would brake at 16 m/s² over the first step
     assert np.all(np.diff(s_out) > 0)
 
 
