@@ -15,7 +15,7 @@ from rad2_rl.correction_rl import CorrectionRLConfig, correction_samples, normal
 from rad2_rl.ogo import OGOConfig, raw_segment, retime
 
 T, PLAN_DT = 8, 0.5
-OGO = OGOConfig(gamma_safe_s=2.0, decel_ratio=0.8, accel_ratio=1.15, lag_m=2.0)
+OGO = OGOConfig(gamma_safe_s=2.0, decel_ratio=0.8, accel_ratio=1.15, lag_m=2.0, segment="executed")
 
 
 def _plan(v: float) -> np.ndarray:

@@ -85,6 +85,30 @@ def test_decisions_safety_first_then_efficiency():
     assert decide(tr, 13, cfg) == "decelerate"  # behind, but unsafe: safety wins
     with pytest.raises(ValueError, match="decel_ratio"):
         OGOConfig(decel_ratio=1.2)
+    with pytest.raises(ValueError, match="segment"):
+        OGOConfig(segment="driven")
+
+
+def test_the_plan_segment_is_the_committed_plan_and_ignores_what_the_tracker_did():
+    """With ``segment: plan`` a decision's raw segment is its committed plan even where the drive that
+    followed braked at the tracker's limit (a stitched, jerky profile); a decision without a plan of the
+    generator's shape falls back to the drive."""
+    from rad2_rl.ogo import segment
+
+    plan = np.stack([np.arange(1, 9) * 4.0, np.zeros(8)], -1)  # 8 m/s held
+    t = np.arange(0, 60)
+    ego = np.zeros((60, 5))
+    ego[:, 0] = np.minimum(0.8 * t, 0.8 * 20 + 0.1 * (t - 20).clip(0))  # 8 m/s, then a hard stop
+    ego[:, 3] = np.where(t < 20, 8.0, 1.0)
+    tr = SimpleNamespace(start_step=0, dt=0.1, ego=ego)
+    d = SimpleNamespace(step=0, trajectory=plan, info={"plan_dt": 0.5})
+    np.testing.assert_allclose(segment(tr, d, OGOConfig(segment="plan"), 8, 0.5), plan)
+    driven = segment(tr, d, OGOConfig(segment="executed"), 8, 0.5)
+    assert driven[-1, 0] < 0.7 * plan[-1, 0]
+    for other in (SimpleNamespace(step=0, trajectory=None, info={}),
+                  SimpleNamespace(step=0, trajectory=plan[:6], info={"plan_dt": 0.5}),
+                  SimpleNamespace(step=0, trajectory=plan, info={"plan_dt": 0.25})):
+        np.testing.assert_allclose(segment(tr, other, OGOConfig(segment="plan"), 8, 0.5), driven)
 
 
 class _Straight:
@@ -113,21 +137,26 @@ def _check_targets(ro, cfg, kinds):
     targets = ogo_targets([ro], cfg, plan_points=8, plan_dt=0.5)
     assert targets and kinds <= {t.kind for t in targets}, [t.kind for t in targets]
     tr = ro.trace
+    committed = {d.step: d.trajectory for d in tr.decisions}
     for t in targets:
-        np.testing.assert_allclose(t.raw, raw_segment(tr, t.step, 8, 0.5))
         i = t.step - tr.start_step
-        if i + 5 < len(tr.ego):  # the first plan point is 0.5 s = 5 steps later, where it was driven
-            np.testing.assert_allclose(t.raw[0], world_to_ego(tr.ego[i + 5, :2][None], tr.ego[i, :3])[0])
+        if cfg.segment == "executed":
+            np.testing.assert_allclose(t.raw, raw_segment(tr, t.step, 8, 0.5))
+            if i + 5 < len(tr.ego):  # the first plan point is 0.5 s = 5 steps later, where it was driven
+                np.testing.assert_allclose(t.raw[0], world_to_ego(tr.ego[i + 5, :2][None], tr.ego[i, :3])[0])
+        else:  # the plan committed at the decision, not the drive that followed
+            np.testing.assert_allclose(t.raw, committed[t.step])
         assert t.kind == decide(tr, t.step, cfg)
         ratio = cfg.decel_ratio if t.kind == "decelerate" else cfg.accel_ratio
         expected = np.maximum.accumulate(np.maximum(_offset_distance(_arc_length(t.raw), ratio), 0.0))
         np.testing.assert_allclose(_arc_length(t.target), expected, rtol=0.05, atol=0.05)
 
 
-def test_targets_from_closed_loop_rollouts():
+@pytest.mark.parametrize("segment", ["plan", "executed"])
+def test_targets_from_closed_loop_rollouts(segment):
     sim = Simulator()
     clip = make_clip(num_steps=200)  # a slower leader ahead in the ego's lane
-    cfg = OGOConfig()
+    cfg = OGOConfig(segment=segment)
     # accelerating into the slower leader: short TTCs before the contact -> deceleration targets
     [fast], _ = run_rollouts(sim, PerRowPlanners(lambda: _Straight(3.0)), [clip], start_steps=60,
                              max_steps=100, h_reuse=8)

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from rad2_rl.ogo import OGOConfig, decide, raw_segment, retime
+from rad2_rl.ogo import OGOConfig, decide, retime, segment
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ def correction_samples(rollouts: Sequence[Any], reward: str, ogo: OGOConfig, pla
                 # 0.133 against 0.117, README "Closed-loop fine-tuning of the corrector".)
                 kind = None
             if kind is not None:
-                raw = raw_segment(tr, d.step, plan_points, plan_dt)
+                raw = segment(tr, d, ogo, plan_points, plan_dt)
                 target = retime(raw, ogo.decel_ratio if kind == "decelerate" else ogo.accel_ratio)
                 weight = 1.0
             elif a > 0 and bool(d.info.get("critic_accepted", False)) and d.trajectory is not None:
