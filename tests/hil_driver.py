@@ -20,6 +20,7 @@ from pathlib import Path
 
 from rad2_planner.bringup import Bringup
 from rad2_planner.nodes.monitor import Monitor
+from ros_process import PRECONDITION_UNMET
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -71,6 +72,12 @@ def main() -> int:
             while (len(monitor.t_traj) < a.kill_after or not tracking()) and time.monotonic() < end:
                 monitor.spin(0.05)
                 stack.check_alive()
+            if not monitor.t_traj or not tracking():
+                # the graph never got going (cross-process discovery failed on a loaded host): the
+                # precondition of the kill test is unmet, which is not a result about the controller
+                print(f"PRECONDITION no tracked plan within {a.timeout} s: {len(monitor.t_traj)} "
+                      f"trajectories, {len(monitor.commands)} commands", flush=True)
+                return PRECONDITION_UNMET
             # kill shortly after a fresh trajectory reached the graph (the controller tracks it)
             n = len(monitor.t_traj)
             while len(monitor.t_traj) == n and time.monotonic() < end:

@@ -30,6 +30,9 @@ from rad2_planner.rosenv import (  # noqa: F401
 )
 
 ROOT = Path(__file__).resolve().parents[1]
+# exit code of a test driver whose run never reached the state its test needs (e.g. the processes of a
+# graph never discovered each other): the test may retry it; any other non-zero code is a failure
+PRECONDITION_UNMET = 3
 
 
 def build_available() -> bool:

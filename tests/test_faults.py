@@ -18,7 +18,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from ros_process import ROOT, RosProcess, require_ros_build, ros_env, unique_domain_id
+from ros_process import PRECONDITION_UNMET, ROOT, RosProcess, require_ros_build, ros_env, unique_domain_id
 
 sys.path.insert(0, str(ROOT / "tests"))
 
@@ -408,14 +408,22 @@ def test_planner_killed_mid_clip_controller_stops(tmp_path):
     ctrl = load_params("controller")["controller"]["node"]
     stale, decel = float(ctrl["stale_timeout_s"]), float(ctrl["stop_decel"])
     hb_timeout = float(ctrl["planner_heartbeat_timeout_s"])
-    domain = unique_domain_id()
     # a light planner (M=8, K=2): this test is about the controller's reaction, not plan quality
     light = {"planner.num_candidates": 8, "planner.num_denoise_steps": 2}
-    args = _driver_args("kill", tmp_path / "ds", domain, tmp_path / "logs", planner_overrides=light,
-                        kill_after=5, observe=3.0, timeout=60)
-    with RosProcess(args, ros_env(domain), name="kill_driver", log_dir=tmp_path) as drv:
-        assert drv.wait(timeout=150) == 0, drv.log()[-4000:]
-        res = _result(drv.log())
+    # once more on a fresh domain when no plan ever reached the controller (the driver exits with
+    # PRECONDITION_UNMET: separate processes that never discovered each other, seen once in CI under
+    # load); any other failure fails at once
+    for attempt in range(2):
+        domain = unique_domain_id()
+        args = _driver_args("kill", tmp_path / "ds", domain, tmp_path / f"logs{attempt}",
+                            planner_overrides=light, kill_after=5, observe=3.0, timeout=60)
+        with RosProcess(args, ros_env(domain), name=f"kill_driver{attempt}", log_dir=tmp_path) as drv:
+            code = drv.wait(timeout=150)
+            log = drv.log()
+        if code != PRECONDITION_UNMET:
+            break
+    assert code == 0, log[-4000:]
+    res = _result(log)
     t_kill = res["t_kill_ns"]
     assert res["planner_returncode"] == -9
     assert res["controller_alive"] and res["sim_alive"], "a node died with the planner"
