@@ -107,7 +107,9 @@ def test_the_plan_segment_is_the_committed_plan_and_ignores_what_the_tracker_did
     assert driven[-1, 0] < 0.7 * plan[-1, 0]
     for other in (SimpleNamespace(step=0, trajectory=None, info={}),
                   SimpleNamespace(step=0, trajectory=plan[:6], info={"plan_dt": 0.5}),
-                  SimpleNamespace(step=0, trajectory=plan, info={"plan_dt": 0.25})):
+                  SimpleNamespace(step=0, trajectory=plan, info={"plan_dt": 0.25}),
+                  SimpleNamespace(step=0, trajectory=np.where(plan > 20, np.nan, plan),
+                                  info={"plan_dt": 0.5})):
         np.testing.assert_allclose(segment(tr, other, OGOConfig(segment="plan"), 8, 0.5), driven)
 
 

@@ -132,12 +132,12 @@ def raw_segment(trace: Any, step: int, plan_points: int, plan_dt: float) -> np.n
 
 def segment(trace: Any, decision: Any, cfg: OGOConfig, plan_points: int, plan_dt: float) -> np.ndarray:
     """The raw segment ``[T, 2]`` of a decision point that ``cfg.segment`` names. A decision without a
-    committed plan of the generator's shape (a controls action, another planner's horizon) falls back to
-    the executed drive."""
+    committed plan of the generator's shape (a controls action, another planner's horizon) or with a
+    non-finite point falls back to the executed drive."""
     plan = getattr(decision, "trajectory", None)
     plan_dt_of = (getattr(decision, "info", None) or {}).get("plan_dt", plan_dt)
     if (cfg.segment == "plan" and plan is not None and np.shape(plan) == (plan_points, 2)
-            and abs(float(plan_dt_of) - plan_dt) < 1e-9):
+            and abs(float(plan_dt_of) - plan_dt) < 1e-9 and np.isfinite(plan).all()):
         return np.asarray(plan, dtype=np.float64)
     return raw_segment(trace, decision.step, plan_points, plan_dt)
 
