@@ -6,7 +6,8 @@ The nodes run as separate processes (graph ``replay`` of launch/graphs.yaml via 
 ``/localization/odometry`` and ``/perception/objects`` as the serialized bytes stored in the bag.
 
   as fast as possible (default)  after each step, wait for the planner's CandidateSet of that step
-                                 (or --step-timeout) before the next one: no cycle is skipped
+                                 (or --step-timeout) before the next one: no cycle is skipped; a
+                                 step still without a plan after --resend-after is published again
   --realtime [--rate R]          publish on the bag's timeline (R x speed) without waiting
 
 It records the planner outputs (and the inputs) into an output bag, then reports open-loop metrics
@@ -45,7 +46,8 @@ def _replay(args: argparse.Namespace) -> int:
         args.bag, args.out, max_steps=args.max_steps, map_file=args.map_file, clip_id=args.clip_id,
         overrides=parse_node_overrides(args.set or []), domain_id=args.domain_id, composed=args.composed,
         realtime=args.realtime, rate=args.rate, step_timeout=args.step_timeout,
-        first_step_timeout=args.first_step_timeout, startup_timeout=args.startup_timeout,
+        first_step_timeout=args.first_step_timeout, resend_after=args.resend_after,
+        startup_timeout=args.startup_timeout,
         record_perception=args.record_perception, log=console.print,
     )
     out = Path(args.out)
@@ -53,6 +55,9 @@ def _replay(args: argparse.Namespace) -> int:
     missing = report["steps"] - report["plans_received"]
     if missing > 0 and not args.realtime:
         console.print(f"[yellow]{missing} step(s) got no plan within --step-timeout")
+    if report["steps_resent"]:
+        console.print(f"[yellow]{report['steps_resent']} step(s) were re-sent after --resend-after "
+                      f"({report['resends']} copies; the nodes' streams are best effort)")
     return 0
 
 
@@ -69,6 +74,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="lock-step mode: seconds to wait for a step's plan (default %(default)s)")
     parser.add_argument("--first-step-timeout", type=float, default=30.0,
                         help="the same for the first step (model warm-up; default %(default)s)")
+    parser.add_argument("--resend-after", type=float, default=2.0,
+                        help="lock-step mode: re-publish a step's inputs when it has no plan after this "
+                             "many seconds (best-effort streams may lose a sample; default %(default)s)")
     parser.add_argument("--startup-timeout", type=float, default=60.0,
                         help="seconds for the nodes to come up (default %(default)s)")
     parser.add_argument("--map-file", help="override the bag's rad2.map_file (clip .npz or dataset dir)")

@@ -164,6 +164,8 @@ class LiveScene:
             raise LiveSceneError(f"odometry at {stamp}: non-finite values {vals.tolist()}")
         if self._odom and stamp < self._odom[-1].stamp:
             self._odom.clear()  # time jumped back (bag loop / new clip): restart the history
+        if self._odom and stamp == self._odom[-1].stamp:
+            self._odom.pop()  # a re-sent sample replaces its first copy (no zero-dt pair in the history)
         self._odom.append(_Odom(stamp, np.array([x, y, wrap_angle(yaw)]), speed, yaw_rate))
         self._trim(self._odom, stamp, key=lambda o: o.stamp)
 
@@ -171,6 +173,8 @@ class LiveScene:
         frame.validate("objects")
         if self._objects and stamp < self._objects[-1][0]:
             self._objects.clear()
+        if self._objects and stamp == self._objects[-1][0]:
+            self._objects.pop()  # a re-sent object list replaces its first copy
         self._objects.append((stamp, frame))
         self._trim(self._objects, stamp, key=lambda o: o[0])
 

@@ -44,7 +44,7 @@ PERCEPTION_NODE, PLANNER_NODE = "bev_features", "planner"
 
 class Player:
     def __init__(self, steps: list[Step], out_bag: Path, record_perception: bool, realtime: bool,
-                 rate: float, step_timeout: float, first_timeout: float):
+                 rate: float, step_timeout: float, first_timeout: float, resend_after: float = 2.0):
         import rclpy
         from rclpy.parameter import Parameter
         from rclpy.qos import QoSProfile, ReliabilityPolicy
@@ -52,6 +52,12 @@ class Player:
         self.steps = steps
         self.realtime, self.rate = realtime, rate
         self.step_timeout, self.first_timeout = step_timeout, first_timeout
+        # lock-step: a step without a plan after this long is offered again (same bytes, same stamp).
+        # The nodes' input and feature streams are best effort (sensor QoS), so under load one sample
+        # can be lost on the way; the nodes treat the copy as the same sample.
+        self.resend_after = resend_after
+        self.resent: dict[int, int] = {}  # step -> times its inputs were published again
+        self.duplicate_outputs = 0
         self.rclpy = rclpy
         rclpy.init()
         self.node = rclpy.create_node("rad2_replay_player", parameter_overrides=[
@@ -95,6 +101,9 @@ class Player:
         arr = np.stack(cands) if cands and len(lengths) == 1 else np.zeros((0, 0, 2))
         scores = np.array([c.score for c in msg.candidates], dtype=np.float64)
         plan_dt = float(msg.candidates[0].dt) if msg.candidates else float("nan")
+        if step in self.cycles:  # the plan of a re-sent copy (the first one was only late)
+            self.duplicate_outputs += 1
+            return
         sent = self.published_wall.get(step)
         self.cycles[step] = Cycle(step, stamp, arr, scores, int(msg.selected_index), plan_dt,
                                   (now - sent) * 1e3 if sent is not None else None)
@@ -118,17 +127,21 @@ class Player:
         if self.publishers[TOPIC_OBJECTS].get_subscription_count() == 0:
             raise ReplayError(f"nothing subscribes to {TOPIC_OBJECTS} after {timeout:.0f} s")
 
-    def publish_step(self, step: Step) -> None:
+    def publish_step(self, step: Step, record: bool = True) -> None:
+        """Publish one log step (``/clock`` first); ``record`` writes it to the output bag (a
+        re-sent copy is not recorded twice)."""
         for topic, _, data in step.messages:
             if topic == TOPIC_CLOCK:
                 self.publishers[topic].publish(data)
                 self.rclpy.spin_once(self.node, timeout_sec=0.002)  # let /clock land first
-        self.published_wall[step.index] = time.perf_counter()
+        if record:  # latency runs from the first offer; re-sent steps are left out of it (see report)
+            self.published_wall[step.index] = time.perf_counter()
         for topic, _, data in step.messages:
             if topic != TOPIC_CLOCK:
                 self.publishers[topic].publish(data)
-        for topic, msgtype, data in step.messages:
-            self.writer.write(topic, data, step.stamp_ns, msgtype=msgtype)
+        if record:
+            for topic, msgtype, data in step.messages:
+                self.writer.write(topic, data, step.stamp_ns, msgtype=msgtype)
 
     def run(self, progress: Any = None) -> None:
         if not any(t == TOPIC_CLOCK for s in self.steps[:1] for t, _, _ in s.messages):
@@ -151,8 +164,13 @@ class Player:
                 self.publish_step(step)
                 timeout = self.first_timeout if step.index == 0 else self.step_timeout
                 end = time.monotonic() + timeout
+                resend_at = time.monotonic() + self.resend_after
                 while step.index not in self.cycles and time.monotonic() < end:
                     self.rclpy.spin_once(self.node, timeout_sec=0.01)
+                    if step.index not in self.cycles and time.monotonic() >= resend_at:
+                        self.publish_step(step, record=False)
+                        self.resent[step.index] = self.resent.get(step.index, 0) + 1
+                        resend_at = time.monotonic() + self.resend_after
             if progress is not None:
                 progress(step, len(self.cycles))
         end = time.monotonic() + (2.0 if self.realtime else 0.5)
@@ -179,6 +197,7 @@ def run_replay(
     rate: float = 1.0,
     step_timeout: float = 5.0,
     first_step_timeout: float = 30.0,
+    resend_after: float = 2.0,
     startup_timeout: float = 60.0,
     record_perception: bool = False,
     log: Callable[[str], None] = print,
@@ -187,6 +206,8 @@ def run_replay(
     ``<out>/*.png`` and the output bag ``<out>/outputs``, prints the tables, returns the report."""
     from tqdm import tqdm
 
+    if not resend_after > 0:
+        raise ReplayError(f"resend_after = {resend_after} s: must be > 0")
     steps, scene, meta = read_replay_bag(bag, max_steps)
     map_file = map_file or meta.get("map_file")
     clip_id = clip_id or meta.get("clip_id", "first")
@@ -206,7 +227,7 @@ def run_replay(
     with graph:
         ready_s = graph.wait_ready(timeout=startup_timeout)
         player = Player(steps, out / "outputs", record_perception, realtime, rate, step_timeout,
-                        first_step_timeout)
+                        first_step_timeout, resend_after)
         try:
             player.wait_for_outputs(startup_timeout)
             bar = tqdm(total=len(steps), desc="replay", unit="step")
@@ -227,10 +248,14 @@ def run_replay(
         raise ReplayError(f"no planner output for any of {len(steps)} steps; node logs in {out / 'logs'}")
     metrics = open_loop_summary(cycles, scene, log_dt, {**meta, "map_file": map_file, "clip_id": clip_id})
     diag_summary = latency.summarise(player.diagnostics) if player.diagnostics else {}
-    wall = latency.stats(c.wall_latency_ms for c in cycles if c.wall_latency_ms is not None)
+    # a re-sent step's latency would time the loss, not the nodes
+    wall = latency.stats(c.wall_latency_ms for c in cycles
+                         if c.wall_latency_ms is not None and c.step not in player.resent)
     report = {
         "bag": str(bag), "mode": mode, "steps": len(steps), "plans_received": len(cycles),
         "steps_without_plan": len(steps) - len(cycles), "unmatched_outputs": player.unmatched,
+        "steps_resent": len(player.resent), "resends": sum(player.resent.values()),
+        "duplicate_outputs": player.duplicate_outputs,
         "startup_s": ready_s, "play_s": play_s, "total_s": time.perf_counter() - t_start,
         "steps_per_s": len(steps) / play_s if play_s > 0 else None,
         "open_loop": metrics, "wall_latency_ms": wall, "diagnostics": diag_summary,
