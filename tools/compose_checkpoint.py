@@ -1,0 +1,41 @@
+#!/usr/bin/env python3
+"""Write one planner checkpoint from the generator of one checkpoint and the discriminator of another
+(rad2_rl/compose.py): the staged RL schedule's result, or any generator with any trained discriminator
+of the same network configuration. Weights are written as float16 (the shipped form) unless --fp32.
+
+Example (the shipped RL checkpoint; its training records are kept in config.json under training):
+    .venv/bin/python tools/compose_checkpoint.py --generator runs/rl_full_plan_s0/final \\
+        --discriminator runs/rl_cur_safe_prior4_s0/final --out checkpoints/rad2_rl
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--generator", required=True, help="checkpoint whose generator (and normaliser) is kept")
+    ap.add_argument("--discriminator", required=True, help="checkpoint whose trained discriminator is kept")
+    ap.add_argument("--out", required=True, help="output checkpoint directory")
+    ap.add_argument("--fp32", action="store_true", help="keep float32 weights (default float16)")
+    args = ap.parse_args(argv)
+    import torch
+    from rad2_planner.networks.model import CheckpointError
+    from rad2_rl.compose import compose_checkpoint
+
+    command = shlex.join(["tools/compose_checkpoint.py", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        out = compose_checkpoint(args.generator, args.discriminator, args.out,
+                                 dtype=torch.float32 if args.fp32 else torch.float16, command=command)
+    except (CheckpointError, ValueError, FileNotFoundError) as exc:
+        print(f"compose_checkpoint: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {out} (generator of {args.generator}, discriminator of {args.discriminator})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
