@@ -11,7 +11,10 @@ clips from data/eval_efficiency and data/eval_safety in real time (10 Hz), and m
     publishes odometry, BEV, tokens of one step together) -> arrival of the trajectory planned from
     that stamp, and -> the first controller cycle that used that trajectory (control/diagnostics
     input_stamp), plus the planner's own per-stage timings from planning/diagnostics.
-Then prints the closed-loop metric table (bev_warp_sim.metrics) and the latency tables, writes
+First the same clips are driven with the imitation baseline (--baseline, the IL generator with the
+planner's fallback selection rule), then with the configured planner (params/planner.yaml); after both
+it prints them side by side (<out>/comparison.json, comparison.png; --no-baseline skips the first).
+Each run prints the closed-loop metric table (bev_warp_sim.metrics) and the latency tables, writes
 <out>/demo.json and a GIF of the worst clip (bev_warp_sim.evaluate.render_episode_gif).
 The work is done by bev_warp_sim.nodes.demo.run_demo.
 
@@ -25,7 +28,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bev_warp_sim.nodes.demo import DEFAULT_SPLITS, DemoError, demo_overrides, run_demo
+from bev_warp_sim.nodes.demo import (
+    DEFAULT_BASELINE,
+    DEFAULT_SPLITS,
+    DemoError,
+    demo_overrides,
+    run_comparison,
+    run_demo,
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -47,6 +57,11 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--record-bev", action="store_true", help="also record perception/bev_features")
     ap.add_argument("--no-gif", action="store_true", help="do not render the GIF")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ap.add_argument("--baseline", default=DEFAULT_BASELINE,
+                    help="first drive the same clips with this planner checkpoint (its fallback selection "
+                         "rule when its discriminator is untrained) and print both side by side "
+                         "(default %(default)s, the imitation baseline)")
+    ap.add_argument("--no-baseline", action="store_true", help="drive the configured planner only")
     return ap
 
 
@@ -64,11 +79,15 @@ def main(argv: list[str] | None = None) -> int:
     from rad2_planner.config import ParameterError
 
     try:
-        run_demo(args.out, splits=args.dataset, num_clips=args.clips, clip_ids=args.clip_ids,
-                 overrides=demo_overrides(args.backend, args.set, args.realtime_factor),
-                 domain_id=args.domain_id, timeout=args.timeout, ready_timeout=args.ready_timeout,
-                 bag=not args.no_bag, record_bev=args.record_bev, gif=not args.no_gif,
-                 progress=not args.no_progress)
+        kwargs = dict(splits=args.dataset, num_clips=args.clips, clip_ids=args.clip_ids,
+                      overrides=demo_overrides(args.backend, args.set, args.realtime_factor),
+                      domain_id=args.domain_id, timeout=args.timeout, ready_timeout=args.ready_timeout,
+                      bag=not args.no_bag, record_bev=args.record_bev, gif=not args.no_gif,
+                      progress=not args.no_progress)
+        if args.no_baseline:
+            run_demo(args.out, **kwargs)
+        else:
+            run_comparison(args.out, args.baseline, **kwargs)
     except (DemoError, BringupError, ParameterError) as exc:
         print(f"demo: {exc}", file=sys.stderr)
         return 1

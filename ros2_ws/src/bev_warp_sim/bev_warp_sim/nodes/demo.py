@@ -18,6 +18,10 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_SPLITS = ["data/eval_efficiency", "data/eval_safety"]
+# what `make demo` drives first for the side-by-side table: the imitation generator with the hand rule
+# (planner.fallback_selection) that was the shipped planner before RL
+DEFAULT_BASELINE = "checkpoints/rad2_il_rich"
+COMPARED_METRICS = ("CR", "AF-CR", "Safety@1", "EP-Mean", "EP@1.0", "offroad_rate", "comfort_violation_clips")
 
 
 class DemoError(RuntimeError):
@@ -248,3 +252,90 @@ def render_gif(monitor: Any, out: Path) -> Path:
     n = worst.end_step - worst.start_step + 1
     track = track[-n:] if track is not None and len(track) >= n else track
     return render_episode_gif(clips[worst.clip_id], track, worst, out / f"demo_{worst.clip_id}.gif", stride=3)
+
+
+def run_comparison(out: str | Path, baseline_checkpoint: str, **kwargs: Any) -> dict[str, Any]:
+    """The same clips driven twice through the same graph: first with ``baseline_checkpoint`` as
+    planner.checkpoint_dir (no separate discriminator; an untrained discriminator means the fallback
+    rule selects), then as configured. Prints both runs, then the side-by-side table; writes
+    ``<out>/comparison.json`` and ``comparison.png``; returns ``{"baseline": .., "configured": ..}``
+    (only "configured" when the baseline is the configured planner: it is driven once)."""
+    from rad2_planner.config import load_params, resource_path
+
+    out = Path(out).resolve()
+    planner = load_params("planner")["planner"]
+    overrides = {k: dict(v) for k, v in (kwargs.pop("overrides", None) or {}).items()}
+    configured = overrides.get("planner", {}).get("planner.checkpoint_dir", planner["checkpoint_dir"])
+    base = resource_path(baseline_checkpoint)
+    if base == resource_path(configured) and not planner["discriminator_checkpoint"]:
+        print(f"[demo] the baseline {baseline_checkpoint} is the configured planner: driving it once",
+              flush=True)
+        return {"configured": run_demo(out, overrides=overrides, **kwargs)}
+    base_overrides = {**overrides, "planner": {**overrides.get("planner", {}),
+                                               "planner.checkpoint_dir": str(base),
+                                               "planner.discriminator_checkpoint": ""}}
+    print(f"[demo] 1/2 baseline: {baseline_checkpoint}", flush=True)
+    baseline = run_demo(out / "baseline", **{**kwargs, "overrides": base_overrides, "bag": False,
+                                               "gif": False})
+    kwargs["clip_ids"] = baseline["clips"]  # the very same clips
+    print(f"[demo] 2/2 configured planner: {configured}", flush=True)
+    main = run_demo(out, **{**kwargs, "overrides": overrides})
+    runs = {f"baseline ({Path(str(baseline_checkpoint)).name})": baseline,
+            f"configured ({Path(str(configured)).name})": main}
+    rows = comparison_rows(runs)
+    print_comparison(rows, list(runs))
+    plot_comparison(rows, list(runs), out / "comparison.png")
+    (out / "comparison.json").write_text(json.dumps({"runs": list(runs), "rows": rows}, indent=1,
+                                                    default=float))
+    print(f"[demo] side by side: {out / 'comparison.json'}, {out / 'comparison.png'}")
+    return {"baseline": baseline, "configured": main}
+
+
+def comparison_rows(runs: dict[str, dict[str, Any]]) -> dict[str, list[float]]:
+    """Metric -> one value per run (closed-loop metrics, latency p50/p99, deadline misses per cycle run:
+    input periods skipped while a cycle ran late count as misses too, so it can exceed 1)."""
+    rows: dict[str, list[float]] = {}
+    for name in COMPARED_METRICS:
+        rows[name] = [float(r["metrics"].get(name, float("nan"))) for r in runs.values()]
+    key = "input -> trajectory (monitor)"
+    for q in ("p50", "p99"):
+        rows[f"input->trajectory {q} (ms)"] = [float(r["latency"].get(key, {}).get(q, float("nan")))
+                                              for r in runs.values()]
+    rows["deadline misses per cycle run"] = [float(r["planner"]["deadline_miss_rate"]) for r in runs.values()]
+    return rows
+
+
+def print_comparison(rows: dict[str, list[float]], names: list[str]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="Side by side: the same clips, the same graph")
+    t.add_column("metric")
+    for n in names:
+        t.add_column(n, justify="right")
+    for metric, values in rows.items():
+        t.add_row(metric, *[f"{v:.3f}" if abs(v) < 10 else f"{v:.1f}" for v in values])
+    Console().print(t)
+
+
+def plot_comparison(rows: dict[str, list[float]], names: list[str], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    metrics = [m for m in COMPARED_METRICS if m in rows]
+    x = np.arange(len(metrics))
+    width = 0.8 / len(names)
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    for i, n in enumerate(names):
+        ax.bar(x + (i - (len(names) - 1) / 2) * width, [rows[m][i] for m in metrics], width, label=n)
+    ax.set_xticks(x, metrics, rotation=20)
+    ax.set_ylim(0, 1.05)
+    ax.set_title("make demo: closed-loop metrics, baseline vs configured planner")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
