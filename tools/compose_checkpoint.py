@@ -3,9 +3,9 @@
 (rad2_rl/compose.py): the staged RL schedule's result, or any generator with any trained discriminator
 of the same network configuration. Weights are written as float16 (the shipped form) unless --fp32.
 
-Example (the shipped RL checkpoint; its training records are kept in config.json under training):
+Example (README, session 25; both runs' training records are kept in config.json under training):
     .venv/bin/python tools/compose_checkpoint.py --generator runs/rl_full_plan_s0/final \\
-        --discriminator runs/rl_cur_safe_prior4_s0/final --out checkpoints/rad2_rl
+        --discriminator runs/rl_cur_safe_prior4_s0/final --out runs/rad2_rl_v1
 """
 
 from __future__ import annotations
