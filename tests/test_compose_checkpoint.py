@@ -60,7 +60,12 @@ def test_compose_refuses_mismatched_configs_untrained_discriminators_and_overwri
     assert res.returncode == 2 and "discriminator_trained is false" in res.stderr, res.stderr
     res = _run("--generator", str(gen), "--discriminator", str(untrained), "--out", str(gen))
     assert res.returncode == 2 and "must differ" in res.stderr, res.stderr
-    assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"format_version": 1}')
+    res = _run("--generator", str(broken), "--discriminator", str(untrained), "--out", str(tmp_path / "o3"))
+    assert res.returncode == 2 and "no model section" in res.stderr, res.stderr
+    assert not any((tmp_path / o).exists() for o in ("o1", "o2", "o3"))
 
 
 def test_compose_cli_help():

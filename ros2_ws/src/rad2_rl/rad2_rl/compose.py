@@ -11,20 +11,22 @@ it was made.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import torch
 from rad2_planner.networks import PlannerModel
-from rad2_planner.networks.model import CheckpointError
+from rad2_planner.networks.model import CheckpointError, _read_json
 
 
-def _model_section(directory: Path) -> dict[str, Any]:
+def _config(directory: Path) -> dict[str, Any]:
     path = directory / "config.json"
     if not path.is_file():
         raise CheckpointError(f"checkpoint {directory}: no config.json")
-    return json.loads(path.read_text())["model"]
+    meta = _read_json(path)
+    if not isinstance(meta.get("model"), dict):
+        raise CheckpointError(f"{path}: no model section")
+    return meta
 
 
 def compose_checkpoint(generator_dir: str | Path, discriminator_dir: str | Path, out: str | Path,
@@ -36,7 +38,8 @@ def compose_checkpoint(generator_dir: str | Path, discriminator_dir: str | Path,
     gen_dir, disc_dir, out = Path(generator_dir), Path(discriminator_dir), Path(out)
     if out.resolve() in (gen_dir.resolve(), disc_dir.resolve()):
         raise ValueError(f"out = {out}: must differ from both inputs (they are read while it is written)")
-    gen_cfg, disc_cfg = _model_section(gen_dir), _model_section(disc_dir)
+    disc_meta = _config(disc_dir)
+    gen_cfg, disc_cfg = _config(gen_dir)["model"], disc_meta["model"]
     differ = sorted(k for k in set(gen_cfg) | set(disc_cfg) if gen_cfg.get(k) != disc_cfg.get(k))
     if differ:
         raise CheckpointError(
@@ -46,7 +49,7 @@ def compose_checkpoint(generator_dir: str | Path, discriminator_dir: str | Path,
     if not model.discriminator_trained:
         raise CheckpointError(f"discriminator checkpoint {disc_dir}: discriminator_trained is false "
                               "(an untrained discriminator would rank at random)")
-    disc_training = json.loads((disc_dir / "config.json").read_text()).get("training", {})
+    disc_training = disc_meta.get("training", {})
     model.training_info = {
         "composed": {"generator_from": str(gen_dir), "discriminator_from": str(disc_dir),
                      "command": command},
