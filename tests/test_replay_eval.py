@@ -35,19 +35,27 @@ needs_nodes = pytest.mark.skipif(
     bool(_missing), reason=f"replay needs the perception and planner nodes; missing: {_missing}")
 
 
-@needs_nodes
-def test_replay_lock_step_through_real_nodes(tmp_path):
-    # 40 logged steps of a bundled evaluation clip; the replay plays the first STEPS of them
+def _replay_clip(tmp_path: Path, index: int, logged_steps: str, steps: int, domain_base: int,
+                 *extra: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """Convert clip ``index`` of DATASET (its ``logged_steps``) to a bag and replay its first ``steps``
+    through the real nodes; asserts both tools exit 0, returns the replay's result and output folder."""
     res = subprocess.run([sys.executable, str(TOOLS / "clip_to_bag.py"), "--dataset", str(DATASET),
-                          "--index", "0", "--steps", "0:40", "--out", str(tmp_path / "in")],
+                          "--index", str(index), "--steps", logged_steps, "--out", str(tmp_path / "in")],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     out = tmp_path / "replay"
     res = subprocess.run([sys.executable, str(TOOLS / "replay_eval.py"), "--bag", str(tmp_path / "in"),
-                          "--out", str(out), "--max-steps", str(STEPS), "--domain-id",
-                          str(100 + os.getpid() % 50)],
+                          "--out", str(out), "--max-steps", str(steps), *extra, "--domain-id",
+                          str(domain_base + os.getpid() % 50)],
                          capture_output=True, text=True, timeout=85)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return res, out
+
+
+@needs_nodes
+def test_replay_lock_step_through_real_nodes(tmp_path):
+    # 40 logged steps of a bundled evaluation clip; the replay plays the first STEPS of them
+    res, out = _replay_clip(tmp_path, 0, "0:40", STEPS, 100)
     report = json.loads((out / "replay_eval.json").read_text())
     # lock-step: every step got its plan, matched by stamp
     assert report["steps"] == STEPS
@@ -98,16 +106,7 @@ def test_lock_step_resends_a_step_without_plan_and_keeps_its_first_plan(tmp_path
     # comes, as when a best-effort sample is lost; each step still counts one plan, the inputs are
     # recorded once, and the plans of the copies are counted as duplicates, not as other steps
     steps = 6
-    res = subprocess.run([sys.executable, str(TOOLS / "clip_to_bag.py"), "--dataset", str(DATASET),
-                          "--index", "1", "--steps", "0:20", "--out", str(tmp_path / "in")],
-                         capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0, res.stderr
-    out = tmp_path / "replay"
-    res = subprocess.run([sys.executable, str(TOOLS / "replay_eval.py"), "--bag", str(tmp_path / "in"),
-                          "--out", str(out), "--max-steps", str(steps), "--resend-after", "0.005",
-                          "--domain-id", str(150 + os.getpid() % 50)],
-                         capture_output=True, text=True, timeout=85)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    res, out = _replay_clip(tmp_path, 1, "0:20", steps, 150, "--resend-after", "0.005")
     report = json.loads((out / "replay_eval.json").read_text())
     assert report["plans_received"] == steps and report["unmatched_outputs"] == 0, report
     assert report["steps_resent"] >= 1 and report["resends"] >= report["steps_resent"], report
