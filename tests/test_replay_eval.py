@@ -120,6 +120,11 @@ def test_lock_step_resends_a_step_without_plan_and_keeps_its_first_plan(tmp_path
                           "--out", str(tmp_path / "bad"), "--resend-after", "0"],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "resend_after = 0" in res.stderr, res.stderr[-2000:]
+    for bad in ("nan", "inf"):
+        res = subprocess.run([sys.executable, str(TOOLS / "replay_eval.py"), "--bag", str(tmp_path / "in"),
+                              "--out", str(tmp_path / "bad"), "--resend-after", bad],
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 2 and f"resend_after = {bad}" in res.stderr, res.stderr[-2000:]
 
 
 @pytest.fixture(scope="module")

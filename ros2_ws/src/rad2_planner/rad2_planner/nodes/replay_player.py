@@ -11,6 +11,7 @@ tools/replay_eval.py. rclpy is imported when a Player is made.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -95,15 +96,15 @@ class Player:
         if step is None:
             self.unmatched += 1
             return
+        if step in self.cycles:  # the plan of a re-sent copy (the first one was only late)
+            self.duplicate_outputs += 1
+            return
         cands = [np.array([[p.x, p.y] for p in c.points], dtype=np.float64).reshape(-1, 2)
                  for c in msg.candidates]
         lengths = {len(c) for c in cands}
         arr = np.stack(cands) if cands and len(lengths) == 1 else np.zeros((0, 0, 2))
         scores = np.array([c.score for c in msg.candidates], dtype=np.float64)
         plan_dt = float(msg.candidates[0].dt) if msg.candidates else float("nan")
-        if step in self.cycles:  # the plan of a re-sent copy (the first one was only late)
-            self.duplicate_outputs += 1
-            return
         sent = self.published_wall.get(step)
         self.cycles[step] = Cycle(step, stamp, arr, scores, int(msg.selected_index), plan_dt,
                                   (now - sent) * 1e3 if sent is not None else None)
@@ -206,8 +207,9 @@ def run_replay(
     ``<out>/*.png`` and the output bag ``<out>/outputs``, prints the tables, returns the report."""
     from tqdm import tqdm
 
-    if not resend_after > 0:
-        raise ReplayError(f"resend_after = {resend_after} s: must be > 0")
+    if not (math.isfinite(resend_after) and resend_after > 0):
+        raise ReplayError(f"resend_after = {resend_after} s: must be finite and > 0 (a value beyond the "
+                          "step timeout never re-sends)")
     steps, scene, meta = read_replay_bag(bag, max_steps)
     map_file = map_file or meta.get("map_file")
     clip_id = clip_id or meta.get("clip_id", "first")
