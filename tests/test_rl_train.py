@@ -72,6 +72,49 @@ def test_resume_after_a_kill_continues_exactly(clips, tmp_path):
     assert {"discriminator", "denoiser"} <= moved
 
 
+def test_best_validation_round_is_kept_as_a_planner_checkpoint(clips, tmp_path):
+    """best/ is the planner of the round with the highest validation reward, with that round recorded;
+    the run state remembers it, so a resumed run compares against it."""
+    torch.set_num_threads(1)
+    cfg, tc, ogo = config_from_params(load_params("training"),
+                                      **{**SMALL, "validate_every": 1, "window_steps": 12})
+    run = RLRun(PlannerModel.load(CHECKPOINT), cfg, tc, ogo, Simulator(), clips[:4], clips[4:])
+    train(run, tmp_path)
+    rewards = [h["val_reward"] for h in run.state.history]
+    assert len(rewards) == cfg.iterations
+    best_round = int(np.argmax(rewards)) + 1  # the first round with the highest reward
+    assert run.state.best_iteration == best_round and run.state.best_val_reward == max(rewards)
+    best = PlannerModel.load(tmp_path / "best")
+    record = best.training_info["rl_best"]
+    assert record["iteration"] == best_round and record["val_reward"] == max(rewards)
+    assert best.discriminator_trained
+    if best_round == cfg.iterations:  # the last round's planner is the live model
+        for (name, a), b in zip(run.model.state_dict().items(), best.state_dict().values()):
+            assert torch.equal(a, b), name
+    assert "rl_best" not in run.model.training_info  # only best/ carries it
+    resumed = RLRun(PlannerModel.load(CHECKPOINT), cfg, tc, ogo, Simulator(), clips[:4], clips[4:])
+    resumed.restore(tmp_path / "last")
+    assert (resumed.state.best_iteration, resumed.state.best_val_reward) == (best_round, max(rewards))
+
+
+def test_a_run_started_from_an_rl_checkpoint_keeps_that_runs_record():
+    from types import SimpleNamespace
+
+    from rad2_rl.session import stamp_rl_run
+
+    first = {"rl_command": "train_rl.py --out a", "rl_seed": 1, "rl": {"iteration": 5}}
+    model = SimpleNamespace(training_info={"command": "train_il.py", **first,
+                                           "previous_rl": {"rl_command": "train_rl.py --out z"}})
+    stamp_rl_run(model, seed=3)
+    info = model.training_info
+    assert info["command"] == "train_il.py" and info["rl_seed"] == 3
+    assert info["rl_command"] == " ".join(sys.argv) and "rl" not in info
+    assert info["previous_rl"] == {**first, "previous_rl": {"rl_command": "train_rl.py --out z"}}
+    plain = SimpleNamespace(training_info={"command": "train_il.py"})
+    stamp_rl_run(plain, seed=0)
+    assert "previous_rl" not in plain.training_info
+
+
 def test_cli_names_a_bad_setting(tmp_path):
     cmd = [sys.executable, str(resolve_path("tools/train_rl.py")), "--out", str(tmp_path), "--no-progress"]
     res = subprocess.run(cmd + ["--set", "rl.tc_grpo.advantage=ppo"], capture_output=True, text=True)

@@ -6,7 +6,10 @@ Settings come from ``rl:`` in params/training.yaml (``--set rl.KEY=VALUE`` overr
 params/training.schema.yaml). The run directory gets TensorBoard curves (``tb/``: rewards, advantages,
 entropy, β, clip-filter rate, collision rate and progress of the validation clips), a resumable
 checkpoint ``last/`` every ``rl.checkpoint_every`` rounds, ``history.json`` and ``curves.png``; the trained
-planner checkpoint (generator + discriminator, safetensors, fp16 with --export-fp16) is ``final/``.
+planner checkpoint (generator + discriminator, safetensors, fp16 with --export-fp16) is ``final/``, and
+``best/`` is the planner of the round with the highest validation reward (the round is recorded in its
+config.json under ``training.rl_best``). A run started from an RL checkpoint keeps that run's record
+under ``training.previous_rl``.
 Kill it at any time and rerun with ``--resume``: it continues from the last checkpoint with the same
 weights, optimisers, buffer, entropy temperature and random generators.
 

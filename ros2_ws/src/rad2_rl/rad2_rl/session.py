@@ -121,13 +121,28 @@ def train_with_logging(run, out: Path, budget_s: float, progress: bool = True):
         writer.close()
 
 
+# The RL run's entries of a checkpoint's training record (config.json "training"); previous_rl nests
+# the record of the RL run it started from, and so on down the chain.
+RL_RECORD_KEYS = ("rl", "rl_command", "rl_seed", "rl_wall_s", "rl_best", "previous_rl")
+
+
+def stamp_rl_run(model, seed: int) -> None:
+    """Record this run's command and seed in the model's training record (so that ``best/``,
+    ``last/`` and ``final/`` all carry them). A starting checkpoint that is itself an RL run keeps its
+    record under ``previous_rl`` instead of having it overwritten."""
+    info = dict(model.training_info)
+    earlier = {k: info.pop(k) for k in RL_RECORD_KEYS if k in info}
+    if earlier:
+        info["previous_rl"] = earlier
+    model.training_info = {**info, "rl_command": " ".join(sys.argv), "rl_seed": seed}
+
+
 def export_final(model, state, cfg, out: Path, fp16: bool = False) -> None:
     """history.json, the planner checkpoint ``final/`` (with the run in training_info), curves.png."""
     import torch
 
     (out / "history.json").write_text(json.dumps(state.history, indent=1))
-    model.training_info = {**model.training_info, "rl_command": " ".join(sys.argv), "rl_seed": cfg.seed,
-                           "rl_wall_s": state.seconds}
+    model.training_info = {**model.training_info, "rl_wall_s": state.seconds}
     model.discriminator_trained = bool(cfg.train_discriminator and state.updates > 0)
     model.save(out / "final", dtype=torch.float16 if fp16 else torch.float32)
     plot_history(state.history, out / "curves.png")
@@ -151,6 +166,7 @@ def run_session(model, ckpt: Path, training: dict, cfg, tc_cfg, ogo_cfg, train_c
     print(f"RL: {len(train_clips)} training clips, {len(val_clips)} validation clips, G={cfg.group_size}, "
           f"M={cfg.num_candidates}, H_reuse={cfg.h_reuse}, reward {cfg.reward}, "
           f"advantage {tc_cfg.advantage}, seed {cfg.seed}, start {ckpt}")
+    stamp_rl_run(model, cfg.seed)
     t0 = time.time()
     try:
         state = train_with_logging(run, out, budget_s, progress)
@@ -158,8 +174,10 @@ def run_session(model, ckpt: Path, training: dict, cfg, tc_cfg, ogo_cfg, train_c
         if pool is not None:
             pool.close()
     export_final(model, state, cfg, out, export_fp16)
+    best = (f", best validation {out / 'best'} (round {state.best_iteration})"
+            if state.best_val_reward is not None else "")
     print(f"{state.iteration} rounds ({state.updates} discriminator updates, "
           f"{state.generator_updates} generator updates, {state.env_steps} env steps) in "
           f"{time.time() - t0:.0f} s this session; "
-          f"planner checkpoint {out / 'final'}, curves {out / 'curves.png'}")
+          f"planner checkpoint {out / 'final'}{best}, curves {out / 'curves.png'}")
     return state

@@ -132,6 +132,9 @@ class RunState:
     log_beta: float = 0.0
     rng: dict[str, Any] | None = None  # numpy bit generator state
     history: list[dict[str, float]] | None = None
+    # the best validation so far (val_reward) and its round: ``best/`` holds that round's planner
+    best_val_reward: float | None = None
+    best_iteration: int = 0
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -288,9 +291,7 @@ class RLRun:
     def save(self, directory: str | Path) -> Path:
         """Write the run to ``directory`` atomically (a new folder renamed over the old one)."""
         final = Path(directory)
-        tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
-        if tmp.exists():
-            shutil.rmtree(tmp)
+        tmp = _fresh_tmp(final)
         self.model.training_info = {**self.model.training_info, "rl": {
             "config": asdict(self.cfg), "tc_grpo": asdict(self.tc_cfg), "ogo": asdict(self.ogo_cfg),
             "iteration": self.state.iteration, "updates": self.state.updates,
@@ -312,13 +313,21 @@ class RLRun:
                 "optimizers": {"disc_opt": _optimizer_meta(self.trainer.optimizer),
                                "gen_opt": _optimizer_meta(self.gen_optimizer)}}
         (tmp / "run.json").write_text(json.dumps(meta, indent=1, default=_json_default))
-        old = final.with_name(f".{final.name}.old")
-        if final.exists():
-            os.replace(final, old)
-        os.replace(tmp, final)
-        if old.exists():
-            shutil.rmtree(old)
-        return final
+        return _replace_dir(tmp, final)
+
+    def save_best(self, directory: str | Path, validation: dict[str, float]) -> Path:
+        """Write the current model as a planner checkpoint (atomically) recording the round and its
+        ``validation`` under ``training.rl_best``: the round a user deploys when later rounds validate
+        worse (a run's ``final/`` is only its last round)."""
+        final = Path(directory)
+        tmp = _fresh_tmp(final)
+        info = self.model.training_info
+        self.model.training_info = {**info, "rl_best": {"iteration": self.state.iteration, **validation}}
+        try:
+            self.model.save(tmp)
+        finally:
+            self.model.training_info = info
+        return _replace_dir(tmp, final)
 
     def restore(self, directory: str | Path) -> None:
         """Continue a run saved by :meth:`save` (same configuration)."""
@@ -353,7 +362,8 @@ def train(run: RLRun, out_dir: str | Path, budget_s: float = math.inf,
           progress: Callable[[int], None] | None = None,
           on_iteration: Callable[[int], None] | None = None) -> RunState:
     """Iterate until ``run.cfg.iterations`` or the wall-clock ``budget_s``; checkpoints in ``out_dir``
-    (``last/``; resume with :meth:`RLRun.restore`)."""
+    (``last/``; resume with :meth:`RLRun.restore`), and ``best/``: the planner of the round with the
+    highest validation reward so far."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
@@ -365,6 +375,10 @@ def train(run: RLRun, out_dir: str | Path, budget_s: float = math.inf,
             val = run.validate()
             logs.update(val)
             run.state.history[-1].update(val)  # the history keeps them too (curves.png, history.json)
+            best = run.state.best_val_reward
+            if "val_reward" in val and (best is None or val["val_reward"] > best):
+                run.state.best_val_reward, run.state.best_iteration = val["val_reward"], it
+                run.save_best(out / "best", val)
         if log is not None:
             log(it, logs)
         over_budget = time.monotonic() - start > budget_s
@@ -387,6 +401,27 @@ def config_from_params(training: dict[str, Any],
 
 # ----------------------------------------------------------------------------------------------------
 # checkpoint helpers: everything as flat named arrays (safetensors) plus JSON for the structure
+
+
+def _fresh_tmp(final: Path) -> Path:
+    """An empty sibling folder name of ``final`` to write into before :func:`_replace_dir`."""
+    tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    return tmp
+
+
+def _replace_dir(tmp: Path, final: Path) -> Path:
+    """Move the written folder ``tmp`` to ``final``, replacing what was there: a kill at any point
+    leaves one complete copy (``final``, or the previous one as ``.<name>.old`` between the two
+    renames)."""
+    old = final.with_name(f".{final.name}.old")
+    if final.exists():
+        os.replace(final, old)
+    os.replace(tmp, final)
+    if old.exists():
+        shutil.rmtree(old)
+    return final
 
 
 def _json_default(o):
