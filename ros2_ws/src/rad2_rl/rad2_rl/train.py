@@ -375,9 +375,10 @@ def train(run: RLRun, out_dir: str | Path, budget_s: float = math.inf,
             val = run.validate()
             logs.update(val)
             run.state.history[-1].update(val)  # the history keeps them too (curves.png, history.json)
-            best = run.state.best_val_reward
-            if "val_reward" in val and (best is None or val["val_reward"] > best):
-                run.state.best_val_reward, run.state.best_iteration = val["val_reward"], it
+            best, reward = run.state.best_val_reward, val.get("val_reward", math.nan)
+            # a non-finite reward is never the best (NaN would also block every later comparison)
+            if math.isfinite(reward) and (best is None or reward > best):
+                run.state.best_val_reward, run.state.best_iteration = reward, it
                 run.save_best(out / "best", val)
         if log is not None:
             log(it, logs)
