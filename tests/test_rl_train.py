@@ -115,6 +115,31 @@ def test_a_run_started_from_an_rl_checkpoint_keeps_that_runs_record():
     assert "previous_rl" not in plain.training_info
 
 
+def test_validation_clips_are_held_out_of_every_training_set_in_proportion():
+    from types import SimpleNamespace
+
+    from rad2_rl.session import split_clips
+
+    cfg = SimpleNamespace(seed=0, validation_clips=16, clips_per_iteration=12)
+    sizes = {"old_safety": 48, "old_efficiency": 29, "rich_safety": 40, "rich_efficiency": 33}
+    clips = [(name, i) for name, n in sizes.items() for i in range(n)]
+    groups = [name for name, _ in clips]
+    train, val = split_clips(clips, cfg, groups)
+    assert sorted(train + val) == sorted(clips) and not set(train) & set(val)
+    held = {name: sum(c[0] == name for c in val) for name in sizes}
+    # 16 × 48/150 = 5.12, 29/150 → 3.09, 40/150 → 4.27, 33/150 → 3.52: floors 5 3 4 3, the one left
+    # to the largest remainder (rich_efficiency)
+    assert held == {"old_safety": 5, "old_efficiency": 3, "rich_safety": 4, "rich_efficiency": 4}
+    # the unstratified permutation of the same pool held out only 2 old safety clips
+    plain_train, plain_val = split_clips(clips, cfg)
+    assert sum(c[0] == "old_safety" for c in plain_val) == 2
+    # one group is the plain permutation, order included; the split is a function of the seed
+    assert split_clips(clips, cfg, [0] * len(clips)) == (plain_train, plain_val)
+    assert split_clips(clips, cfg, groups) == (train, val)
+    with pytest.raises(ValueError, match="group labels"):
+        split_clips(clips, cfg, groups[:-1])
+
+
 def test_cli_names_a_bad_setting(tmp_path):
     cmd = [sys.executable, str(resolve_path("tools/train_rl.py")), "--out", str(tmp_path), "--no-progress"]
     res = subprocess.run(cmd + ["--set", "rl.tc_grpo.advantage=ppo"], capture_output=True, text=True)
@@ -123,6 +148,9 @@ def test_cli_names_a_bad_setting(tmp_path):
     assert res.returncode == 2 and "rl.group_size" in res.stderr
     res = subprocess.run(cmd + ["--resume"], capture_output=True, text=True)
     assert res.returncode == 2 and "no checkpoint" in res.stderr
+    twice = ["--train-data", "data/eval_safety", str(resolve_path("data/eval_safety"))]
+    res = subprocess.run(cmd + twice, capture_output=True, text=True)
+    assert res.returncode == 2 and "--train-data" in res.stderr and "twice" in res.stderr
 
 
 def test_window_steps_start_groups_at_a_common_logged_step_and_stop_after_the_window(clips):

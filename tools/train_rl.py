@@ -31,7 +31,8 @@ def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--train-data", nargs="+", default=["data/train"],
                     help="dataset directories to train on (default data/train; the curated sets of "
-                         "tools/curate_scenarios.py are the intended input)")
+                         "tools/curate_scenarios.py are the intended input); the validation clips are "
+                         "held out of every set in proportion to its size")
     ap.add_argument("--checkpoint", default=None,
                     help="starting planner checkpoint (default: planner.checkpoint_dir)")
     ap.add_argument("--out", default="runs/rl", help="run directory")
@@ -75,12 +76,18 @@ def main(argv=None) -> int:
         training, cfg, tc_cfg, ogo_cfg = rl_config(args.set, args.seed, args.iterations)
     except (ParameterError, ValueError, TypeError) as exc:
         ap.error(str(exc))
-    clips = []
-    for d in args.train_data:
+    if len({resolve_path(d).resolve() for d in args.train_data}) != len(args.train_data):
+        ap.error(f"--train-data: a directory is given twice ({' '.join(args.train_data)}): its clips would "
+                 "be both trained on and held out for validation")
+    clips, groups = [], []
+    for n, d in enumerate(args.train_data):
         if not (resolve_path(d) / "index.json").is_file():
             ap.error(f"--train-data: {d} is not a dataset directory (no index.json)")
-        clips += load_dataset(resolve_path(d))
-    train_clips, val_clips = split_clips(clips, cfg)
+        loaded = load_dataset(resolve_path(d))
+        clips += loaded
+        groups += [n] * len(loaded)
+    # validation clips are drawn from every --train-data set in proportion to its size
+    train_clips, val_clips = split_clips(clips, cfg, groups)
     ckpt = resolve_path(args.checkpoint or load_params("planner")["planner"]["checkpoint_dir"])
     try:
         model = PlannerModel.load(ckpt)

@@ -9,6 +9,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,12 +77,34 @@ def rl_config(set_items: list[str], seed: int | None = None, iterations: int | N
     return (training, *config_from_params(training, **extra))
 
 
-def split_clips(clips: list, cfg) -> tuple[list, list]:
+def split_clips(clips: list, cfg, groups: Sequence[int] | None = None) -> tuple[list, list]:
     """(training clips, validation clips): a seeded permutation, ``validation_clips`` held out while at
-    least ``clips_per_iteration`` remain for training."""
+    least ``clips_per_iteration`` remain for training.
+
+    ``groups`` (one label per clip, e.g. which ``--train-data`` set it came from) stratifies the held-out
+    clips: each group gets its share of them in proportion to its size (largest remainders), taken in
+    the permutation's order. A plain permutation of a pool of several sets can leave one set nearly
+    out of validation, and then ``best/`` cannot see the policy forget it (session 27: 2 of 16
+    validation clips from the old safety set). One group gives the unstratified split."""
     order = np.random.default_rng(cfg.seed).permutation(len(clips))
     n_val = min(cfg.validation_clips, max(len(clips) - cfg.clips_per_iteration, 0))
-    return [clips[i] for i in order[n_val:]], [clips[i] for i in order[:n_val]]
+    if groups is None:
+        groups = [0] * len(clips)
+    if len(groups) != len(clips):
+        raise ValueError(f"split_clips: {len(groups)} group labels for {len(clips)} clips")
+    labels, sizes = np.unique(np.asarray(groups), return_counts=True)
+    exact = n_val * sizes / max(len(clips), 1)
+    quota = np.floor(exact).astype(int)
+    for j in np.argsort(-(exact - quota), kind="stable")[: n_val - int(quota.sum())]:
+        quota[j] += 1
+    left = dict(zip(labels.tolist(), quota.tolist()))
+    held = []
+    for i in order:
+        if left[groups[i]] > 0:
+            left[groups[i]] -= 1
+            held.append(int(i))
+    held_set = set(held)
+    return [clips[i] for i in order if int(i) not in held_set], [clips[i] for i in held]
 
 
 def rollout_pool(ckpt: Path, cfg, training: dict, workers: int):
