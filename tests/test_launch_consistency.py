@@ -201,6 +201,48 @@ def test_graph_argument_substitution_and_errors():
     assert rad2_graph.substitute("x_$(arg n)", {"n": "3"}) == "x_3"
 
 
+# A node whose callback fails, with or without rclpy's signal thread shutting the context down a moment
+# later: the race behind a supervisor that once exited 1 on SIGINT (its message take failed while the
+# interrupt was pending, and the context still read as up).
+_FAILING_CALLBACK_NODE = """
+import sys, threading, time
+import rclpy
+from rclpy.node import Node
+from rad2_planner.nodes.common import run_node
+
+SHUT_DOWN_AFTER_S = float(sys.argv[1])  # < 0: nobody shuts the context down
+
+class FailingNode(Node):
+    def __init__(self):
+        super().__init__("failing_callback")
+        self.create_timer(0.05, self.on_timer)
+
+    def on_timer(self):
+        if SHUT_DOWN_AFTER_S >= 0:
+            threading.Timer(SHUT_DOWN_AFTER_S, rclpy.try_shutdown).start()
+        raise RuntimeError("callback failed")
+
+sys.exit(run_node(FailingNode))
+"""
+
+
+@pytest.mark.parametrize(("shutdown_after_s", "exit_code"), [(0.3, 0), (-1.0, 1)],
+                         ids=["shutdown-follows", "genuine-fault"])
+def test_a_callback_failing_as_the_context_shuts_down_is_a_clean_stop(shutdown_after_s, exit_code):
+    """A failure followed within the grace period by the context's shutdown is the requested stop
+    (exit 0); a failure with no shutdown behind it still ends the node with the error (exit 1)."""
+    import subprocess
+
+    from ros_process import require_ros_build, ros_env
+
+    require_ros_build()
+    proc = subprocess.run([sys.executable, "-c", _FAILING_CALLBACK_NODE, str(shutdown_after_s)],
+                          env=ros_env(), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == exit_code, proc.stderr[-2000:]
+    if exit_code:
+        assert "callback failed" in proc.stderr
+
+
 @pytest.mark.parametrize("composed", [False, True], ids=["processes", "composed"])
 def test_bringup_starts_the_graph_and_stops_cleanly(composed, tmp_path):
     """The vehicle graph comes up from graphs.yaml in both modes (readiness = every node visible in

@@ -415,6 +415,22 @@ class DiagnosticsReporter:
 # --------------------------------------------------------------------------------------------------
 
 
+SHUTDOWN_GRACE_S = 2.0
+
+
+def _context_goes_down(rclpy_module, within_s: float) -> bool:
+    """True once the default context is shut down, waiting at most ``within_s`` for it."""
+    end = time.monotonic() + within_s
+    try:
+        while rclpy_module.ok():
+            if time.monotonic() >= end:
+                return False
+            time.sleep(0.02)
+    except KeyboardInterrupt:  # the interrupt that was pending when the take failed: a stop request
+        return True
+    return True
+
+
 def run_node(node_class, args: list[str] | None = None, **kwargs) -> int:
     """Create ``node_class`` and spin it until shutdown; SIGINT/SIGTERM end it cleanly (exit 0)."""
     import rclpy
@@ -438,8 +454,12 @@ def run_node(node_class, args: list[str] | None = None, **kwargs) -> int:
     except Exception:
         # A callback that was running when SIGINT shut the context down fails at its next ROS call
         # (e.g. a publisher whose context is no longer valid): that is the requested shutdown, not a
-        # fault, and must not turn a clean stop into exit 1. While the context is up, errors propagate.
-        if rclpy.ok():
+        # fault, and must not turn a clean stop into exit 1. rclpy shuts the context down from its own
+        # signal thread, a moment after the signal: a message being taken at that instant fails first
+        # (pybind11 "Unable to convert call argument", the interrupt pending in the conversion) while
+        # the context still reads as up. So wait briefly for the shutdown before calling it a fault;
+        # a genuine error, with no signal behind it, still propagates after the wait.
+        if not _context_goes_down(rclpy, SHUTDOWN_GRACE_S):
             raise
     finally:
         if node is not None:
