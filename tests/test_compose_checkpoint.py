@@ -71,3 +71,26 @@ def test_compose_refuses_mismatched_configs_untrained_discriminators_and_overwri
 def test_compose_cli_help():
     res = _run("--help")
     assert res.returncode == 0 and "--discriminator" in res.stdout
+
+
+def test_lossless_keeps_a_half_precision_generator_in_float16_and_a_trained_discriminator_exact(tmp_path):
+    """--lossless: the generator of a float16 checkpoint stays float16 (no value changes), the
+    discriminator whose weights are not exact float16s is written float32, bit for bit."""
+    gen_model = randomised_model(seed=1)
+    gen = tmp_path / "gen"
+    gen_model.discriminator_trained = False
+    gen_model.save(gen, dtype=torch.float16)
+    disc = _save(randomised_model(seed=2), tmp_path / "disc", True, {})
+    res = _run("--generator", str(gen), "--discriminator", str(disc), "--out", str(tmp_path / "out"),
+               "--lossless")
+    assert res.returncode == 0, res.stderr
+    meta = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert meta["weights_dtype"] == {"generator": "float16", "discriminator": "float32"}
+    out, g, d = (PlannerModel.load(p) for p in (tmp_path / "out", gen, disc))
+    for name, value in out.generator_state().items():
+        assert torch.equal(value, g.generator_state()[name]), name
+    for name, value in out.discriminator.state_dict().items():
+        assert torch.equal(value, d.discriminator.state_dict()[name]), name
+    res = _run("--generator", str(gen), "--discriminator", str(disc), "--out", str(tmp_path / "o2"),
+               "--lossless", "--fp32")
+    assert res.returncode == 2 and "not allowed with" in res.stderr, res.stderr

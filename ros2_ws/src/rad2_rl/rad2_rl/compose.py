@@ -30,7 +30,7 @@ def _config(directory: Path) -> dict[str, Any]:
 
 
 def compose_checkpoint(generator_dir: str | Path, discriminator_dir: str | Path, out: str | Path,
-                       dtype: torch.dtype = torch.float16, command: str = "") -> Path:
+                       dtype: torch.dtype | str = torch.float16, command: str = "") -> Path:
     """Write ``out`` = generator of ``generator_dir`` + discriminator of ``discriminator_dir``.
 
     Both checkpoints must have the same network configuration (the discriminator reads the

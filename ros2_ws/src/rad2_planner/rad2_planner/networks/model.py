@@ -70,20 +70,37 @@ class PlannerModel(nn.Module):
             "training": self.training_info,
         }
 
-    def save(self, directory: str | Path, dtype: torch.dtype = torch.float32) -> Path:
-        """Write the checkpoint; ``dtype=torch.float16`` halves the files (loading casts back to fp32)."""
+    def save(self, directory: str | Path, dtype: torch.dtype | str = torch.float32) -> Path:
+        """Write the checkpoint; ``dtype=torch.float16`` halves the files (loading casts back to fp32).
+
+        ``dtype="lossless"``: each weights file in float16 when every one of its values is exactly a
+        float16 (e.g. a generator that RL kept frozen at a float16 checkpoint's weights), else float32,
+        so the written checkpoint computes exactly what this model does."""
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
+        if isinstance(dtype, str) and dtype != "lossless":
+            raise ValueError(f"dtype: a torch floating dtype or 'lossless', got {dtype!r}")
 
-        def cast(sd):
-            return {k: (v.to(dtype) if v.is_floating_point() else v) for k, v in sd.items()}
+        def file_dtype(sd) -> torch.dtype:
+            if dtype != "lossless":
+                return dtype
+            exact = all(torch.equal(v.to(torch.float16).to(v.dtype), v)
+                        for v in sd.values() if v.is_floating_point())
+            return torch.float16 if exact else torch.float32
 
-        save_file(cast(self.generator_state()), str(d / "generator.safetensors"))
+        def cast(sd, to):
+            return {k: (v.to(to) if v.is_floating_point() else v) for k, v in sd.items()}
+
+        gen = self.generator_state()
         disc_sd = self.discriminator.state_dict()
         disc = {f"discriminator.{k}": v.detach().contiguous().cpu() for k, v in disc_sd.items()}
-        save_file(cast(disc), str(d / "discriminator.safetensors"))
+        dtypes = {"generator": file_dtype(gen), "discriminator": file_dtype(disc)}
+        save_file(cast(gen, dtypes["generator"]), str(d / "generator.safetensors"))
+        save_file(cast(disc, dtypes["discriminator"]), str(d / "discriminator.safetensors"))
         meta = self.config_dict()
-        meta["weights_dtype"] = str(dtype).replace("torch.", "")
+        names = {k: str(v).replace("torch.", "") for k, v in dtypes.items()}
+        # one name when both files share it (the usual case), else the dtype of each file
+        meta["weights_dtype"] = names["generator"] if len(set(names.values())) == 1 else names
         tmp = d / "config.json.tmp"
         tmp.write_text(json.dumps(meta, indent=1))
         tmp.replace(d / "config.json")
