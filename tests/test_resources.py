@@ -19,6 +19,7 @@ from rad2_planner.config import ResourceNotFoundError, resource_path, writable_d
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = {  # what setup.py installs besides params/ (weights and config only: no onnx/ caches)
+    "checkpoints/rad2_rl": ("config.json", "generator.safetensors", "discriminator.safetensors"),
     "checkpoints/rad2_il": ("config.json", "generator.safetensors", "discriminator.safetensors"),
     "checkpoints/rad2_il_rich": ("config.json", "generator.safetensors", "discriminator.safetensors"),
     "checkpoints/collision_critic": ("config.json", "critic.safetensors"),
