@@ -3,6 +3,7 @@ per-row seeds, sampled selection and the recorded discriminator inputs."""
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import math
@@ -56,7 +57,19 @@ def _row(batch_obs, i):
     return {k: v[i : i + 1] for k, v in batch_obs.items()}
 
 
+def _argmax_params() -> dict:
+    """planner params whose trained discriminator selects by the plain argmax of its logits over all
+    candidates (RAD-2's rule), which these backend tests compare against. The shipped params rank
+    the safe set with a consensus prior (checked in test_networks.py); parity under them is checked
+    in test_plan_parity_same_noise."""
+    params = copy.deepcopy(load_params("planner"))
+    params["planner"]["discriminator_candidates"] = "all"
+    params["planner"]["discriminator_prior_weight"] = 0.0
+    return params
+
+
 def _policy(model, backend, onnx_dir, **kw):
+    kw.setdefault("params", _argmax_params())
     return Rad2Policy(model, backend=backend, onnx_dir=onnx_dir, **kw)
 
 
@@ -178,6 +191,11 @@ def test_plan_parity_same_noise(setup, sampler):
     assert r_pt.selected == r_ox.selected == int(np.argmax(r_pt.scores)) == int(np.argmax(r_pt.logits))
     assert math.isnan(r_ox.log_prob) and math.isnan(r_ox.entropy) and r_ox.probs is None  # deterministic
     assert r_ox.info["backend"] == "onnxruntime" and r_pt.info["backend"] == "pytorch"
+    # the shipped selection (safe set, consensus prior): the same candidate on both backends
+    shipped = load_params("planner")
+    picks = [_policy(model, b, onnx_dir, sampler=sampler, params=shipped).plan(obs, seed=11).selected
+             for b in ("pytorch", "onnxruntime")]
+    assert picks[0] == picks[1]
 
 
 def test_backend_parameter_switches(setup):

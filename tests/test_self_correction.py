@@ -248,3 +248,21 @@ def test_safety_layer_runs_split_by_mode_merge_into_one_table(tmp_path):
     (tmp_path / "d" / "results.json").write_text("{trunc")
     with pytest.raises(ValueError, match="results.json: unreadable"):
         merge_results([tmp_path / "d"], tmp_path / "bad")
+
+
+def test_extra_rounds_on_onnxruntime_with_a_prefetched_discriminator_context(models, tmp_path):
+    """ONNX Runtime with candidate shards starts the discriminator's scene context beside the encoder
+    (a Future in the scene); the rows a safety layer plans again get their own scene, and their
+    candidates are ranked by the discriminator as in the first pass."""
+    base, directory, obs = models
+    critic = ScriptedCritic(offset=-1e6)  # rejects everything: every row runs every extra round
+    for mode, extra in (("rejection_sampling", {}), ("self_correction",
+                                                     {"correction_checkpoint": str(directory)})):
+        policy = Rad2Policy(base, backend="onnxruntime", onnx_dir=tmp_path / mode, critic=critic,
+                            num_candidates=8, safety_layer=SafetyLayerParams(
+                                mode=mode, threshold=0.5, max_rounds=2, **extra))
+        assert policy.backend.split_discriminator  # the prefetching path is the one under test
+        results = policy.plan_batch(obs, seeds=[1, 2, 3])
+        for res in results:
+            assert res.info["corrections"] == 2 and not res.info["critic_accepted"]
+            assert np.isfinite(res.logits).all()

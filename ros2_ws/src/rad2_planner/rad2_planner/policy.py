@@ -762,7 +762,7 @@ class Rad2Policy:
                 x_init = np.concatenate([np.random.default_rng([row_seeds[i], 2, r]).standard_normal(
                     (1, m, self.cfg.plan_points, 2)).astype(np.float32) for i in todo])
             sub_inputs = {key: v[todo] for key, v in inputs.items()}
-            sub_scene = {key: v[todo] for key, v in scene.items()}
+            sub_scene = self.backend.scene_rows(scene, todo)
             if correcting:
                 trace, trace_mask = self._correction_trace([traces[i] for i in todo], sub_inputs)
                 gen_scene = self._corrector.extend_scene(sub_scene, trace, trace_mask)

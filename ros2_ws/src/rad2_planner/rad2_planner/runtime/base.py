@@ -92,6 +92,11 @@ class Backend(ABC):
         caller will score candidates of this scene (:meth:`score_logits` with the same ``inputs``), so
         a backend may start the discriminator's candidate-independent work now."""
 
+    def scene_rows(self, scene: dict[str, Any], rows: list[int]) -> dict[str, Any]:
+        """The scene of batch rows ``rows`` of an :meth:`encode` result (e.g. the rows a safety layer
+        plans again), for calls on those rows' inputs only."""
+        return {key: value[rows] for key, value in scene.items()}
+
     @abstractmethod
     def denoise(self, x_t: np.ndarray, t: np.ndarray, scene: dict[str, Any]) -> np.ndarray:
         """One DiT evaluation: predicted clean normalised trajectories [B, M, T, 2]."""

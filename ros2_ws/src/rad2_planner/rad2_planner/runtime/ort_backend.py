@@ -157,6 +157,11 @@ class OrtBackend(Backend):
             scene[_CONTEXT_KEY] = context
         return scene
 
+    def scene_rows(self, scene: dict[str, Any], rows: list[int]) -> dict[str, Any]:
+        # the prefetched discriminator context belongs to the whole batch: score_logits on the rows
+        # computes theirs from their inputs
+        return {key: value[rows] for key, value in scene.items() if key != _CONTEXT_KEY}
+
     def _discriminator_context(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         feed = {k: inputs[k] for k in DISCRIMINATOR_CONTEXT_INPUTS}
         outs = self.sessions["discriminator_context"].run(None, feed)
