@@ -258,7 +258,7 @@ def test_extra_rounds_on_onnxruntime_with_a_prefetched_discriminator_context(mod
     critic = ScriptedCritic(offset=-1e6)  # rejects everything: every row runs every extra round
     for mode, extra in (("rejection_sampling", {}), ("self_correction",
                                                      {"correction_checkpoint": str(directory)})):
-        policy = Rad2Policy(base, backend="onnxruntime", onnx_dir=tmp_path / mode, critic=critic,
+        policy = Rad2Policy(base, backend="onnxruntime", onnx_dir=tmp_path, critic=critic,  # one export
                             num_candidates=8, safety_layer=SafetyLayerParams(
                                 mode=mode, threshold=0.5, max_rounds=2, **extra))
         assert policy.backend.split_discriminator  # the prefetching path is the one under test
