@@ -1,6 +1,7 @@
 """On-policy Generator Optimization (RAD-2 Eq. 19): re-timing keeps the path and changes only the timing;
 deceleration when TTC is short, acceleration when lagging the log and safe; targets from real rollouts."""
 
+import dataclasses
 from types import SimpleNamespace
 
 import numpy as np
@@ -245,3 +246,50 @@ def test_imitation_mix_uses_logged_futures_and_adds_its_weighted_loss():
                          imitation_batch=logged, imitation_weight=0.5)
     assert got == pytest.approx(ogo + 0.5 * il, rel=1e-5)
     assert il > 0 and got > ogo
+
+
+def _clip_with_follower(gap_steps: int = 7):
+    """The synthetic slow-leader clip with its left-lane car replaced by a follower that drives the
+    ego's logged path ``gap_steps`` log steps behind it (2.2 m bumper to bumper at 10 m/s)."""
+    clip = make_clip(num_steps=200)
+    ax, ay, ayaw = (np.array(a) for a in (clip.agent_x, clip.agent_y, clip.agent_yaw))
+    valid = np.array(clip.agent_valid)
+    lag = np.clip(np.arange(clip.num_steps) - gap_steps, 0, None)
+    ax[1], ay[1], ayaw[1] = clip.ego_x[lag], clip.ego_y[lag], clip.ego_yaw[lag]
+    valid[1] = True
+    lengths = np.array(clip.agent_length, dtype=np.float64)
+    lengths[1] = 4.8
+    return dataclasses.replace(clip, agent_x=ax, agent_y=ay, agent_yaw=ayaw, agent_valid=valid,
+                               agent_length=lengths)
+
+
+def test_a_retiming_that_hits_a_logged_agent_the_plan_missed_is_rejected():
+    """Compressing the logged drive with a follower 2.2 m behind backs the ego into it; extending it runs
+    the ego into the slower leader ahead; a mild compression hits neither and is kept; a target that
+    hits only what its raw segment already hits is kept."""
+    from rad2_planner.open_loop_metrics import logged_future
+    from rad2_rl.ogo import OGOTarget, agents_hit, reject_new_collisions
+
+    clip = _clip_with_follower()
+    step = 50
+    raw = logged_future(clip, step, 0.5, 8).ego
+    state = np.array([clip.ego_x[step], clip.ego_y[step], clip.ego_yaw[step], clip.ego_speed[step], 0.0])
+    assert not agents_hit(raw, state, clip, step, 0.5).any()  # the logged drive itself is clear
+
+    def target(ratio, kind, points=raw):
+        return OGOTarget(clip.clip_id, step, state, 0.0, points, retime(points, ratio), kind)
+
+    back = target(0.8, "decelerate")
+    ahead = target(1.15, "accelerate")
+    mild = target(0.98, "decelerate")
+    assert agents_hit(back.target, state, clip, step, 0.5)[1]  # the follower
+    assert agents_hit(ahead.target, state, clip, step, 0.5)[0]  # the leader
+    kept, rejected = reject_new_collisions([back, ahead, mild], {clip.clip_id: clip}, 0.5)
+    assert rejected == 2 and [t.kind for t in kept] == ["decelerate"] and kept[0] is mild
+    # a raw plan already into the leader: its deceleration still hits the leader alone, and is kept
+    into_leader = raw * np.array([1.2, 1.0])
+    assert agents_hit(into_leader, state, clip, step, 0.5)[0]
+    slower = target(0.95, "decelerate", into_leader)
+    assert not (agents_hit(slower.target, state, clip, step, 0.5) & ~agents_hit(into_leader, state, clip, step,
+                                                                                   0.5)).any()
+    assert reject_new_collisions([slower], {clip.clip_id: clip}, 0.5) == ([slower], 0)

@@ -115,6 +115,24 @@ def test_a_run_started_from_an_rl_checkpoint_keeps_that_runs_record():
     assert "previous_rl" not in plain.training_info
 
 
+@pytest.mark.parametrize("start, trained", [("checkpoints/rad2_rl", True), ("checkpoints/rad2_il", False)])
+def test_a_run_that_freezes_the_discriminator_exports_it_as_it_started(start, trained, tmp_path):
+    """rl.train_discriminator: false (OGO on a frozen, already trained discriminator) makes no
+    discriminator update; final/ must still say whether the discriminator it carries was trained, or
+    the planner would ignore a trained one (and use an untrained one's scores)."""
+    from types import SimpleNamespace
+
+    from rad2_rl.session import export_final
+
+    cfg, _, _ = config_from_params(load_params("training"), train_discriminator=False)
+    model = PlannerModel.load(resolve_path(start))
+    assert model.discriminator_trained is trained
+    state = SimpleNamespace(history=[{"iteration": 0, "reward_mean": 0.1, "collision_rate": 0.0}],
+                            seconds=1.0, updates=0)
+    export_final(model, state, cfg, tmp_path)
+    assert PlannerModel.load(tmp_path / "final").discriminator_trained is trained
+
+
 def test_validation_clips_are_held_out_of_every_training_set_in_proportion():
     from types import SimpleNamespace
 

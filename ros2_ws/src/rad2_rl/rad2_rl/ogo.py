@@ -61,6 +61,7 @@ class OGOConfig:
     accel_ratio: float = 1.15  # ρ' > 1
     lag_m: float = 2.0  # the ego counts as lagging when this far behind the log's progress
     segment: str = "plan"  # plan | executed: what is re-timed (module docstring)
+    reject_new_collisions: bool = True  # drop a target that hits a logged agent its raw segment misses
 
     def __post_init__(self) -> None:
         if self.segment not in SEGMENTS:
@@ -168,6 +169,58 @@ def ogo_targets(rollouts: Sequence[Any], cfg: OGOConfig, plan_points: int, plan_
             out.append(OGOTarget(tr.clip_id, d.step, np.asarray(d.ego_state), float(d.accel), raw,
                                  retime(raw, ratio), kind))
     return out
+
+
+def _segment_boxes(points: np.ndarray, ego_state: np.ndarray, length: float, width: float) -> np.ndarray:
+    """Ego boxes ``[T, 5]`` (world frame) along ego-frame points ``[T, 2]`` driven from ``ego_state``:
+    each heading is that of the step into the point, and a standing step keeps the heading before it."""
+    from rad2_planner.geometry import ego_to_world
+
+    pose = np.asarray(ego_state[:3], dtype=np.float64)
+    xy = ego_to_world(np.asarray(points, dtype=np.float64), pose)
+    step = np.diff(np.vstack([pose[None, :2], xy]), axis=0)
+    moving = np.hypot(step[:, 0], step[:, 1]) > 1e-6
+    yaw = np.where(moving, np.arctan2(step[:, 1], step[:, 0]), np.nan)
+    yaw = np.concatenate([[pose[2]], yaw])
+    for k in range(1, len(yaw)):  # carry the last heading over standing steps
+        if np.isnan(yaw[k]):
+            yaw[k] = yaw[k - 1]
+    n = len(xy)
+    return np.column_stack([xy, yaw[1:], np.full(n, length), np.full(n, width)])
+
+
+def agents_hit(points: np.ndarray, ego_state: np.ndarray, clip: Any, step: int, plan_dt: float) -> np.ndarray:
+    """Which logged agents ``[N]`` (bool) the ego would overlap driving ``points`` (ego frame at log step
+    ``step``, at times ``(k+1)·plan_dt``), against the agents as logged at those times."""
+    from bev_warp_sim.safety import agent_future_boxes
+    from rad2_planner.geometry import boxes_overlap
+
+    stride = plan_dt / float(clip.dt)
+    offsets = np.rint(np.arange(1, len(points) + 1) * stride).astype(int)
+    boxes, valid = agent_future_boxes(clip, int(step), int(offsets[-1]))
+    ego = _segment_boxes(points, ego_state, float(clip.ego_length), float(clip.ego_width))
+    if not len(boxes):
+        return np.zeros(0, dtype=bool)
+    hit = boxes_overlap(ego[None], boxes[:, offsets]) & valid[:, offsets]
+    return hit.any(axis=1)
+
+
+def reject_new_collisions(targets: Sequence[OGOTarget], clips: dict[str, Any],
+                          plan_dt: float) -> tuple[list[OGOTarget], int]:
+    """The targets whose re-timing hits no logged agent that the raw segment misses, and how many were
+    dropped. Why: the re-timing is a fixed rule, blind to the agents. Compressing a plan with a
+    follower close behind moves the ego into it (the log-replayed follower does not brake), and
+    extending one can run it into a leader. Such a target would teach the generator a collision; the
+    agents' logged futures say which ones do. A target that hits only agents its raw segment already
+    hits is kept: a deceleration that does not yet clear a braking leader still points the right way."""
+    kept = []
+    for t in targets:
+        clip = clips[t.clip_id]
+        before = agents_hit(t.raw, t.ego_state, clip, t.step, plan_dt)
+        after = agents_hit(t.target, t.ego_state, clip, t.step, plan_dt)
+        if not (after & ~before).any():
+            kept.append(t)
+    return kept, len(targets) - len(kept)
 
 
 def generator_batch(sim: Any, clips: dict[str, Any], targets: Sequence[OGOTarget],

@@ -48,6 +48,7 @@ from .ogo import (
     imitation_batch,
     imitation_samples,
     ogo_targets,
+    reject_new_collisions,
 )
 from .tc_grpo import DecisionBatch, TCGRPOConfig, Trainer, decision_batch
 
@@ -224,8 +225,11 @@ class RLRun:
                 self.model.discriminator_trained = True
         # 4. OGO targets now, generator update once per buffer circulation
         if cfg.train_generator:
-            self.pending_targets += ogo_targets(rollouts, self.ogo_cfg, self.model.cfg.plan_points,
-                                                self.model.cfg.plan_dt)
+            targets = ogo_targets(rollouts, self.ogo_cfg, self.model.cfg.plan_points, self.model.cfg.plan_dt)
+            if self.ogo_cfg.reject_new_collisions:
+                targets, rejected = reject_new_collisions(targets, self.clips_by_id, self.model.cfg.plan_dt)
+                log["ogo_rejected"] = float(rejected)
+            self.pending_targets += targets
             if (it + 1) % cfg.ogo_every == 0 and self.pending_targets:
                 log.update(self.generator_update())
         if self.pool is not None and (cfg.train_discriminator or cfg.train_generator):
