@@ -290,6 +290,6 @@ def test_a_retiming_that_hits_a_logged_agent_the_plan_missed_is_rejected():
     into_leader = raw * np.array([1.2, 1.0])
     assert agents_hit(into_leader, state, clip, step, 0.5)[0]
     slower = target(0.95, "decelerate", into_leader)
-    assert not (agents_hit(slower.target, state, clip, step, 0.5) & ~agents_hit(into_leader, state, clip, step,
-                                                                                   0.5)).any()
+    new = agents_hit(slower.target, state, clip, step, 0.5) & ~agents_hit(into_leader, state, clip, step, 0.5)
+    assert not new.any()
     assert reject_new_collisions([slower], {clip.clip_id: clip}, 0.5) == ([slower], 0)

@@ -167,7 +167,8 @@ def export_final(model, state, cfg, out: Path, fp16: bool = False) -> None:
     (out / "history.json").write_text(json.dumps(state.history, indent=1))
     model.training_info = {**model.training_info, "rl_wall_s": state.seconds}
     # a run that froze a trained discriminator (rl.train_discriminator: false) keeps it trained
-    model.discriminator_trained = bool(model.discriminator_trained or (cfg.train_discriminator and state.updates > 0))
+    updated = cfg.train_discriminator and state.updates > 0
+    model.discriminator_trained = bool(model.discriminator_trained or updated)
     model.save(out / "final", dtype=torch.float16 if fp16 else torch.float32)
     plot_history(state.history, out / "curves.png")
 
