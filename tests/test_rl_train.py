@@ -237,6 +237,34 @@ def test_experiment_results_of_separate_runs_merge_into_one_table(tmp_path):
     assert spec.backend == "pytorch" and spec.planner_overrides == {"device": "cuda"}
 
 
+def test_runs_of_one_planner_under_two_labels_merge_into_one_arm(tmp_path):
+    """A run's checkpoint evaluated on some seeds and the same weights shipped elsewhere on others: the
+    renames apply to every file before pooling, so their seeds form one arm; an unknown label is named."""
+    import json
+
+    from rad2_rl.experiments import merge_results
+
+    def seed(label, cr):
+        return {label: {"/x/data/eval_safety": [{"CR": cr, "AF-CR": 0.0, "Safety@1": 1 - cr,
+                                                 "comfort_violation_steps": 0.2}]}}
+
+    paths = [tmp_path / "a.json", tmp_path / "b.json"]
+    paths[0].write_text(json.dumps(seed("ckpt:runs/x/best", 0.04)))
+    paths[1].write_text(json.dumps(seed("ckpt:checkpoints/x", 0.06)))
+    assert sorted(merge_results(paths, {"ckpt:runs/x/best": "x"})[0]) == ["ckpt:checkpoints/x", "x"]
+    merged, _, runs = merge_results(paths, {"ckpt:runs/x/best": "x", "ckpt:checkpoints/x": "x"})
+    assert runs == 2 and list(merged) == ["x"]
+    assert [r["CR"] for r in next(iter(merged["x"].values()))] == [0.04, 0.06]
+    with pytest.raises(ValueError, match=r"no arm labelled \['ckpt:elsewhere'\]"):
+        merge_results(paths, {"ckpt:elsewhere": "x"})
+    cli = subprocess.run([sys.executable, "tools/rl_experiments.py", "--merge", *map(str, paths),
+                          "--rename", "ckpt:runs/x/best->x", "ckpt:checkpoints/x->x", "--out",
+                          str(tmp_path / "m")], capture_output=True, text=True, timeout=120,
+                         cwd=resolve_path("."))
+    assert cli.returncode == 0, cli.stderr
+    assert "| x | 0.050 ± 0.010 |" in (tmp_path / "m" / "experiments.md").read_text()
+
+
 def test_a_mixed_split_is_reported_on_both_collisions_and_progress(tmp_path):
     """A set of both kinds of clip (eval_rich) is judged on CR and EP together: its table has both,
     a metric missing from an older results.json shows as a dash, and the plot has a panel for each."""

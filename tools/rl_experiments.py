@@ -70,15 +70,16 @@ def main(argv=None) -> int:
         missing = [str(p) for p in args.merge if not p.is_file()]
         if missing:
             ap.error(f"--merge: no such file {missing}")
-        try:
-            results, splits, runs = merge_results(args.merge)
-        except ValueError as exc:
-            ap.error(str(exc))
+        renames = {}
         for item in args.rename:
             old, sep, new = item.partition("->")  # arm labels hold "=" (@D=safe)
-            if not sep or old not in results:
-                ap.error(f"--rename {item!r}: expected OLD->NEW with OLD one of {sorted(results)}")
-            results = {new if k == old else k: v for k, v in results.items()}
+            if not (sep and old and new):
+                ap.error(f"--rename {item!r}: expected OLD->NEW")
+            renames[old] = new
+        try:
+            results, splits, runs = merge_results(args.merge, renames)
+        except ValueError as exc:
+            ap.error(str(exc))
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "results.json").write_text(json.dumps(results, indent=1))
         write_report(results, splits, f"{runs} per cell, merged from {len(args.merge)} results files",

@@ -241,21 +241,32 @@ def run_experiments(arms: list[Arm], splits: list[str], seeds: list[int], out: P
     return results
 
 
-def merge_results(paths: list[Path]) -> tuple[dict, list[str], int]:
+def merge_results(paths: list[Path], renames: dict[str, str] | None = None) -> tuple[dict, list[str], int]:
     """One ``{arm: {split: [metrics per seed]}}`` from the results.json of several runs (e.g. one per
     seed, run side by side), splits keyed as this checkout resolves them; also the splits and the
-    number of seeds. Every arm must have the same number of runs on every split: a table whose cells
-    average different seed counts would mislead, so that is an error naming the arm and split."""
+    number of seeds. ``renames`` (old label -> new) is applied to every file before the runs are
+    pooled, so runs of one planner under two labels (a run's checkpoint, then the same weights shipped
+    elsewhere) become one arm. Every arm must have the same number of runs on every split: a table
+    whose cells average different seed counts would mislead, so that is an error naming the arm and
+    split; a label of ``renames`` that no file holds is an error too."""
     from rad2_planner.policy import resolve_path
 
+    renames = dict(renames or {})
+    seen: set[str] = set()
     merged: dict[str, dict[str, list]] = {}
     for path in paths:
-        for arm, per_split in json.loads(Path(path).read_text()).items():
+        for label, per_split in json.loads(Path(path).read_text()).items():
+            seen.add(label)
+            arm = renames.get(label, label)
             for split, runs in per_split.items():
                 key = str(resolve_path(f"data/{Path(split).name}"))
                 merged.setdefault(arm, {}).setdefault(key, []).extend(runs)
     if not merged:
         raise ValueError(f"--merge: no results in {[str(p) for p in paths]}")
+    unknown = sorted(set(renames) - seen)
+    if unknown:
+        raise ValueError(f"--rename: no arm labelled {unknown} in the merged files "
+                         f"(they hold {sorted(seen)})")
     splits = sorted({s for per in merged.values() for s in per})
     counts = {(a, s): len(per.get(s, [])) for a, per in merged.items() for s in splits}
     if len(set(counts.values())) != 1:
