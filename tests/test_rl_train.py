@@ -73,21 +73,25 @@ def test_resume_after_a_kill_continues_exactly(clips, tmp_path):
 
 
 def test_best_validation_round_is_kept_as_a_planner_checkpoint(clips, tmp_path):
-    """best/ is the planner of the round with the highest validation reward, with that round recorded;
-    the run state remembers it, so a resumed run compares against it."""
+    """best/ is the planner of the round with the highest validation reward, the starting planner
+    (round 0) included, with that round recorded; the run state remembers it, so a resumed run compares
+    against it."""
     torch.set_num_threads(1)
     cfg, tc, ogo = config_from_params(load_params("training"),
                                       **{**SMALL, "validate_every": 1, "window_steps": 12})
     run = RLRun(PlannerModel.load(CHECKPOINT), cfg, tc, ogo, Simulator(), clips[:4], clips[4:])
     train(run, tmp_path)
-    rewards = [h["val_reward"] for h in run.state.history]
-    assert len(rewards) == cfg.iterations
-    best_round = int(np.argmax(rewards)) + 1  # the first round with the highest reward
+    start = run.state.start_validation  # the starting planner, validated before round 1
+    assert set(start) == {"val_collision_rate", "val_at_fault_collision_rate", "val_progress_ratio",
+                          "val_reward"}
+    rewards = [start["val_reward"]] + [h["val_reward"] for h in run.state.history]
+    assert len(rewards) == cfg.iterations + 1
+    best_round = int(np.argmax(rewards))  # the first round with the highest reward (0: the start)
     assert run.state.best_iteration == best_round and run.state.best_val_reward == max(rewards)
     best = PlannerModel.load(tmp_path / "best")
     record = best.training_info["rl_best"]
     assert record["iteration"] == best_round and record["val_reward"] == max(rewards)
-    assert best.discriminator_trained
+    assert best.discriminator_trained == (best_round > 0)  # the start is the IL planner
     if best_round == cfg.iterations:  # the last round's planner is the live model
         for (name, a), b in zip(run.model.state_dict().items(), best.state_dict().values()):
             assert torch.equal(a, b), name
@@ -95,6 +99,24 @@ def test_best_validation_round_is_kept_as_a_planner_checkpoint(clips, tmp_path):
     resumed = RLRun(PlannerModel.load(CHECKPOINT), cfg, tc, ogo, Simulator(), clips[:4], clips[4:])
     resumed.restore(tmp_path / "last")
     assert (resumed.state.best_iteration, resumed.state.best_val_reward) == (best_round, max(rewards))
+
+
+def test_best_is_the_starting_planner_when_no_round_validates_better(clips, tmp_path, monkeypatch):
+    """A fine-tuning run whose every round validates worse than its start leaves best/ = the start."""
+    torch.set_num_threads(1)
+    cfg, tc, ogo = config_from_params(load_params("training"),
+                                      **{**SMALL, "iterations": 2, "validate_every": 1})
+    run = RLRun(PlannerModel.load(CHECKPOINT), cfg, tc, ogo, Simulator(), clips[:2], clips[4:5])
+    rewards = iter([0.5, 0.1, 0.3])  # the start, round 1, round 2
+    monkeypatch.setattr(run, "validate", lambda: {"val_reward": next(rewards)})
+    train(run, tmp_path)
+    assert (run.state.best_iteration, run.state.best_val_reward) == (0, 0.5)
+    best = PlannerModel.load(tmp_path / "best")
+    assert best.training_info["rl_best"] == {"iteration": 0, "val_reward": 0.5}
+    start = PlannerModel.load(CHECKPOINT).state_dict()
+    for name, value in best.state_dict().items():
+        assert torch.equal(value, start[name]), name
+    assert any(not torch.equal(v, start[k]) for k, v in run.model.state_dict().items())  # it did train
 
 
 def test_a_run_started_from_an_rl_checkpoint_keeps_that_runs_record():

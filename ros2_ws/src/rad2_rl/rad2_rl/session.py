@@ -199,6 +199,10 @@ def run_session(model, ckpt: Path, training: dict, cfg, tc_cfg, ogo_cfg, train_c
         if pool is not None:
             pool.close()
     export_final(model, state, cfg, out, export_fp16)
+    if state.start_validation:
+        v = state.start_validation
+        print(f"start (round 0) validation: reward {v['val_reward']:.3f}, CR {v['val_collision_rate']:.3f}, "
+              f"progress {v['val_progress_ratio']:.3f}")
     best = (f", best validation {out / 'best'} (round {state.best_iteration})"
             if state.best_val_reward is not None else "")
     print(f"{state.iteration} rounds ({state.updates} discriminator updates, "

@@ -136,6 +136,8 @@ class RunState:
     # the best validation so far (val_reward) and its round: ``best/`` holds that round's planner
     best_val_reward: float | None = None
     best_iteration: int = 0
+    # the starting planner's validation (round 0), taken before the first round of a fresh run
+    start_validation: dict[str, float] | None = None
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -372,6 +374,16 @@ def train(run: RLRun, out_dir: str | Path, budget_s: float = math.inf,
     out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     cfg = run.cfg
+    if run.state.iteration == 0 and run.state.start_validation is None and run.val_clips:
+        # The starting planner competes for best/ too. A run that fine-tunes a good checkpoint and
+        # whose rounds all validate worse (OGO on the shipped planner, README session 29) must leave
+        # best/ = the start, not its least bad round.
+        val = run.validate()
+        run.state.start_validation = val
+        reward = val.get("val_reward", math.nan)
+        if math.isfinite(reward):
+            run.state.best_val_reward, run.state.best_iteration = reward, 0
+            run.save_best(out / "best", val)
     while run.state.iteration < cfg.iterations:
         logs = run.iteration(progress=progress)
         it = run.state.iteration
