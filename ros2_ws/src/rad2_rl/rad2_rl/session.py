@@ -41,7 +41,13 @@ def apply_overrides(training: dict, flat: dict) -> None:
         node[last] = value
 
 
-def plot_history(history: list[dict], path: Path) -> None:
+def plot_history(history: list[dict], path: Path, start: dict[str, float] | None = None) -> None:
+    """The run's curves: a panel for each logged quantity that has values (a run with the discriminator
+    frozen logs no entropy, one without OGO no generator loss). ``start``: the starting planner's
+    validation (round 0), drawn as a dashed line in the validation panels, so a reader sees whether
+    training beat the checkpoint it started from."""
+    import math
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -52,12 +58,20 @@ def plot_history(history: list[dict], path: Path) -> None:
     it = [h["iteration"] for h in history]
     panels = [("reward_mean", "rollout reward"), ("collision_rate", "rollout collision rate"),
               ("entropy", "policy entropy (nats)"), ("clip_filter_rate", "clip-filter rate"),
+              ("ogo_loss", "OGO generator loss (Eq. 19)"),
+              ("ogo_decelerate_share", "OGO: deceleration targets"),
               ("val_collision_rate", "validation CR"), ("val_progress_ratio", "validation progress")]
-    fig, axes = plt.subplots(2, 3, figsize=(13, 6))
+    panels = [(k, t) for k, t in panels if any(k in h for h in history)]
+    cols = math.ceil(len(panels) / 2)
+    fig, axes = plt.subplots(2, cols, figsize=(4.4 * cols, 6), squeeze=False)
+    for ax in axes.ravel()[len(panels):]:
+        ax.axis("off")
     for ax, (key, title) in zip(axes.ravel(), panels):
         pts = [(i, h[key]) for i, h in zip(it, history) if key in h]
-        if pts:
-            ax.plot(*zip(*pts), "-o", ms=3)
+        ax.plot(*zip(*pts), "-o", ms=3)
+        if start and key in start:
+            ax.axhline(start[key], ls="--", color="grey", label="start (round 0)")
+            ax.legend(fontsize=8)
         ax.set(title=title, xlabel="round")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -170,7 +184,7 @@ def export_final(model, state, cfg, out: Path, fp16: bool = False) -> None:
     updated = cfg.train_discriminator and state.updates > 0
     model.discriminator_trained = bool(model.discriminator_trained or updated)
     model.save(out / "final", dtype=torch.float16 if fp16 else torch.float32)
-    plot_history(state.history, out / "curves.png")
+    plot_history(state.history, out / "curves.png", getattr(state, "start_validation", None))
 
 
 def run_session(model, ckpt: Path, training: dict, cfg, tc_cfg, ogo_cfg, train_clips: list, val_clips: list,
