@@ -164,11 +164,23 @@ def good_trajectory(speed: float) -> Trajectory:
     return rc.trajectory_to_msg(pts, 0.5, node.get_clock().now().nanoseconds, "base_link")
 
 
+def wait_for_a_fresh_trajectory(timeout_s: float = 0.5) -> None:
+    n, end = len(rec["trajs"]), now_s() + timeout_s
+    while len(rec["trajs"]) == n and now_s() < end:
+        run(0.002)
+    run(0.01)
+
+
 def fault(kind: str) -> None:  # noqa: C901 -- one branch per fault kind
     rec["faults"].append((now_s(), kind))
     if kind.startswith("odom_"):
         odom_fault["kind"] = kind
     elif kind == "bev_1e30":
+        # right after a planner trajectory, as for the trajectory faults: the planner is idle and takes
+        # this pair at once, instead of finding perception's next pair in its keep-last-1 readers
+        # (newest input wins there by design) when a loaded host kept it busy
+        wait_for_a_fresh_trajectory()
+        rec["faults"][-1] = (now_s(), kind)
         bev, tok = last["bev"], last["tok"]
         stamp = rc.ns_to_time(node.get_clock().now().nanoseconds)
         data = np.frombuffer(bytes(bev.data), dtype=np.float32).copy()
@@ -179,12 +191,8 @@ def fault(kind: str) -> None:  # noqa: C901 -- one branch per fault kind
         pub_bev.publish(bev)
         pub_tok.publish(tok)
     elif kind.startswith("traj_"):
-        # right after a planner trajectory: the controller's keep-last-1 reader must not see the
-        # planner's next one overwrite this before its callback runs
-        n, end = len(rec["trajs"]), now_s() + 0.5
-        while len(rec["trajs"]) == n and now_s() < end:
-            run(0.002)
-        run(0.01)
+        # right after a planner trajectory, so the planner's next one comes a cycle later
+        wait_for_a_fresh_trajectory()
         rec["faults"][-1] = (now_s(), kind)
         speed = float(clip.ego_speed[0])
         msg = good_trajectory(speed)

@@ -54,24 +54,31 @@ from rad2_planner.config import ParameterError, ParamSchema, load_params, load_s
 # --------------------------------------------------------------------------------------------------
 
 
-def sensor_qos() -> QoSProfile:
-    """Sensor-like streams where only the newest sample matters (best effort, keep-last-1)."""
+# A reader that must see every sample (odometry: each one is validated, and a rejected one has to be
+# reported) keeps this many: at 50 Hz a 0.2 s stall of the reading process loses none.
+EVERY_SAMPLE_DEPTH = 10
+
+
+def sensor_qos(depth: int = 1) -> QoSProfile:
+    """Sensor-like streams (best effort, keep-last-``depth``): 1 where only the newest sample matters,
+    ``EVERY_SAMPLE_DEPTH`` where a reader validates each one."""
     return QoSProfile(
         reliability=ReliabilityPolicy.BEST_EFFORT,
         history=HistoryPolicy.KEEP_LAST,
-        depth=1,
+        depth=depth,
         durability=DurabilityPolicy.VOLATILE,
     )
 
 
-def command_qos(deadline_s: float | None = None, lease_s: float | None = None) -> QoSProfile:
-    """Trajectories and control commands: reliable, keep-last-1, volatile (a late joiner must not get
-    a stale plan). ``deadline_s`` / ``lease_s`` add the DDS deadline and liveliness contracts (both
-    sides must offer/request compatible values)."""
+def command_qos(deadline_s: float | None = None, lease_s: float | None = None, depth: int = 1) -> QoSProfile:
+    """Trajectories and control commands: reliable, keep-last-``depth``, volatile (a late joiner must not
+    get a stale plan). A reader that validates every message asks for more than 1, so a bad one is seen
+    and reported even when a good one follows before the reader runs. ``deadline_s`` / ``lease_s`` add
+    the DDS deadline and liveliness contracts (both sides must offer/request compatible values)."""
     qos = QoSProfile(
         reliability=ReliabilityPolicy.RELIABLE,
         history=HistoryPolicy.KEEP_LAST,
-        depth=1,
+        depth=depth,
         durability=DurabilityPolicy.VOLATILE,
     )
     if deadline_s:

@@ -68,6 +68,7 @@ from rad2_planner.control.estimation import StateEstimator, bicycle_state, steps
 from rad2_planner.control.reference import plan_to_world
 from rad2_planner.geometry import world_to_ego
 from rad2_planner.nodes.common import (
+    EVERY_SAMPLE_DEPTH,
     HEARTBEAT_TOPIC,
     CycleStats,
     DiagnosticsReporter,
@@ -130,9 +131,12 @@ class ControllerNode(Node):
         self.latch = FaultLatch()
         self._last_tick_ns: int | None = None
         self.diagnostics = DiagnosticsReporter(self)
-        self.create_subscription(Trajectory, "planning/trajectory", self.on_trajectory, command_qos())
+        # Both inputs are validated message by message and taken in order: a rejected one is reported
+        # and stopped for even when a good one follows before this process runs (a loaded host).
+        self.sub_trajectory = self.create_subscription(Trajectory, "planning/trajectory", self.on_trajectory,
+                                                       command_qos(depth=4))
         self.sub_odometry = self.create_subscription(Odometry, "localization/odometry", self.on_odometry,
-                                                     sensor_qos())
+                                                     sensor_qos(EVERY_SAMPLE_DEPTH))
         self.pub_cmd = self.create_publisher(ControlCommand, "control/command", command_qos())
         self.pub_diag = self.create_publisher(PlanningDiagnostics, "control/diagnostics", report_qos())
         self.sub_heartbeat = self.create_subscription(Header, HEARTBEAT_TOPIC, self.on_heartbeat,
@@ -273,6 +277,7 @@ class ControllerNode(Node):
             self.heartbeats.rebase(steady)
         self._drain_heartbeats(steady)
         self._drain(self.sub_odometry, self.on_odometry)  # the freshest state, even if starved
+        self._drain(self.sub_trajectory, self.on_trajectory)  # and the newest plan
         stages: dict[str, float] = {}
         reason = ""
         accel = rate = 0.0

@@ -58,6 +58,7 @@ from rad2_planner import validators
 from rad2_planner.bev import AgentFrame, BevError
 from rad2_planner.live_scene import LiveScene, LiveSceneError, load_map_and_route
 from rad2_planner.nodes.common import (
+    EVERY_SAMPLE_DEPTH,
     DiagnosticsReporter,
     Heartbeat,
     Throttle,
@@ -95,7 +96,8 @@ class PerceptionNode(Node):
         self.diagnostics = DiagnosticsReporter(self)
         self.pub_bev = self.create_publisher(BevFeatures, "perception/bev_features", command_qos())
         self.pub_tokens = self.create_publisher(SceneTokens, "perception/scene_tokens", command_qos())
-        self.create_subscription(Odometry, "localization/odometry", self._on_odom, sensor_qos())
+        self.create_subscription(Odometry, "localization/odometry", self._on_odom,
+                                 sensor_qos(EVERY_SAMPLE_DEPTH))
         # object lists: reliable keep-last-1 request would also match; best effort keeps up with 10 Hz
         self.create_subscription(PerceptionInputs, "perception/objects", self._on_objects, sensor_qos())
         self.get_logger().info(f"perception features ready: map {scene.source} "
