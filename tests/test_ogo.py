@@ -10,7 +10,7 @@ from bev_warp_sim.rollout import PerRowPlanners, run_rollouts
 from bev_warp_sim.simulator import Simulator
 from rad2_planner.geometry import world_to_ego
 from rad2_planner.tokens import project_onto_polyline
-from rad2_rl.ogo import OGOConfig, decide, ogo_targets, raw_segment, retime
+from rad2_rl.ogo import OGOConfig, OGOTarget, decide, minibatch, ogo_targets, raw_segment, retime
 from synthetic_scenes import make_clip
 
 
@@ -293,3 +293,24 @@ def test_a_retiming_that_hits_a_logged_agent_the_plan_missed_is_rejected():
     new = agents_hit(slower.target, state, clip, step, 0.5) & ~agents_hit(into_leader, state, clip, step, 0.5)
     assert not new.any()
     assert reject_new_collisions([slower], {clip.clip_id: clip}, 0.5) == ([slower], 0)
+
+
+def test_balanced_minibatches_draw_both_kinds_equally_whatever_the_mix():
+    def target(kind):
+        z = np.zeros((8, 2))
+        return OGOTarget("c", 0, np.zeros(5), 0.0, z, z, kind)
+
+    targets = [target("decelerate")] * 90 + [target("accelerate")] * 10
+    rng = np.random.default_rng(0)
+    kinds = lambda idx: [targets[i].kind for i in idx]  # noqa: E731
+    balanced = kinds(minibatch(targets, 16, rng, balance_kinds=True))
+    assert len(balanced) == 16 and balanced.count("accelerate") == 8
+    # the minority runs out: what is left of the batch is not filled from the majority
+    few = kinds(minibatch(targets, 32, rng, balance_kinds=True))
+    assert few.count("accelerate") == 10 and few.count("decelerate") == 16
+    # uniform draws follow the mix; one kind alone falls back to uniform draws
+    uniform = [kinds(minibatch(targets, 16, rng, balance_kinds=False)).count("accelerate")
+               for _ in range(200)]
+    assert 1.0 < np.mean(uniform) < 2.2
+    only = minibatch(targets[:90], 16, rng, balance_kinds=True)
+    assert len(set(only.tolist())) == 16

@@ -50,6 +50,9 @@ from .ogo import (
     ogo_targets,
     reject_new_collisions,
 )
+from .ogo import (
+    minibatch as ogo_minibatch,
+)
 from .tc_grpo import DecisionBatch, TCGRPOConfig, Trainer, decision_batch
 
 DISCRIMINATOR_INITS = ("generator", "random")
@@ -260,7 +263,7 @@ class RLRun:
         targets, self.pending_targets = self.pending_targets, []
         losses = []
         for _ in range(cfg.ogo_steps):
-            idx = self.rng.choice(len(targets), size=min(cfg.ogo_batch, len(targets)), replace=False)
+            idx = ogo_minibatch(targets, cfg.ogo_batch, self.rng, self.ogo_cfg.balance_kinds)
             batch = generator_batch(self.sim, self.clips_by_id, [targets[i] for i in idx], mcfg)
             logged = None
             if cfg.ogo_imitation_weight > 0:
