@@ -198,11 +198,16 @@ def test_generator_fine_tuning_moves_towards_the_targets():
                                         torch.Generator().manual_seed(7)))
 
     before = loss()
-    opt = torch.optim.AdamW(list(model.encoder.parameters()) + list(model.denoiser.parameters()), lr=3e-4)
+    encoder = {k: v.clone() for k, v in model.encoder.state_dict().items()}
+    opt = torch.optim.AdamW(model.denoiser.parameters(), lr=3e-4)
     gen = torch.Generator().manual_seed(0)
     for _ in range(6):
         generator_step(model, opt, batch, schedule, 4, gen)
     assert loss() < 0.8 * before
+    # the scene encoder, whose BEV tokens the discriminator reads, is left as it was (and trainable again)
+    assert all(torch.equal(v, model.encoder.state_dict()[k]) for k, v in encoder.items())
+    assert all(p.grad is None for p in model.encoder.parameters())
+    assert all(p.requires_grad for p in model.encoder.parameters())
 
 
 def test_imitation_mix_uses_logged_futures_and_adds_its_weighted_loss():

@@ -63,6 +63,9 @@ class OGOConfig:
     segment: str = "plan"  # plan | executed: what is re-timed (module docstring)
     reject_new_collisions: bool = True  # drop a target that hits a logged agent its raw segment misses
     balance_kinds: bool = False  # each minibatch half decelerations, half accelerations (when both exist)
+    # The scene encoder's BEV tokens are also the discriminator's input: updating it would move what a
+    # frozen (or buffered) discriminator was trained on. Off: OGO fine-tunes the denoiser only.
+    update_scene_encoder: bool = False
 
     def __post_init__(self) -> None:
         if self.segment not in SEGMENTS:
@@ -292,22 +295,27 @@ def imitation_batch(sim: Any, clips: Sequence[Any], samples: Sequence[tuple[int,
 
 def generator_step(model: Any, optimizer: Any, batch: dict[str, np.ndarray], schedule: Any, draws: int,
                    gen: Any, imitation_batch: dict[str, np.ndarray] | None = None,
-                   imitation_weight: float = 0.0) -> float:
+                   imitation_weight: float = 0.0, update_scene_encoder: bool = False) -> float:
     """One fine-tuning step of the generator on Eq. 19 — the x0-prediction MSE of the diffusion model
     with the OGO targets as the clean trajectories — optionally mixed with the imitation loss on logged
-    targets (RAD-2 Table 4, row 3). Returns the loss."""
+    targets (RAD-2 Table 4, row 3). The scene encoder takes part only with ``update_scene_encoder``
+    (:class:`OGOConfig`). Returns the loss."""
     import torch
     from rad2_planner.training.imitation import diffusion_loss, to_torch
 
-    model.encoder.train()
+    model.encoder.requires_grad_(update_scene_encoder)
+    model.encoder.train(update_scene_encoder)
     model.denoiser.train()
-    loss = diffusion_loss(model, to_torch(batch, torch.device("cpu")), schedule, draws, gen)
-    if imitation_batch is not None and imitation_weight > 0:
-        loss = loss + imitation_weight * diffusion_loss(model, to_torch(imitation_batch, torch.device("cpu")),
-                                                        schedule, draws, gen)
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
-    model.encoder.eval()
-    model.denoiser.eval()
+    try:
+        loss = diffusion_loss(model, to_torch(batch, torch.device("cpu")), schedule, draws, gen)
+        if imitation_batch is not None and imitation_weight > 0:
+            logged = to_torch(imitation_batch, torch.device("cpu"))
+            loss = loss + imitation_weight * diffusion_loss(model, logged, schedule, draws, gen)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    finally:
+        model.encoder.requires_grad_(True)
+        model.encoder.eval()
+        model.denoiser.eval()
     return float(loss.detach())

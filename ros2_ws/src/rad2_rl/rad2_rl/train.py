@@ -182,8 +182,10 @@ class RLRun:
         self.deploy = BatchedPolicy(self.policy, selection="deterministic")
         self.pool = pool
         self.trainer = Trainer(model, tc_cfg, lr=cfg.discriminator_lr)
-        self.gen_optimizer = torch.optim.AdamW(
-            list(model.encoder.parameters()) + list(model.denoiser.parameters()), lr=cfg.generator_lr)
+        generator_params = list(model.denoiser.parameters())
+        if ogo_cfg.update_scene_encoder:
+            generator_params = list(model.encoder.parameters()) + generator_params
+        self.gen_optimizer = torch.optim.AdamW(generator_params, lr=cfg.generator_lr)
         self.schedule = NoiseSchedule(model.cfg.num_train_steps, params["diffusion"]["schedule"])
         self.torch_gen = torch.Generator().manual_seed(cfg.seed)
         self.rng = np.random.default_rng(cfg.seed)
@@ -272,7 +274,8 @@ class RLRun:
                 logged = imitation_batch(self.sim, self.train_clips, samples, mcfg)
             losses.append(generator_step(self.model, self.gen_optimizer, batch, self.schedule,
                                          cfg.ogo_noise_draws, self.torch_gen, imitation_batch=logged,
-                                         imitation_weight=cfg.ogo_imitation_weight))
+                                         imitation_weight=cfg.ogo_imitation_weight,
+                                         update_scene_encoder=self.ogo_cfg.update_scene_encoder))
         self.state.generator_updates += 1
         kinds = [t.kind for t in targets]
         return {"ogo_loss": float(np.mean(losses)), "ogo_targets": float(len(targets)),
