@@ -112,6 +112,15 @@ def test_the_plan_segment_is_the_committed_plan_and_ignores_what_the_tracker_did
                   SimpleNamespace(step=0, trajectory=np.where(plan > 20, np.nan, plan),
                                   info={"plan_dt": 0.5})):
         np.testing.assert_allclose(segment(tr, other, OGOConfig(segment="plan"), 8, 0.5), driven)
+    # ``candidate``: the generator's selected proposal, not the plan post-processing made of it
+    slowed = plan * np.linspace(1.0, 0.7, 8)[:, None]
+    cands = np.stack([plan * 0.5, plan, plan * 1.2])
+    d = SimpleNamespace(step=0, trajectory=slowed, candidates=cands, selected=1, info={"plan_dt": 0.5})
+    np.testing.assert_allclose(segment(tr, d, OGOConfig(segment="candidate"), 8, 0.5), plan)
+    np.testing.assert_allclose(segment(tr, d, OGOConfig(segment="plan"), 8, 0.5), slowed)
+    for other in (SimpleNamespace(step=0, trajectory=slowed, candidates=None, selected=0, info={}),
+                  SimpleNamespace(step=0, trajectory=slowed, candidates=cands, selected=3, info={})):
+        np.testing.assert_allclose(segment(tr, other, OGOConfig(segment="candidate"), 8, 0.5), driven)
 
 
 class _Straight:
@@ -147,6 +156,9 @@ def _check_targets(ro, cfg, kinds):
             np.testing.assert_allclose(t.raw, raw_segment(tr, t.step, 8, 0.5))
             if i + 5 < len(tr.ego):  # the first plan point is 0.5 s = 5 steps later, where it was driven
                 np.testing.assert_allclose(t.raw[0], world_to_ego(tr.ego[i + 5, :2][None], tr.ego[i, :3])[0])
+        elif cfg.segment == "candidate":
+            d = next(d for d in tr.decisions if d.step == t.step)
+            np.testing.assert_allclose(t.raw, d.candidates[d.selected])
         else:  # the plan committed at the decision, not the drive that followed
             np.testing.assert_allclose(t.raw, committed[t.step])
         assert t.kind == decide(tr, t.step, cfg)
@@ -155,7 +167,7 @@ def _check_targets(ro, cfg, kinds):
         np.testing.assert_allclose(_arc_length(t.target), expected, rtol=0.05, atol=0.05)
 
 
-@pytest.mark.parametrize("segment", ["plan", "executed"])
+@pytest.mark.parametrize("segment", ["plan", "candidate", "executed"])
 def test_targets_from_closed_loop_rollouts(segment):
     sim = Simulator()
     clip = make_clip(num_steps=200)  # a slower leader ahead in the ego's lane

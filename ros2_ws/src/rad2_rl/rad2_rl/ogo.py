@@ -6,6 +6,8 @@ either
 - ``plan`` (the default): the plan the ego committed to at t — the selected candidate after the
   planner's post-processing, what the tracker was given — in the ego frame at t (the frame the
   generator plans in); or
+- ``candidate``: the generator's selected candidate itself, before the planner's post-processing
+  (safety envelope, comfort limits, signal rules), which only ever slows a plan down;
 - ``executed``: what the ego actually drove next, its positions at the plan's times ``(k+1)·plan_dt``,
   k < T, in the same frame.
 
@@ -51,7 +53,7 @@ from typing import Any
 import numpy as np
 from rad2_planner.geometry import world_to_ego
 
-SEGMENTS = ("plan", "executed")
+SEGMENTS = ("plan", "candidate", "executed")
 
 
 @dataclass(frozen=True)
@@ -136,12 +138,20 @@ def raw_segment(trace: Any, step: int, plan_points: int, plan_dt: float) -> np.n
 
 
 def segment(trace: Any, decision: Any, cfg: OGOConfig, plan_points: int, plan_dt: float) -> np.ndarray:
-    """The raw segment ``[T, 2]`` of a decision point that ``cfg.segment`` names. A decision without a
-    committed plan of the generator's shape (a controls action, another planner's horizon) or with a
-    non-finite point falls back to the executed drive."""
+    """The raw segment ``[T, 2]`` of a decision point that ``cfg.segment`` names: ``plan``, the committed
+    plan; ``candidate``, the generator's selected candidate before the planner's post-processing (the
+    safety envelope and the comfort limits only ever slow a plan down, so targets built on the committed
+    plan pull the generator slower at every update, and the post-processing then slows it again);
+    ``executed``, the drive. A decision without a plan or candidates of the generator's shape (a
+    controls action, another planner's horizon) or with a non-finite point falls back to the drive."""
     plan = getattr(decision, "trajectory", None)
+    if cfg.segment == "candidate":
+        candidates = getattr(decision, "candidates", None)
+        selected = int(getattr(decision, "selected", 0))
+        plan = (candidates[selected] if candidates is not None and np.ndim(candidates) == 3
+                and 0 <= selected < len(candidates) else None)
     plan_dt_of = (getattr(decision, "info", None) or {}).get("plan_dt", plan_dt)
-    if (cfg.segment == "plan" and plan is not None and np.shape(plan) == (plan_points, 2)
+    if (cfg.segment != "executed" and plan is not None and np.shape(plan) == (plan_points, 2)
             and abs(float(plan_dt_of) - plan_dt) < 1e-9 and np.isfinite(plan).all()):
         return np.asarray(plan, dtype=np.float64)
     return raw_segment(trace, decision.step, plan_points, plan_dt)
