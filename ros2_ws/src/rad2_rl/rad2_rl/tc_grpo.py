@@ -47,7 +47,9 @@ ADVANTAGES = ("grpo", "vd_grpo", "mean_only")
 @dataclass(frozen=True)
 class TCGRPOConfig:
     advantage: str = "grpo"
-    vd_scale: float = 1.0  # VD-GRPO's fixed divisor
+    # VD-GRPO's fixed divisor c (Plan-R1: 0.1). Adam makes the update nearly invariant to a constant
+    # factor on the advantages, so c matters only against the entropy term; c = 1 is mean_only exactly.
+    vd_scale: float = 0.1
     clip_eps: float = 0.2  # ε of Eq. 16
     min_reward_std: float = 1e-3  # clip filtering: groups with less reward spread are dropped
     temperature: float = 1.0  # T of the softmax policy (the behaviour policy's)
