@@ -325,3 +325,21 @@ def test_experiment_results_keep_each_clips_outcome(tmp_path):
     report = (tmp_path / "experiments.md").read_text()
     hits = sum(c["collided"] for c in clips)
     assert f"| {arm.label} | {hits} / 2 |" in report  # the collision table counts the same episodes
+
+
+def test_resuming_with_an_optimiser_over_other_parameters_names_the_setting():
+    """A run saved with OGO updating the scene encoder cannot silently resume without it: the error says
+    which setting to restore instead of torch's parameter-group mismatch."""
+    import torch
+    from rad2_rl.train import _optimizer_arrays, _optimizer_meta, _restore_optimizer
+
+    enc, den = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    started = torch.optim.AdamW([*enc.parameters(), *den.parameters()], lr=1e-3)
+    den(enc(torch.ones(1, 2))).sum().backward()
+    started.step()
+    meta, arrays = _optimizer_meta(started), _optimizer_arrays("gen_opt", started)
+    with pytest.raises(ValueError, match="rl.ogo.update_scene_encoder"):
+        _restore_optimizer(torch.optim.AdamW(den.parameters(), lr=1e-3), "gen_opt", arrays, meta)
+    same = torch.optim.AdamW([*enc.parameters(), *den.parameters()], lr=1e-3)
+    _restore_optimizer(same, "gen_opt", arrays, meta)
+    assert same.state_dict()["state"][0]["step"] == 1

@@ -473,6 +473,13 @@ def _optimizer_arrays(prefix: str, opt: torch.optim.Optimizer) -> dict[str, np.n
 
 def _restore_optimizer(opt: torch.optim.Optimizer, prefix: str, arrays: dict[str, np.ndarray],
                        meta: dict[str, Any]) -> None:
+    saved = [len(g["params"]) for g in meta["param_groups"]]
+    now = [len(g["params"]) for g in opt.param_groups]
+    if saved != now:
+        hint = (" (OGO's optimiser: rl.ogo.update_scene_encoder as the run was started)"
+                if prefix == "gen_opt" else "")
+        raise ValueError(f"resume: the saved {prefix} optimises {sum(saved)} parameter tensors, this "
+                         f"configuration {sum(now)}: resume with the settings the run was started with{hint}")
     state = {}
     for pid, scalars in meta["scalars"].items():
         st = {k: torch.tensor(v) for k, v in scalars.items() if v is not None}
