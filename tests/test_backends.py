@@ -458,6 +458,33 @@ def test_recorded_discriminator_inputs_reproduce_the_logits_in_pytorch(setup):
         stack_discriminator_inputs([pol.plan(_obs(model.cfg), seed=0)])
 
 
+class _ReadsOnlyTheFirstInput(torch.nn.Module):
+    def forward(self, trajectories, agents, ego_state):
+        return trajectories * 2.0
+
+
+def test_an_exported_graph_keeps_every_input_even_one_the_weights_ignore(tmp_path):
+    """Tracing prunes an input the module never reads; the export puts it back in its place with its
+    dynamic axes, so callers feed one interface whatever the weights do."""
+    import onnx
+    import onnxruntime as ort
+
+    names = ("trajectories", "agents", "ego_state")
+    args = (torch.ones(2, 3, 8, 2), torch.ones(2, 5, 10), torch.ones(2, 4))
+    dynamic = {"trajectories": {0: "batch", 1: "candidates"}, "agents": {0: "batch", 1: "agents"},
+               "ego_state": {0: "batch"}}
+    path = tmp_path / "g.onnx"
+    onnx_export._export(_ReadsOnlyTheFirstInput(), args, names, ("out",), dynamic, path)
+    graph = onnx.load(str(path)).graph
+    assert [v.name for v in graph.input] == list(names)
+    agents_dims = [d.dim_param or d.dim_value for d in graph.input[1].type.tensor_type.shape.dim]
+    assert agents_dims == ["batch", "agents", 10]
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    feed = {"trajectories": np.ones((1, 7, 8, 2), np.float32), "agents": np.zeros((1, 2, 10), np.float32),
+            "ego_state": np.zeros((1, 4), np.float32)}
+    np.testing.assert_array_equal(sess.run(None, feed)[0], 2.0 * feed["trajectories"])
+
+
 def test_onnx_cache_lives_beside_the_checkpoint_it_was_exported_from(tmp_path):
     """A checkpoint named by planner.checkpoint_dir exports into its own folder; another checkpoint (a
     separate discriminator checkpoint) never writes into it. (Two exports: each takes about a minute.)"""

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Export a planner checkpoint to ONNX (scene encoder, one denoising step, discriminator) and check it.
 
-Writes <out>/{scene_encoder,denoiser,discriminator}.onnx + manifest.json (dynamo export, dynamic B and M),
+Writes <out>/{scene_encoder,denoiser,discriminator}.onnx + manifest.json (dynamic B and M),
 then compares ONNX Runtime with PyTorch on the same inputs and prints the max abs error per output.
 --record FILE.npz also saves the exact inputs of each graph from a few real planning cycles, for
 tools/trt_consistency.py on the target machine.

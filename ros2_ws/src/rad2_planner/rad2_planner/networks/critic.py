@@ -52,7 +52,9 @@ KIND = "collision_critic"
 CRITIC_INPUTS = ("trajectories", "agents", "agents_mask", "ego_state")
 CRITIC_OUTPUTS = ("logits", "probs")
 # Bump when the exported graph changes for the same weights (a cached onnx/critic.onnx is refreshed).
-CRITIC_EXPORT_FORMAT = 1
+# 2: the TorchScript-tracing exporter (runtime/onnx_export.py).
+CRITIC_EXPORT_FORMAT = 2
+from ..runtime.onnx_export import EXPORTER as ONNX_EXPORTER  # noqa: E402
 from ..runtime.onnx_export import OPSET as ONNX_OPSET  # noqa: E402
 
 PAIR_FEATURES = 16  # per (trajectory point, agent) pair, see CollisionCritic._pair_features
@@ -325,22 +327,20 @@ def critic_example_inputs(
 
 
 def export_critic_onnx(critic: CollisionCritic, path: str | Path) -> Path:
-    """Export ``critic`` (dynamo exporter, opset 18; dynamic batch, candidates and agents) to ``path``."""
+    """Export ``critic`` (the planner's exporter, opset 18; dynamic batch, candidates, agents) to ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     critic = critic.to("cpu").eval()
     ex = critic_example_inputs(critic.cfg)
     args = tuple(torch.from_numpy(ex[k]) for k in CRITIC_INPUTS)
-    b = torch.export.Dim("batch", min=1, max=256)
-    m = torch.export.Dim("candidates", min=1, max=4096)
-    n = torch.export.Dim("agents", min=1, max=1024)
+    b, m, n = "batch", "candidates", "agents"
     dyn = {
         "trajectories": {0: b, 1: m},
         "agents": {0: b, 1: n},
         "agents_mask": {0: b, 1: n},
         "ego_state": {0: b},
     }
-    from ..runtime.onnx_export import _export  # the one exporter: dynamo, atomic write
+    from ..runtime.onnx_export import _export  # the one exporter, atomic write
 
     _export(critic, args, CRITIC_INPUTS, CRITIC_OUTPUTS, dyn, path)
     return path
@@ -366,6 +366,7 @@ def ensure_critic_onnx(critic: CollisionCritic, out_dir: str | Path) -> Path:
         json.dumps(
             {
                 **want,
+                "exporter": ONNX_EXPORTER,
                 "opset": ONNX_OPSET,
                 "inputs": CRITIC_INPUTS,
                 "outputs": CRITIC_OUTPUTS,
