@@ -181,6 +181,14 @@ def test_targets_from_closed_loop_rollouts(segment):
     [slow], _ = run_rollouts(sim, PerRowPlanners(lambda: _Straight(0.0, speed_factor=0.3)), [clip],
                              start_steps=0, max_steps=60, h_reuse=8)
     _check_targets(slow, cfg, {"accelerate"})
+    # ``kinds`` keeps one half of Eq. 19: the same rollouts then give targets of that kind only
+    both = ogo_targets([fast, slow], cfg, plan_points=8, plan_dt=0.5)
+    for kinds in ("accelerate", "decelerate"):
+        only = ogo_targets([fast, slow], OGOConfig(segment=segment, kinds=kinds), plan_points=8, plan_dt=0.5)
+        assert only and {t.kind for t in only} == {kinds}
+        assert [(t.clip_id, t.step) for t in only] == [(t.clip_id, t.step) for t in both if t.kind == kinds]
+    with pytest.raises(ValueError, match="kinds"):
+        OGOConfig(kinds="brake")
 
 
 def test_generator_fine_tuning_moves_towards_the_targets():

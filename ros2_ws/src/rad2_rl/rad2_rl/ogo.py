@@ -54,6 +54,7 @@ import numpy as np
 from rad2_planner.geometry import world_to_ego
 
 SEGMENTS = ("plan", "candidate", "executed")
+TARGET_KINDS = ("both", "decelerate", "accelerate")
 
 
 @dataclass(frozen=True)
@@ -68,10 +69,17 @@ class OGOConfig:
     # The scene encoder's BEV tokens are also the discriminator's input: updating it would move what a
     # frozen (or buffered) discriminator was trained on. Off: OGO fine-tunes the denoiser only.
     update_scene_encoder: bool = False
+    # Which halves of Eq. 19 make targets: both (RAD-2), or only one kind. Why one: with log-replayed
+    # agents that do not react, a deceleration target teaches the generator a slowing that a follower
+    # replaying its log drives into (README, sessions 29-33); ``accelerate`` keeps the efficiency half
+    # and leaves slowing for a hazard to the discriminator and the planner's safety envelope.
+    kinds: str = "both"
 
     def __post_init__(self) -> None:
         if self.segment not in SEGMENTS:
             raise ValueError(f"segment: must be one of {SEGMENTS}, got {self.segment!r}")
+        if self.kinds not in TARGET_KINDS:
+            raise ValueError(f"kinds: must be one of {TARGET_KINDS}, got {self.kinds!r}")
         if not 0.0 < self.decel_ratio < 1.0:
             raise ValueError(f"decel_ratio: must lie in (0, 1), got {self.decel_ratio!r}")
         if not self.accel_ratio > 1.0:
@@ -170,13 +178,14 @@ def decide(trace: Any, step: int, cfg: OGOConfig) -> str | None:
 
 
 def ogo_targets(rollouts: Sequence[Any], cfg: OGOConfig, plan_points: int, plan_dt: float) -> list[OGOTarget]:
-    """The fine-tuning samples of a batch of rollouts: one per decision point that needs re-timing."""
+    """The fine-tuning samples of a batch of rollouts: one per decision point that needs re-timing (of
+    the kinds ``cfg.kinds`` asks for)."""
     out = []
     for r in rollouts:
         tr = r.trace
         for d in tr.decisions:
             kind = decide(tr, d.step, cfg)
-            if kind is None:
+            if kind is None or cfg.kinds not in ("both", kind):
                 continue
             raw = segment(tr, d, cfg, plan_points, plan_dt)
             ratio = cfg.decel_ratio if kind == "decelerate" else cfg.accel_ratio
