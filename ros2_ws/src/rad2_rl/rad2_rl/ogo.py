@@ -28,6 +28,11 @@ re-times the segment *along the same path*:
   by ``ρ' > 1`` (beyond the driven path's end, along its last heading);
 - otherwise the segment is no target.
 
+``rl.ogo.kinds`` can keep one of the two kinds only. ``accelerate`` is for simulators whose agents
+replay their logs: a follower does not brake for a slower ego, so a deceleration target can teach
+the generator the very slowing that gets it rear-ended, while the planner's safety envelope and the
+discriminator already slow it for a hazard ahead.
+
 As in RAD-2, the re-timing adds one constant offset to the segment's acceleration profile and
 re-integrates: the start speed is kept (a target must begin at the speed the ego has), the distance at
 the horizon's end becomes ρ times the driven one, and a deceleration that would reverse the ego stops
