@@ -31,7 +31,9 @@ re-times the segment *along the same path*:
 ``rl.ogo.kinds`` can keep one of the two kinds only. ``accelerate`` is for simulators whose agents
 replay their logs: a follower does not brake for a slower ego, so a deceleration target can teach
 the generator the very slowing that gets it rear-ended, while the planner's safety envelope and the
-discriminator already slow it for a hazard ahead.
+discriminator already slow it for a hazard ahead. Measured (README, session 33): it drove further
+held out but collided more with leaders, because the frozen discriminator then ranks candidates it was
+not trained on.
 
 As in RAD-2, the re-timing adds one constant offset to the segment's acceleration profile and
 re-integrates: the start speed is kept (a target must begin at the speed the ego has), the distance at
@@ -76,7 +78,7 @@ class OGOConfig:
     update_scene_encoder: bool = False
     # Which halves of Eq. 19 make targets: both (RAD-2), or only one kind. Why one: with log-replayed
     # agents that do not react, a deceleration target teaches the generator a slowing that a follower
-    # replaying its log drives into (README, sessions 29-33); ``accelerate`` keeps the efficiency half
+    # replaying its log drives into (README, sessions 29-30); ``accelerate`` keeps the efficiency half
     # and leaves slowing for a hazard to the discriminator and the planner's safety envelope.
     kinds: str = "both"
 
