@@ -94,6 +94,7 @@ def main() -> int:
         out["t_start_ns"], out["t_end_ns"] = t0, time.time_ns()
     finally:
         out["exit_codes"] = {**sim.stop(), **stack.stop()}
+        out["stop_seconds"] = {p.name: p.stop_seconds for p in (*sim.processes, *stack.processes)}
         monitor.close()
     lat = monitor.latencies()
     out.update(

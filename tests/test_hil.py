@@ -229,8 +229,9 @@ def test_hil_two_hosts_over_veth(one_clip, tmp_path, two_namespaces):
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     res = _result(proc.stdout)
     rx1, tx1 = _veth_bytes(ns_sim, dev)
-    assert all(code == 0 for code in res["exit_codes"].values()), res["exit_codes"]
+    assert all(code == 0 for code in res["exit_codes"].values()), (res["exit_codes"], res["stop_seconds"])
     figures = _check_closed_loop(res, clip, require_safe=_checkpoint_ready())
+    print(f"two hosts: seconds to stop {res['stop_seconds']}", file=sys.stderr)
     # the sim's BEV + tokens went out over the veth, trajectories/commands came back over it
     steps = figures["steps"]
     assert tx1 - tx0 > 0.5 * steps * 600_000, (tx1 - tx0, steps)

@@ -101,6 +101,7 @@ class NodeProcess:
     popen: subprocess.Popen | None = None
     log_file: Any = None
     returncode: int | None = None
+    stop_seconds: float | None = None  # from the first SIGINT of stop() until the process was seen gone
 
     @property
     def name(self) -> str:
@@ -252,12 +253,30 @@ class Bringup:
         return "\n".join(f"--- {p.log_path}\n{p.log_tail(lines)}" for p in self.processes)
 
     def stop(self, timeout: float = 10.0) -> dict[str, int | None]:
-        """SIGINT every process, then SIGTERM, then SIGKILL; returns name -> return code."""
+        """SIGINT every process, then SIGTERM, then SIGKILL; returns name -> return code. Each
+        process's ``stop_seconds`` records how long it took to go."""
+        t0 = time.monotonic()
+
+        def note_exits() -> bool:
+            alive = False
+            for p in self.processes:
+                if p.alive():
+                    alive = True
+                elif p.stop_seconds is None:
+                    p.stop_seconds = time.monotonic() - t0
+            return alive
+
         for sig, wait in ((signal.SIGINT, timeout), (signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
+            if sig != signal.SIGINT and note_exits():
+                # a process that ignored the previous signal first prints its threads' stacks into
+                # its log (every graph node registers faulthandler on SIGUSR1): a hang must say where
+                for p in self.processes:
+                    p.signal(signal.SIGUSR1)
+                time.sleep(0.5)
             for p in self.processes:
                 p.signal(sig)
             end = time.monotonic() + wait
-            while time.monotonic() < end and any(p.alive() for p in self.processes):
+            while time.monotonic() < end and note_exits():
                 time.sleep(0.05)
         for p in self.processes:
             if p.popen is not None:
@@ -267,6 +286,7 @@ class Bringup:
                     p.returncode = None
             if p.log_file is not None and not p.log_file.closed:
                 p.log_file.close()
+        note_exits()
         return {p.name: p.returncode for p in self.processes}
 
     def run(self, ready_timeout: float = 60.0, duration: float | None = None) -> int:

@@ -25,8 +25,10 @@ and ``-p`` overrides), so the same class runs as its own process or inside one e
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import math
+import signal
 import threading
 import time
 from collections import deque
@@ -438,13 +440,45 @@ def _context_goes_down(rclpy_module, within_s: float) -> bool:
     return True
 
 
+SPIN_SLICE_S = 0.1  # the longest the main thread waits in the middleware before it looks at a stop request
+SHUTDOWN_DEADLINE_S = 5.0  # teardown (destroy the node, shut the context down) must end within this
+
+
+def _install_stop_handlers(stop: threading.Event, spinning: threading.Event) -> dict[int, Any]:
+    """SIGINT and SIGTERM set ``stop``; returns the handlers they replace. Installed before
+    ``rclpy.init``, whose own handlers (which shut the context down and wake the executor) chain to them,
+    so a stop request is seen even if that wake-up is missed. Before ``spinning`` is set (a planner can
+    spend many seconds loading its networks) the signal also interrupts, as Python's default handler
+    would. Only the main thread may install handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def request_stop(*_) -> None:
+        stop.set()
+        if not spinning.is_set():
+            raise KeyboardInterrupt
+
+    return {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
 def run_node(node_class, args: list[str] | None = None, **kwargs) -> int:
-    """Create ``node_class`` and spin it until shutdown; SIGINT/SIGTERM end it cleanly (exit 0)."""
+    """Create ``node_class`` and spin it until shutdown; SIGINT/SIGTERM end it cleanly (exit 0).
+
+    The executor spins in slices of ``SPIN_SLICE_S`` rather than ``spin()``: a plain ``spin()`` waits in
+    the middleware until an entity is ready, and once the simulator or the inputs have stopped (simulated
+    time no longer advances the timers) a stop that fails to wake that wait left a node running until
+    SIGKILL (a CI run saw the controller ignore SIGINT and SIGTERM). Teardown runs under a
+    ``faulthandler`` watchdog: a hang there prints every thread's stack and ends the process (exit 1)
+    after ``SHUTDOWN_DEADLINE_S``. SIGUSR1 prints the stacks at any time."""
     import rclpy
     from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 
+    stop, spinning = threading.Event(), threading.Event()
+    previous_handlers = _install_stop_handlers(stop, spinning)
     rclpy.init(args=args)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     node = None
+    executor = None
     try:
         node = node_class(**kwargs)
         # Everything allocated at start-up (torch, ONNX Runtime, the networks, the map) lives as long
@@ -455,7 +489,9 @@ def run_node(node_class, args: list[str] | None = None, **kwargs) -> int:
         gc.freeze()
         executor = SingleThreadedExecutor()
         executor.add_node(node)
-        executor.spin()
+        spinning.set()
+        while not stop.is_set() and rclpy.ok():
+            executor.spin_once(timeout_sec=SPIN_SLICE_S)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception:
@@ -466,13 +502,24 @@ def run_node(node_class, args: list[str] | None = None, **kwargs) -> int:
         # (pybind11 "Unable to convert call argument", the interrupt pending in the conversion) while
         # the context still reads as up. So wait briefly for the shutdown before calling it a fault;
         # a genuine error, with no signal behind it, still propagates after the wait.
-        if not _context_goes_down(rclpy, SHUTDOWN_GRACE_S):
+        if not stop.is_set() and not _context_goes_down(rclpy, SHUTDOWN_GRACE_S):
             raise
     finally:
-        if node is not None:
-            try:
-                node.destroy_node()
-            except Exception:  # noqa: BLE001 -- best effort on shutdown
-                pass
-        rclpy.try_shutdown()
+        faulthandler.dump_traceback_later(SHUTDOWN_DEADLINE_S, exit=True)
+        try:
+            if executor is not None:
+                try:
+                    executor.shutdown(timeout_sec=1.0)
+                except Exception:  # noqa: BLE001 -- its guard condition dies with a context already down
+                    pass
+            if node is not None:
+                try:
+                    node.destroy_node()
+                except Exception:  # noqa: BLE001 -- best effort on shutdown
+                    pass
+            rclpy.try_shutdown()
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+            for sig, handler in previous_handlers.items():
+                signal.signal(sig, handler)
     return 0
