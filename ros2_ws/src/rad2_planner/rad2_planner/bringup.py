@@ -14,6 +14,7 @@ The CLI is tools/bringup.py. Imports rclpy only inside ``run_composed``.
 
 from __future__ import annotations
 
+import faulthandler
 import importlib
 import json
 import os
@@ -339,6 +340,8 @@ def run_composed(graph: str, args: dict[str, str], overrides: dict[str, dict[str
 
     spec = graphs.load_graph(graph, args)
     rclpy.init()
+    # as in nodes.common.run_node: SIGUSR1 prints the threads' stacks (stop() sends it before escalating)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     executor = MultiThreadedExecutor(num_threads=threads)
     nodes = []
     try:
