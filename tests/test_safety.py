@@ -108,6 +108,27 @@ def test_ttc_zero_on_overlap_and_rear_exclusion():
     assert _ttc(10.0, rear, val, params) == pytest.approx(0.6)
 
 
+def test_follower_ttc_sees_only_the_vehicles_behind():
+    """``with_rear``: T^rear_t counts the agents T_t leaves out as behind, a stopped ego included."""
+    k1 = 31
+    t = np.arange(k1) * 0.1
+    agents = np.zeros((2, k1, 5))
+    agents[0, :, 0] = -10.0 + 20.0 * t  # follower closing at 10 m/s relative, gap 6 m -> 0.6 s
+    agents[1, :, 0] = 21.5  # static obstacle ahead: 17.5 m at 10 m/s -> first overlap at 1.8 s
+    agents[:, :, 3:] = (4.0, 2.0)
+    val = np.ones((2, k1), bool)
+    size = np.array([4.0, 2.0])
+    front, rear = safety.ttc_at_state(np.zeros(3), 10.0, 0.0, size, agents, val, PARAMS, with_rear=True)
+    assert float(front) == pytest.approx(1.8) and float(rear) == pytest.approx(0.6)
+    assert float(front) == _ttc(10.0, agents, val)  # T_t itself is unchanged by asking for both
+    # a stopped ego: T_t ignores everyone at k >= 1, the follower still reaches it (gap 6 m at 20 m/s)
+    front, rear = safety.ttc_at_state(np.zeros(3), 0.0, 0.0, size, agents, val, PARAMS, with_rear=True)
+    assert float(front) == pytest.approx(3.0) and float(rear) == pytest.approx(0.3)
+    # nothing behind: T_max
+    _, rear = safety.ttc_at_state(np.zeros(3), 10.0, 0.0, size, agents[1:], val[1:], PARAMS, with_rear=True)
+    assert float(rear) == pytest.approx(3.0)
+
+
 def test_ttc_stopped_ego_is_not_projected_into_crossing_traffic():
     k1 = 31
     t = np.arange(k1) * 0.1

@@ -305,7 +305,8 @@ def _trace(n=11, ego_speed=9.0, lateral=0.0, ttc=None, **kw):
     expert_xy = np.stack([10.0 * k * 0.1, np.zeros(n)], -1)
     base = dict(clip_id="c", scenario_kind="slow_leader", dt=0.1, t_max=3.0, start_step=0, end_step=n - 1,
                 window_end=n - 1, termination="clip_end", ego=ego,
-                ttc=np.full(n, 3.0) if ttc is None else np.asarray(ttc, float), route_s=ego[:, 0].copy(),
+                ttc=np.full(n, 3.0) if ttc is None else np.asarray(ttc, float), rear_ttc=np.full(n, 3.0),
+                route_s=ego[:, 0].copy(),
                 speed_limits=np.full(n, 13.9), expert_s=expert_xy[:, 0].copy(), expert_xy=expert_xy,
                 collided=False, at_fault=False, offroad=False)
     base.update(kw)
@@ -327,6 +328,15 @@ def test_reward_registry_hand_computed():
     assert rw.reward_laviplan(_trace(ego_speed=10.0), PARAMS) == pytest.approx(0.0)
     hit = _trace(collided=True, termination="collision")
     assert rw.reward_rad2_collision(hit, PARAMS) == -3.0
+    # the follower margin: worst T^rear_t against T_max
+    follow = _trace(ttc=[3.0, 3.0, 2.5, 1.2] + [3.0] * 7, rear_ttc=[0.2, 3.0, 0.9, 2.0] + [3.0] * 7)
+    assert r["follower_margin"] == 0.0
+    assert rw.reward_follower_margin(follow, PARAMS) == pytest.approx(0.9 - 3.0)  # step 0 is the log's
+    assert rw.reward_follower_margin(hit, PARAMS) == -3.0
+    assert rw.reward_rad2(follow, PARAMS) == pytest.approx(r["rad2"])  # the paper's reward ignores it
+    assert r["rad2_follow"] == pytest.approx(r["rad2"])  # no follower closing in: nothing added
+    weighted = {**PARAMS, "rewards": {**PARAMS["rewards"], "rad2_follow": {"weight_follower": 0.5}}}
+    assert rw.reward_rad2_follow(follow, weighted) == pytest.approx(r["rad2"] + 0.5 * (0.9 - 3.0))
     assert rw.reward_correction_planner(hit, PARAMS) == -1.0 and rw.reward_plan_r1(hit, PARAMS) == 0.0
     fast = _trace(ego_speed=11.5)  # rho = 1.15: above the window
     assert rw.reward_rad2_efficiency(fast, PARAMS) == pytest.approx(1.10 - 1.15 + 1.0)

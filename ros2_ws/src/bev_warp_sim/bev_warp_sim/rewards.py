@@ -7,6 +7,8 @@ function, never an edit of the simulator.
 - ``rad2_collision``: RAD-2 Eq. 12–13, ``r_coll = min_t (T_t − T_max)`` (``−T_max`` after a collision);
 - ``rad2_efficiency``: RAD-2 Eq. 14, ``r_eff`` of the ego progress ρ;
 - ``rad2``: ``w_coll · r_coll + w_eff · r_eff`` (``rewards.rad2`` weights);
+- ``follower_margin``: ``r_follow`` (below);
+- ``rad2_follow``: ``rad2 + w_follow · r_follow`` (``rewards.rad2_follow.weight_follower``);
 - ``plan_r1``: Plan-R1's rule-based reward (gates × weighted soft terms, below);
 - ``correction_planner``: CorrectionPlanner's ``min(ρ, 1) · 1[no collision] − 1[collision]``;
 - ``laviplan``: LaViPlan's planning reward ``−log(1 + ADE) − log(1 + FDE)`` of the driven ego positions
@@ -15,6 +17,10 @@ function, never an edit of the simulator.
 Definitions:
 
 - ``r_coll = min_t (T_t − T_max)`` over the rollout (≤ 0; 0 when T_t never dropped below T_max).
+- ``r_follow = min_t (T^rear_t − T_max)``: the same margin against vehicles behind the ego (the
+  follower time to collision of ``bev_warp_sim.safety``), which ``T_t`` leaves out. RAD-2's reward has
+  no such term; in a log replay, where a follower cannot brake for an ego slower than the logged one,
+  it prices the gap that rear-end collisions use up before one happens.
 - Ego progress ``ρ``: the ego's arc-length progress along the route polyline over the rollout window
   divided by the expert's (the log's) progress over the same window; 1 when the expert moved less than
   ``rewards.min_expert_progress_m`` (nothing to compare against).
@@ -246,11 +252,25 @@ def reward_rad2_efficiency(trace: EpisodeTrace, params: dict[str, Any]) -> float
     return r_eff(episode_progress(trace, params)[2], float(cfg["rho_low"]), float(cfg["rho_high"]))
 
 
+def reward_follower_margin(trace: EpisodeTrace, params: dict[str, Any]) -> float:
+    """``r_follow``: the worst follower margin ``min_t (T^rear_t − T_max)``; ``−T_max`` after a
+    collision, as Eq. 13."""
+    if trace.collided:
+        return -trace.t_max
+    return r_coll(trace.rear_ttc[1:], trace.t_max)
+
+
 def reward_rad2(trace: EpisodeTrace, params: dict[str, Any]) -> float:
     """RAD-2's two sequence-level rewards combined with the ``rewards.rad2`` weights."""
     w = params["rewards"]["rad2"]
     return float(w["weight_collision"]) * reward_rad2_collision(trace, params) + float(
         w["weight_efficiency"]) * reward_rad2_efficiency(trace, params)
+
+
+def reward_rad2_follow(trace: EpisodeTrace, params: dict[str, Any]) -> float:
+    """RAD-2's reward plus the follower margin, ``rad2 + w_follow · r_follow``."""
+    w = float(params["rewards"]["rad2_follow"]["weight_follower"])
+    return reward_rad2(trace, params) + w * reward_follower_margin(trace, params)
 
 
 def plan_r1_terms(trace: EpisodeTrace, params: dict[str, Any]) -> dict[str, float]:
@@ -285,7 +305,9 @@ def reward_laviplan(trace: EpisodeTrace, params: dict[str, Any]) -> float:
 REWARDS: dict[str, RewardFn] = {
     "rad2_collision": reward_rad2_collision,
     "rad2_efficiency": reward_rad2_efficiency,
+    "follower_margin": reward_follower_margin,
     "rad2": reward_rad2,
+    "rad2_follow": reward_rad2_follow,
     "plan_r1": reward_plan_r1,
     "correction_planner": reward_correction_planner,
     "laviplan": reward_laviplan,

@@ -15,6 +15,13 @@ Time to collision (RAD-2 Eq. 12)
     (a vehicle closing in from behind is its own hazard). A box overlap at ``k = 0`` always gives
     ``T_t = 0``, whatever the exclusions: a collision is a collision.
 
+Follower time to collision (``T^rear_t``, :func:`ttc_at_state` with ``with_rear=True``)
+    The same projection against only the agents that ``T_t`` leaves out as behind the ego, stationary
+    ego included: how soon a vehicle coming up from behind, on its own (logged) future, reaches the ego
+    if the ego holds its speed. A log-replayed follower cannot brake for an ego slower than the logged
+    one, so this is the margin that rear-end collisions in a non-reactive replay use up; the ``rad2``
+    reward can weigh it (``rewards.rad2.weight_follower``).
+
 At-fault attribution (:func:`classify_collision`)
     The contact point is the centroid of the two boxes' intersection polygon. Each box is split along
     its heading into a front zone, a side zone and a rear zone (front/rear = ``zone_fraction`` of the
@@ -108,6 +115,7 @@ def time_to_collision(
     (length, width) or ``(2,)``; agent_future ``[..., N, K+1, 5]`` agent boxes at the same absolute
     times; agent_valid ``[..., N, K+1]``; ignore_agents ``[..., N]`` bool excludes agents at k ≥ 1 (they
     still count at k = 0). Returns T ``[...]`` in seconds: the first ``k·dt`` with an overlap, or t_max.
+    A tuple of masks as ``ignore_agents`` returns a tuple of T, one per mask, from one overlap test.
     """
     ego_future = np.asarray(ego_future, dtype=np.float64)
     agent_future = _check_boxes("agent_future", agent_future)
@@ -124,10 +132,17 @@ def time_to_collision(
     )  # [..., K+1, 5]
     hit = boxes_overlap(ego_boxes[..., None, :, :], agent_future)  # [..., N, K+1]
     hit &= np.asarray(agent_valid, dtype=bool)
+    if isinstance(ignore_agents, tuple):  # several agent selections over one overlap test
+        return tuple(_first_hit_time(hit, ign, dt, t_max) for ign in ignore_agents)
+    return _first_hit_time(hit, ignore_agents, dt, t_max)
+
+
+def _first_hit_time(hit: np.ndarray, ignore_agents, dt: float, t_max: float) -> np.ndarray:
+    """First ``k·dt`` (≤ t_max) with a hit ``[..., N, K+1]`` by an agent not ignored at k ≥ 1."""
+    k1 = hit.shape[-1]
     if ignore_agents is not None:
         ign = np.asarray(ignore_agents, dtype=bool)[..., None]
-        k_index = np.arange(k1)
-        hit &= ~(ign & (k_index >= 1))
+        hit = hit & ~(ign & (np.arange(k1) >= 1))
     any_hit = hit.any(axis=-2)  # [..., K+1]
     times = np.arange(k1, dtype=np.float64) * dt
     first = np.where(any_hit, times, np.inf).min(axis=-1)
@@ -156,11 +171,13 @@ def ttc_at_state(
     agent_future,
     agent_valid,
     params: dict[str, Any],
-) -> np.ndarray:
+    with_rear: bool = False,
+):
     """T_t from an ego state (CTRV projection) against agent boxes ``[..., N, K+1, 5]`` over the look-ahead.
 
     ``params`` is the ``sim.yaml`` dict (uses ``ttc.*`` and ``at_fault.stopped_speed``). K+1 must equal
-    ``round(t_max / dt) + 1``.
+    ``round(t_max / dt) + 1``. With ``with_rear``, returns ``(T_t, T^rear_t)``: the follower time to
+    collision (module docstring) from the same overlap test.
     """
     cfg = params["ttc"]
     dt, t_max = float(cfg["dt"]), float(cfg["t_max"])
@@ -169,16 +186,17 @@ def ttc_at_state(
     ego_speed = np.asarray(ego_speed, dtype=np.float64)
     future = project_ego_ctrv(ego_pose, ego_speed, ego_yaw_rate, n_steps, dt)
     ego_size = np.asarray(ego_size, dtype=np.float64)
-    ignore = None
-    if cfg.get("exclude_rear_agents", False):
-        ignore = rear_agents(ego_pose, ego_size[..., 0], np.asarray(agent_future)[..., 0, :2])
+    behind = rear_agents(ego_pose, ego_size[..., 0], np.asarray(agent_future)[..., 0, :2])
+    ignore = behind if cfg.get("exclude_rear_agents", False) else None
     if cfg.get("exclude_stopped_ego", False):
         stopped = ego_speed < float(params["at_fault"]["stopped_speed"])
         # a stationary ego keeps only its current overlaps: ignore everyone at k >= 1
         n_agents = np.asarray(agent_future).shape[-3]
         stop_mask = np.broadcast_to(stopped[..., None], stopped.shape + (n_agents,))
         ignore = stop_mask if ignore is None else (ignore | stop_mask)
-    return time_to_collision(future, ego_size, agent_future, agent_valid, dt, t_max, ignore)
+    if not with_rear:
+        return time_to_collision(future, ego_size, agent_future, agent_valid, dt, t_max, ignore)
+    return time_to_collision(future, ego_size, agent_future, agent_valid, dt, t_max, (ignore, ~behind))
 
 
 # ----------------------------------------------------------------------------------------------------

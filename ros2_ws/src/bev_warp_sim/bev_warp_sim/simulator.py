@@ -251,6 +251,7 @@ class SimState:
     agent_v: np.ndarray  # [B, N] reactive speed
     ego_hist: tuple[np.ndarray, ...]  # per step [B, 6]: x, y, yaw, v, delta, accel
     ttc_hist: tuple[np.ndarray, ...]  # per step [B] T_t (step 0: the start state)
+    rear_ttc_hist: tuple[np.ndarray, ...]  # per step [B] T^rear_t, the follower's (safety module)
     agent_hist: tuple[np.ndarray, ...]  # reactive only: per step [B, N, 3]
     decisions: tuple[tuple[DecisionPoint, ...], ...]
     steps_taken: int = 0
@@ -273,6 +274,10 @@ class SimState:
     def ttc_track(self, b: int) -> np.ndarray:
         n = int(self.t[b] - self.start[b]) + 1
         return np.array([h[b] for h in self.ttc_hist[:n]])
+
+    def rear_ttc_track(self, b: int) -> np.ndarray:
+        n = int(self.t[b] - self.start[b]) + 1
+        return np.array([h[b] for h in self.rear_ttc_hist[:n]])
 
     def agent_track(self, b: int) -> list[np.ndarray]:
         """Reactive agents: per step ``[N, 3]`` simulated poses of rollout ``b`` (empty when log-replayed)."""
@@ -421,10 +426,11 @@ class Simulator:
             termination=("",) * b, collided=np.zeros(b, bool), at_fault=np.zeros(b, bool),
             offroad=np.zeros(b, bool), collisions=((),) * b, agent_pose=pose, agent_vel=vel,
             agent_valid=valid, agent_s=agent_s, agent_v=agent_v,
-            ego_hist=(frozen_array(np.column_stack([ego, accel])),), ttc_hist=(), agent_hist=(),
-            decisions=((),) * b,
+            ego_hist=(frozen_array(np.column_stack([ego, accel])),), ttc_hist=(), rear_ttc_hist=(),
+            agent_hist=(), decisions=((),) * b,
         )
-        return replace(state, ttc_hist=(frozen_array(self._ttc(state)),),
+        ttc, rear_ttc = self._ttc(state)
+        return replace(state, ttc_hist=(frozen_array(ttc),), rear_ttc_hist=(frozen_array(rear_ttc),),
                        agent_hist=(frozen_array(pose.copy()),) if self.reactive else ())
 
     # -- observation ----------------------------------------------------------------------------------
@@ -614,7 +620,7 @@ class Simulator:
         t[rows] += 1
         moved = replace(state, ego=ego, accel=accel, latch_pos=latch_pos, t=t,
                         **self._advance_agents(state, t, ego, rows))
-        ttc = self._ttc(moved)
+        ttc, rear_ttc = self._ttc(moved)
         hits, collided, at_fault, collisions = self._collisions(moved, rows)
         on_road = self._on_road(moved, rows)
         cfg = self.params["sim"]
@@ -648,6 +654,8 @@ class Simulator:
             termination=tuple(termination), collided=collided, at_fault=at_fault, collisions=collisions,
             ego_hist=state.ego_hist + (frozen_array(np.column_stack([ego, accel])),),
             ttc_hist=state.ttc_hist + (frozen_array(np.where(run, ttc, state.ttc_hist[-1])),),
+            rear_ttc_hist=state.rear_ttc_hist + (
+                frozen_array(np.where(run, rear_ttc, state.rear_ttc_hist[-1])),),
             agent_hist=state.agent_hist + ((frozen_array(moved.agent_pose.copy()),) if self.reactive else ()),
             steps_taken=state.steps_taken + 1,
         )
@@ -754,13 +762,14 @@ class Simulator:
         clips = (self.clip_data(k).clip for k in state.clip_keys)
         return np.array([[c.ego_length, c.ego_width] for c in clips])
 
-    def _ttc(self, state: SimState) -> np.ndarray:
+    def _ttc(self, state: SimState) -> tuple[np.ndarray, np.ndarray]:
+        """``(T_t, T^rear_t)`` of every rollout (``[B]`` each) from one overlap test."""
         from rad2_planner.control.bicycle import slip_and_curvature
 
         boxes, valid = self._agent_future(state)
         _, kappa = slip_and_curvature(state.ego[:, 4], self.controller.vehicle)
         return safety.ttc_at_state(state.ego[:, :3], state.ego[:, 3], state.ego[:, 3] * kappa,
-                                   self._ego_sizes(state), boxes, valid, self.params)
+                                   self._ego_sizes(state), boxes, valid, self.params, with_rear=True)
 
     def _collisions(self, state: SimState, rows):
         """(hit per row in ``rows``, new collided, at_fault and collision records) after a step."""
@@ -827,7 +836,7 @@ class Simulator:
             clip_id=clip.clip_id, scenario_kind=str(clip.metadata.get("scenario_kind", "")), dt=self.dt,
             t_max=self.t_max, start_step=start, end_step=int(state.t[b]), window_end=window_end,
             termination=state.termination[b], ego=frozen_array(track),
-            ttc=frozen_array(state.ttc_track(b)),
+            ttc=frozen_array(state.ttc_track(b)), rear_ttc=frozen_array(state.rear_ttc_track(b)),
             route_s=frozen_array(d.route.project(track[:, :2])[0]),
             speed_limits=frozen_array(self.map_geometry(clip.map).speed_limit(track[:, :2])),
             expert_s=frozen_array(d.expert_s[start:window_end + 1]),

@@ -74,6 +74,7 @@ class EpisodeTrace:
     termination: str  # clip_end | max_steps | collision | offroad
     ego: np.ndarray  # [n, 6] x, y, yaw, v, delta, accel
     ttc: np.ndarray  # [n] T_t
+    rear_ttc: np.ndarray  # [n] T^rear_t: the follower's time to collision (safety module)
     route_s: np.ndarray  # [n] ego arc length along the route
     speed_limits: np.ndarray  # [n] m/s at the ego position (inf where the map has none)
     expert_s: np.ndarray  # [w] logged ego arc length along the route over the window
