@@ -169,6 +169,55 @@ def test_candidate_shards_compute_what_one_call_computes(setup):
             assert np.abs(logits - whole).max() < 1e-5, m
 
 
+def test_pinned_shape_sessions_compute_what_the_symbolic_session_computes(setup):
+    """runtime.ort_fixed_shapes: a session per batch-1 call shape with the dimensions pinned (shape
+    arithmetic folded at load) gives the symbolic session's results; the least recently used shape is
+    closed beyond ort_fixed_shape_sessions; batched calls keep the symbolic session."""
+    model, onnx_dir, _ = setup
+    spec = SamplerSpec(2, "ddim", 4.0)
+    paths = ensure_onnx(model, onnx_dir, spec)
+    base = dict(load_params("planner")["runtime"], ort_intra_op_threads=1, ort_candidate_shards=1)
+    symbolic = OrtBackend(paths, dict(base, ort_fixed_shapes=False), sampler_spec=spec)
+    pinned = OrtBackend(paths, dict(base, ort_fixed_shapes=True, ort_fixed_shape_sessions=2),
+                        sampler_spec=spec)
+    schedule = NoiseSchedule(model.cfg.num_train_steps)
+    for batch, m in ((1, 3), (1, 5), (1, 3), (1, 2), (4, 3)):
+        ex = example_inputs(model.cfg, batch=batch, m=m, seed=batch + m)
+        inputs = {k: ex[k] for k in SCENE_INPUTS}
+        outs = []
+        for backend in (symbolic, pinned):
+            scene = backend.encode(inputs)
+            outs.append((backend.generate(ex["x_t"], scene, schedule, spec), *backend.score_logits(
+                ex["trajectories"], inputs, scene)))
+        for a, b in zip(*outs):
+            assert a.shape == b.shape and np.abs(a - b).max() < 1e-5, (batch, m)
+    generator = pinned.sessions["generator"]
+    # (1, 3) was used again after (1, 5), so (1, 5) was the least recent when (1, 2) came; batch 4 pins none
+    assert generator.shapes == [(("batch", 1), ("candidates", 3)), (("batch", 1), ("candidates", 2))]
+    assert symbolic.sessions["generator"].shapes == []  # one session over the symbolic dimensions
+    for bad in (0, True, 1.5):
+        with pytest.raises(ValueError, match="ort_fixed_shape_sessions"):
+            OrtBackend(paths, dict(base, ort_fixed_shapes=True, ort_fixed_shape_sessions=bad))
+
+
+def test_warm_up_opens_the_sessions_of_the_cycle(setup):
+    """Rad2Policy.warm_up runs the cycle's calls at its shapes: the first real cycle opens no session
+    (with pinned shapes, each new one costs a fraction of a second) and plans what it would have."""
+    model, onnx_dir, _ = setup
+    params = _argmax_params()
+    params["runtime"] = dict(params["runtime"], ort_fixed_shapes=True)
+    policy = _policy(model, "onnxruntime", onnx_dir, params=params)
+    cold = _policy(model, "onnxruntime", onnx_dir, params=params).plan(_obs(model.cfg), seed=3)
+    assert policy.warm_up() > 0
+    opened = {g: s.shapes for g, s in policy.backend.sessions.items()}
+    m = policy.num_candidates
+    assert {c for (_, (_, c)) in opened["generator"]} == {len(r) for r in np.array_split(np.arange(m),
+                                                                                        policy.backend.shards)}
+    result = policy.plan(_obs(model.cfg), seed=3)
+    assert {g: s.shapes for g, s in policy.backend.sessions.items()} == opened
+    assert np.array_equal(result.candidates, cold.candidates) and result.selected == cold.selected
+
+
 def test_exported_discriminator_outputs_logits_and_scores(setup):
     _, onnx_dir, paths = setup
     sess = OrtBackend(paths, load_params("planner")["runtime"]).sessions["discriminator"]

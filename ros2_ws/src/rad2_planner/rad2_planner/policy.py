@@ -539,6 +539,24 @@ class Rad2Policy:
     def has_discriminator(self) -> bool:
         return bool(self.model.discriminator_trained)
 
+    def warm_up(self, num_candidates: int | None = None) -> float:
+        """Run the cycle's network calls once on random inputs of the cycle's shapes (one scene, M
+        candidates), so that the first real cycle does not pay for opening the runtime's sessions
+        (``runtime.ort_fixed_shapes`` opens one per shape) and sizing its memory. Nothing the policy
+        keeps between cycles changes. Returns the seconds it took."""
+        from .runtime.onnx_export import example_inputs
+
+        t0 = time.perf_counter()
+        m = int(num_candidates or self.num_candidates)
+        ex = example_inputs(self.cfg, batch=1, m=m)
+        inputs = {k: ex[k] for k in SCENE_INPUTS}
+        scored = self.has_discriminator
+        scene = self.backend.encode(inputs, prefetch_scores=scored)
+        self.backend.generate(ex["x_t"], scene, self.schedule, self.sampler_spec)
+        if scored:
+            self.backend.score_logits(ex["trajectories"], inputs, scene)
+        return time.perf_counter() - t0
+
     def reset(self, clip: Any | None = None, start_step: int = 0, seed: int | None = None) -> None:
         if seed is not None:
             self.base_seed = int(seed)

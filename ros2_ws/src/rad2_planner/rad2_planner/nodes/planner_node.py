@@ -144,6 +144,8 @@ class PlannerNode(Node):
         self.use_sim_time = bool(self.get_parameter("use_sim_time").value)
         self.policy, self.weights = self._make_policy()
         self.backend = str(self.policy.backend_name)
+        # the first real cycle would otherwise open the runtime's sessions (seconds, not milliseconds)
+        warm_s = self.policy.warm_up()
 
         self.pub_candidates = self.create_publisher(CandidateSet, "planning/candidates", command_qos())
         self.pub_trajectory = self.create_publisher(Trajectory, "planning/trajectory", command_qos())
@@ -173,7 +175,7 @@ class PlannerNode(Node):
         self.heartbeat = Heartbeat(self, float(self.params["heartbeat"]["period_s"]))
         self.get_logger().info(
             f"planner ready: backend {self.backend}, weights {self.weights}, M={self.policy.num_candidates}, "
-            f"K={self.policy.num_steps}, deadline {self.stats.deadline_ms:.0f} ms"
+            f"K={self.policy.num_steps}, deadline {self.stats.deadline_ms:.0f} ms, warm-up {warm_s:.2f} s"
         )
 
     # -- set-up ------------------------------------------------------------------------------------

@@ -7,11 +7,24 @@ hundred tokens) is made of many small operators that one call cannot spread over
 (measured here: 2 threads were 1.11x faster than 1 on the K = 4 generator at M = 32), whereas two
 single-threaded calls on half the candidates each keep both cores busy (1.6x). The scene encoder
 has no candidate axis and keeps all the threads.
+
+Sessions per input shape (``runtime.ort_fixed_shapes``): the graphs are exported with symbolic batch
+and candidate dimensions, so every reshape of a call computes its target shape at run time (``Shape``,
+``Gather``, ``Unsqueeze``, ``Concat``: about 1,450 of the sampler graph's 2,280 operators after ONNX
+Runtime's own optimisation). A session whose symbolic dimensions are pinned
+(``SessionOptions.add_free_dimension_override_by_name``) folds all of them at load, leaving about 820
+operators. :class:`ShapeSessions` opens one such session per shape a graph is called with at batch 1
+(the planner's cycle, where the per-operator cost is the cycle's), the first time it is (0.2–0.6 s),
+and keeps the most recent ``runtime.ort_fixed_shape_sessions`` of them. Batched calls (rollouts of
+many clips, whose batch shrinks as episodes end) use the symbolic session: a new session per batch
+size would cost more than the few operators it saves per row.
 """
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -51,6 +64,17 @@ def candidate_shards(runtime_params: dict[str, Any]) -> int:
     return max(1, min(int(shards), int(runtime_params["ort_intra_op_threads"])))
 
 
+def fixed_shape_sessions(runtime_params: dict[str, Any]) -> int:
+    """Sessions kept per graph with their dimensions pinned (``runtime.ort_fixed_shapes`` /
+    ``runtime.ort_fixed_shape_sessions``); 0: one session over the symbolic dimensions."""
+    if not runtime_params.get("ort_fixed_shapes", False):
+        return 0
+    n = runtime_params.get("ort_fixed_shape_sessions", 8)
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"runtime.ort_fixed_shape_sessions: must be an integer >= 1, got {n!r}")
+    return int(n)
+
+
 def _session_options(ort, runtime_params: dict[str, Any], intra_op_threads: int | None = None):
     so = ort.SessionOptions()
     so.intra_op_num_threads = int(intra_op_threads or runtime_params["ort_intra_op_threads"])
@@ -62,6 +86,71 @@ def _session_options(ort, runtime_params: dict[str, Any], intra_op_threads: int 
     so.add_session_config_entry("session.intra_op.allow_spinning", spin)
     so.add_session_config_entry("session.inter_op.allow_spinning", spin)
     return so
+
+
+class ShapeSessions:
+    """One graph's ONNX Runtime sessions, each with the graph's symbolic dimensions pinned to the shape
+    of the batch-1 calls it serves, and one over the symbolic dimensions for the other calls (module
+    docstring); ``run`` has ``InferenceSession.run``'s signature.
+
+    ``max_sessions`` 0 keeps one session with the symbolic dimensions (any shape, nothing folded).
+    """
+
+    def __init__(self, ort, path: Path, options, providers: list[str], max_sessions: int):
+        self._ort, self._path, self._options, self._providers = ort, str(path), options, providers
+        self.max_sessions = int(max_sessions)
+        self._sessions: OrderedDict[tuple, Any] = OrderedDict()
+        self._lock = threading.Lock()
+        # the metadata (inputs, outputs, symbolic dimensions) of a session over the graph as exported
+        self._generic = ort.InferenceSession(self._path, options(), providers=providers)
+        self._symbolic = {i.name: [d if isinstance(d, str) else None for d in i.shape]
+                          for i in self._generic.get_inputs()}
+
+    def get_inputs(self):
+        return self._generic.get_inputs()
+
+    def get_outputs(self):
+        return self._generic.get_outputs()
+
+    def shape_key(self, feed: dict[str, np.ndarray]) -> tuple[tuple[str, int], ...]:
+        """The values the call gives the symbolic dimensions, ``(("batch", 1), ("candidates", 16))``."""
+        values: dict[str, int] = {}
+        for name, dims in self._symbolic.items():
+            if name in feed:
+                for dim, size in zip(dims, np.shape(feed[name])):
+                    if dim is not None:
+                        values.setdefault(dim, int(size))
+        return tuple(sorted(values.items()))
+
+    def session_for(self, feed: dict[str, np.ndarray]):
+        """The session serving ``feed``'s shape, opened on first use (the least recent one closed)."""
+        if self.max_sessions <= 0:
+            return self._generic
+        key = self.shape_key(feed)
+        if dict(key).get("batch", 1) != 1:
+            return self._generic
+        with self._lock:
+            session = self._sessions.get(key)
+            if session is not None:
+                self._sessions.move_to_end(key)
+                return session
+            options = self._options()
+            for dim, size in key:
+                options.add_free_dimension_override_by_name(dim, size)
+            session = self._ort.InferenceSession(self._path, options, providers=self._providers)
+            self._sessions[key] = session
+            while len(self._sessions) > self.max_sessions:
+                self._sessions.popitem(last=False)
+            return session
+
+    def run(self, outputs, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return self.session_for(feed).run(outputs, feed)
+
+    @property
+    def shapes(self) -> list[tuple[tuple[str, int], ...]]:
+        """The shapes with an open session, least recently used first."""
+        with self._lock:
+            return list(self._sessions)
 
 
 class OrtBackend(Backend):
@@ -89,13 +178,16 @@ class OrtBackend(Backend):
         # Shards only where they can run side by side: on the CPU provider.
         self.shards = candidate_shards(runtime_params) if providers == ["CPUExecutionProvider"] else 1
         threads = int(runtime_params["ort_intra_op_threads"])
-        so_all = _session_options(ort, runtime_params)
-        so_shard = _session_options(ort, runtime_params, max(1, threads // self.shards))
+        shard_threads = max(1, threads // self.shards)
+        max_sessions = fixed_shape_sessions(runtime_params)
+
+        def sessions(path, n_threads):
+            options = lambda: _session_options(ort, runtime_params, n_threads)  # noqa: E731
+            return ShapeSessions(ort, path, options, providers, max_sessions)
+
         shard_graphs = set(_CANDIDATE_INPUTS) | set(_SIDE_GRAPHS) if self.shards > 1 else set()
-        self.sessions = {
-            g: ort.InferenceSession(str(p), so_shard if g in shard_graphs else so_all, providers=providers)
-            for g, p in onnx_paths.items()
-        }
+        self.sessions = {g: sessions(p, shard_threads if g in shard_graphs else threads)
+                         for g, p in onnx_paths.items()}
         self._pool = ThreadPoolExecutor(self.shards - 1, "ort-shard") if self.shards > 1 else None
         self.paths = dict(onnx_paths)
         if "generator" in self.sessions and sampler_spec is None:
@@ -110,8 +202,7 @@ class OrtBackend(Backend):
         # while the discriminator's context takes a shard thread, the scene encoder runs on the rest
         self._encoder_beside_context = None
         if self.split_discriminator and "scene_encoder" in onnx_paths:
-            self._encoder_beside_context = ort.InferenceSession(
-                str(onnx_paths["scene_encoder"]), so_shard, providers=providers)
+            self._encoder_beside_context = sessions(onnx_paths["scene_encoder"], shard_threads)
 
     @classmethod
     def from_model(
