@@ -191,6 +191,22 @@ def test_targets_from_closed_loop_rollouts(segment):
         OGOConfig(kinds="brake")
 
 
+def test_follower_aware_decisions():
+    """rl.ogo.follower_gamma_s: a close follower vetoes a deceleration target and, with the road ahead
+    clear, asks for an acceleration one; 0 leaves RAD-2's rule (T_t and the lag only)."""
+    # steps: hazard ahead + follower close | hazard only | follower only | neither, lagging | neither
+    trace = SimpleNamespace(start_step=10, ttc=np.array([1.0, 1.0, 3.0, 3.0, 3.0]),
+                            rear_ttc=np.array([0.8, 3.0, 1.2, 3.0, 3.0]),
+                            route_s=np.array([0.0, 10.0, 20.0, 30.0, 40.0]),
+                            expert_s=np.array([0.0, 10.0, 20.0, 35.0, 40.0]))
+    rad2 = [decide(trace, 10 + i, OGOConfig()) for i in range(5)]
+    aware = [decide(trace, 10 + i, OGOConfig(follower_gamma_s=2.0)) for i in range(5)]
+    assert rad2 == ["decelerate", "decelerate", None, "accelerate", None]
+    assert aware == [None, "decelerate", "accelerate", "accelerate", None]
+    with pytest.raises(ValueError, match="follower_gamma_s"):
+        OGOConfig(follower_gamma_s=-1.0)
+
+
 def test_generator_fine_tuning_moves_towards_the_targets():
     """A few Eq. 19 steps on real OGO targets lower the generator's loss on them (same noise draws)."""
     import torch

@@ -49,12 +49,17 @@ def main(argv=None) -> int:
                     help="overrides runtime.ort_providers, e.g. CUDAExecutionProvider CPUExecutionProvider")
     ap.add_argument("--cuda-graphs", choices=("on", "off"), default=None,
                     help="overrides runtime.torch_cuda_graphs (pytorch backend on cuda)")
+    ap.add_argument("--fixed-shapes", choices=("on", "off"), default=None,
+                    help="overrides runtime.ort_fixed_shapes (onnxruntime: sessions with the cycle's "
+                         "dimensions pinned)")
     args = ap.parse_args(argv)
     runtime_overrides = {}
     if args.ort_providers is not None:
         runtime_overrides["ort_providers"] = args.ort_providers
     if args.cuda_graphs is not None:
         runtime_overrides["torch_cuda_graphs"] = args.cuda_graphs == "on"
+    if args.fixed_shapes is not None:
+        runtime_overrides["ort_fixed_shapes"] = args.fixed_shapes == "on"
 
     from rad2_planner.planning_benchmark import run_latency_benchmark
 

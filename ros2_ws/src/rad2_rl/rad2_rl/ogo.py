@@ -28,6 +28,15 @@ re-times the segment *along the same path*:
   by ``ρ' > 1`` (beyond the driven path's end, along its last heading);
 - otherwise the segment is no target.
 
+**Follower-aware decisions** (``rl.ogo.follower_gamma_s`` > 0; not in RAD-2, whose ``T_t`` ignores
+vehicles behind): with the follower time to collision ``T^rear_t`` of the simulator's trace,
+
+- a state whose follower is closer than ``follower_gamma_s`` is no deceleration target (slowing there
+  is what a log-replayed follower drives into; the discriminator and the safety envelope keep the
+  hazard ahead), and
+- a state with the follower that close and ``T_t`` at least ``γ_safe`` is an acceleration target
+  (keep ahead of it where the road ahead is clear), lagging the log or not.
+
 ``rl.ogo.kinds`` can keep one of the two kinds only. ``accelerate`` is for simulators whose agents
 replay their logs: a follower does not brake for a slower ego, so a deceleration target can teach
 the generator the very slowing that gets it rear-ended, while the planner's safety envelope and the
@@ -81,6 +90,8 @@ class OGOConfig:
     # replaying its log drives into (README, sessions 29-30); ``accelerate`` keeps the efficiency half
     # and leaves slowing for a hazard to the discriminator and the planner's safety envelope.
     kinds: str = "both"
+    # > 0: the follower time to collision T^rear_t enters the decision (module docstring); 0: RAD-2's rule
+    follower_gamma_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.segment not in SEGMENTS:
@@ -91,6 +102,8 @@ class OGOConfig:
             raise ValueError(f"decel_ratio: must lie in (0, 1), got {self.decel_ratio!r}")
         if not self.accel_ratio > 1.0:
             raise ValueError(f"accel_ratio: must be > 1, got {self.accel_ratio!r}")
+        if not self.follower_gamma_s >= 0:
+            raise ValueError(f"follower_gamma_s: must be >= 0 (0: off), got {self.follower_gamma_s!r}")
         if not (self.gamma_safe_s > 0 and self.lag_m >= 0):
             raise ValueError(f"gamma_safe_s > 0 and lag_m >= 0 required, got {self.gamma_safe_s}, "
                              f"{self.lag_m}")
@@ -176,10 +189,11 @@ def decide(trace: Any, step: int, cfg: OGOConfig) -> str | None:
     """``decelerate`` / ``accelerate`` / None for the state at log step ``step`` of ``trace``."""
     i = step - trace.start_step
     ttc = float(trace.ttc[i])
+    follower_close = cfg.follower_gamma_s > 0 and float(trace.rear_ttc[i]) < cfg.follower_gamma_s
     if ttc < cfg.gamma_safe_s:
-        return "decelerate"
+        return None if follower_close else "decelerate"
     behind = float(trace.expert_s[min(i, len(trace.expert_s) - 1)] - trace.route_s[i])
-    if behind > cfg.lag_m:
+    if behind > cfg.lag_m or follower_close:
         return "accelerate"
     return None
 
