@@ -195,9 +195,17 @@ def test_pinned_shape_sessions_compute_what_the_symbolic_session_computes(setup)
     # (1, 3) was used again after (1, 5), so (1, 5) was the least recent when (1, 2) came; batch 4 pins none
     assert generator.shapes == [(("batch", 1), ("candidates", 3)), (("batch", 1), ("candidates", 2))]
     assert symbolic.sessions["generator"].shapes == []  # one session over the symbolic dimensions
-    for bad in (0, True, 1.5):
-        with pytest.raises(ValueError, match="ort_fixed_shape_sessions"):
-            OrtBackend(paths, dict(base, ort_fixed_shapes=True, ort_fixed_shape_sessions=bad))
+    for key in ("ort_fixed_shape_sessions", "ort_fixed_shapes_max_candidates"):
+        for bad in (0, True, 1.5):
+            with pytest.raises(ValueError, match=key):
+                OrtBackend(paths, dict(base, ort_fixed_shapes=True, **{key: bad}))
+    # more candidates per call than ort_fixed_shapes_max_candidates: the symbolic session serves it
+    few = OrtBackend(paths, dict(base, ort_fixed_shapes=True, ort_fixed_shapes_max_candidates=4),
+                     sampler_spec=spec)
+    for m in (3, 5):
+        ex = example_inputs(model.cfg, batch=1, m=m, seed=m)
+        few.generate(ex["x_t"], few.encode({k: ex[k] for k in SCENE_INPUTS}), schedule, spec)
+    assert few.sessions["generator"].shapes == [(("batch", 1), ("candidates", 3))]
 
 
 def test_warm_up_opens_the_sessions_of_the_cycle(setup):

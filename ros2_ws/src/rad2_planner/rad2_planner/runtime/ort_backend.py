@@ -14,10 +14,13 @@ and candidate dimensions, so every reshape of a call computes its target shape a
 Runtime's own optimisation). A session whose symbolic dimensions are pinned
 (``SessionOptions.add_free_dimension_override_by_name``) folds all of them at load, leaving about 820
 operators. :class:`ShapeSessions` opens one such session per shape a graph is called with at batch 1
-(the planner's cycle, where the per-operator cost is the cycle's), the first time it is (0.2–0.6 s),
-and keeps the most recent ``runtime.ort_fixed_shape_sessions`` of them. Batched calls (rollouts of
-many clips, whose batch shrinks as episodes end) use the symbolic session: a new session per batch
-size would cost more than the few operators it saves per row.
+and at most ``runtime.ort_fixed_shapes_max_candidates`` candidates per call (the planner's cycle, where
+the per-operator cost is the cycle's), the first time it is (0.2–0.6 s), and keeps the most recent
+``runtime.ort_fixed_shape_sessions`` of them. Measured interleaved in one process (README, session
+36): 5 % off the M = 32 cycle (16 candidates per call), nothing at 32 per call, 3 % slower at 64 per
+call, where the operators' own work dominates. Batched calls (rollouts of many clips, whose batch
+shrinks as episodes end) use the symbolic session: a new session per batch size would cost more than
+the few operators it saves per row.
 """
 
 from __future__ import annotations
@@ -64,15 +67,19 @@ def candidate_shards(runtime_params: dict[str, Any]) -> int:
     return max(1, min(int(shards), int(runtime_params["ort_intra_op_threads"])))
 
 
-def fixed_shape_sessions(runtime_params: dict[str, Any]) -> int:
-    """Sessions kept per graph with their dimensions pinned (``runtime.ort_fixed_shapes`` /
-    ``runtime.ort_fixed_shape_sessions``); 0: one session over the symbolic dimensions."""
+def fixed_shape_sessions(runtime_params: dict[str, Any]) -> tuple[int, int]:
+    """(sessions kept per graph with their dimensions pinned, most candidates per pinned call):
+    ``runtime.ort_fixed_shapes`` / ``ort_fixed_shape_sessions`` / ``ort_fixed_shapes_max_candidates``;
+    (0, 0): one session over the symbolic dimensions."""
     if not runtime_params.get("ort_fixed_shapes", False):
-        return 0
-    n = runtime_params.get("ort_fixed_shape_sessions", 8)
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"runtime.ort_fixed_shape_sessions: must be an integer >= 1, got {n!r}")
-    return int(n)
+        return 0, 0
+    out = []
+    for key, default in (("ort_fixed_shape_sessions", 8), ("ort_fixed_shapes_max_candidates", 32)):
+        n = runtime_params.get(key, default)
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(f"runtime.{key}: must be an integer >= 1, got {n!r}")
+        out.append(int(n))
+    return out[0], out[1]
 
 
 def _session_options(ort, runtime_params: dict[str, Any], intra_op_threads: int | None = None):
@@ -90,15 +97,17 @@ def _session_options(ort, runtime_params: dict[str, Any], intra_op_threads: int 
 
 class ShapeSessions:
     """One graph's ONNX Runtime sessions, each with the graph's symbolic dimensions pinned to the shape
-    of the batch-1 calls it serves, and one over the symbolic dimensions for the other calls (module
-    docstring); ``run`` has ``InferenceSession.run``'s signature.
+    of the batch-1 calls of at most ``max_candidates`` candidates it serves, and one over the symbolic
+    dimensions for the other calls (module docstring); ``run`` has ``InferenceSession.run``'s signature.
 
     ``max_sessions`` 0 keeps one session with the symbolic dimensions (any shape, nothing folded).
     """
 
-    def __init__(self, ort, path: Path, options, providers: list[str], max_sessions: int):
+    def __init__(self, ort, path: Path, options, providers: list[str], max_sessions: int,
+                 max_candidates: int = 0):
         self._ort, self._path, self._options, self._providers = ort, str(path), options, providers
         self.max_sessions = int(max_sessions)
+        self.max_candidates = int(max_candidates)
         self._sessions: OrderedDict[tuple, Any] = OrderedDict()
         self._lock = threading.Lock()
         # the metadata (inputs, outputs, symbolic dimensions) of a session over the graph as exported
@@ -127,7 +136,8 @@ class ShapeSessions:
         if self.max_sessions <= 0:
             return self._generic
         key = self.shape_key(feed)
-        if dict(key).get("batch", 1) != 1:
+        dims = dict(key)
+        if dims.get("batch", 1) != 1 or dims.get("candidates", 0) > self.max_candidates:
             return self._generic
         with self._lock:
             session = self._sessions.get(key)
@@ -179,11 +189,11 @@ class OrtBackend(Backend):
         self.shards = candidate_shards(runtime_params) if providers == ["CPUExecutionProvider"] else 1
         threads = int(runtime_params["ort_intra_op_threads"])
         shard_threads = max(1, threads // self.shards)
-        max_sessions = fixed_shape_sessions(runtime_params)
+        max_sessions, max_candidates = fixed_shape_sessions(runtime_params)
 
         def sessions(path, n_threads):
             options = lambda: _session_options(ort, runtime_params, n_threads)  # noqa: E731
-            return ShapeSessions(ort, path, options, providers, max_sessions)
+            return ShapeSessions(ort, path, options, providers, max_sessions, max_candidates)
 
         shard_graphs = set(_CANDIDATE_INPUTS) | set(_SIDE_GRAPHS) if self.shards > 1 else set()
         self.sessions = {g: sessions(p, shard_threads if g in shard_graphs else threads)
