@@ -34,6 +34,8 @@ def test_help(tool, tmp_path):
     ("rl_experiments.py", ["--device", "cuda"], "--backend pytorch"),
     ("bench_rollouts.py", ["--backend", "pytorch", "--device", "gpu0"], "--device"),
     ("bench_planner_latency.py", ["--cuda-graphs", "maybe"], "--cuda-graphs"),
+    ("bench_planner_latency.py", ["--cycles", "0"], "--cycles"),
+    ("bench_planner_latency.py", ["--m", "32", "0"], "--m"),
     ("bench_all.py", ["--cycles", "0"], "--cycles"),
     ("bench_graph.py", ["--cycles", "0"], "--cycles"),
     ("bench_graph.py", ["--rate-hz", "0"], "--rate-hz"),
@@ -104,3 +106,19 @@ def test_rl_experiments_merges_runs_and_renames_arms(tmp_path):
     table = (tmp_path / "m" / "experiments.md").read_text()
     assert "| RL run | 0.200 ± 0.100 |" in table and "2 per cell" in table
     assert (tmp_path / "m" / "experiments.png").is_file()
+
+
+def test_fixed_shapes_comparison_alternates_both_settings(tmp_path):
+    """bench_planner_latency.py --compare-fixed-shapes: both settings timed in one process, per M."""
+    import json
+
+    out = tmp_path / "cmp"
+    res = subprocess.run([sys.executable, str(TOOLS / "bench_planner_latency.py"), "--compare-fixed-shapes",
+                          "--m", "4", "--cycles", "3", "--warmup", "1", "--random-inputs", "--out", str(out)],
+                         capture_output=True, text=True, timeout=300, cwd=TOOLS.parent)
+    assert res.returncode == 0, res.stderr
+    payload = json.loads((tmp_path / "cmp_fixed_shapes.json").read_text())
+    assert payload["key"] == "ort_fixed_shapes" and payload["values"] == ["False", "True"]
+    cells = payload["results"]["4"]
+    assert set(cells) == {"False", "True"} and all(c["median"] > 0 for c in cells.values())
+    assert "M=   4" in res.stdout

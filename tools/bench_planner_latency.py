@@ -14,8 +14,9 @@ against every agent over the plan) on synthetic scenes with --agents agents.
 
 The benchmark itself is rad2_planner.planning_benchmark.
 
-Example:
+Examples:
     .venv/bin/python tools/bench_planner_latency.py --backend onnxruntime --out out/bench_latency
+    .venv/bin/python tools/bench_planner_latency.py --compare-fixed-shapes --m 32 64 128 --cycles 400
 """
 
 from __future__ import annotations
@@ -52,7 +53,16 @@ def main(argv=None) -> int:
     ap.add_argument("--fixed-shapes", choices=("on", "off"), default=None,
                     help="overrides runtime.ort_fixed_shapes (onnxruntime: sessions with the cycle's "
                          "dimensions pinned)")
+    ap.add_argument("--compare-fixed-shapes", action="store_true",
+                    help="instead: runtime.ort_fixed_shapes off vs on, cycles alternated in one process "
+                         "(onnxruntime), written to <out>_fixed_shapes.json")
     args = ap.parse_args(argv)
+    if args.cycles < 1:
+        ap.error(f"--cycles: must be >= 1, got {args.cycles}")
+    if args.warmup < 0:
+        ap.error(f"--warmup: must be >= 0, got {args.warmup}")
+    if min(args.m) < 1:
+        ap.error(f"--m: every candidate count must be >= 1, got {args.m}")
     runtime_overrides = {}
     if args.ort_providers is not None:
         runtime_overrides["ort_providers"] = args.ort_providers
@@ -61,6 +71,13 @@ def main(argv=None) -> int:
     if args.fixed_shapes is not None:
         runtime_overrides["ort_fixed_shapes"] = args.fixed_shapes == "on"
 
+    if args.compare_fixed_shapes:
+        from rad2_planner.planning_benchmark import compare_runtime_setting
+
+        compare_runtime_setting("ort_fixed_shapes", (False, True), args.m, cycles=args.cycles,
+                                warmup=args.warmup, data=None if args.random_inputs else args.data,
+                                checkpoint=args.checkpoint, out=f"{args.out}_fixed_shapes")
+        return 0
     from rad2_planner.planning_benchmark import run_latency_benchmark
 
     run_latency_benchmark(args.m, backend=args.backend, device=args.device, checkpoint=args.checkpoint,

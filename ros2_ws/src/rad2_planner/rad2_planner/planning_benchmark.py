@@ -165,6 +165,53 @@ def plot_results(results: dict, meta: dict, deadline: float, png: str) -> None:
     fig.savefig(png, dpi=110)
 
 
+def compare_runtime_setting(key: str, values: tuple, ms: list[int], *, cycles: int = 200,
+                            warmup: int = 20, data: str | None = "data/eval_efficiency",
+                            checkpoint: str | None = None, out: str | None = None) -> dict[str, Any]:
+    """An A/B of one ``runtime.*`` setting that the machine's drift between runs cannot fake: a policy
+    per value in one process, their cycles alternated on the same observations (the order swapped
+    every cycle). Prints and returns the cycle's percentiles (``total`` stage) per M and value, and
+    writes them to ``<out>.json`` when ``out`` is given."""
+    from rad2_planner.benchmarking import RunContext
+    from rad2_planner.config import load_params, validate_overrides
+
+    policies = []
+    for value in values:
+        params = load_params("planner")
+        validate_overrides("planner", {f"runtime.{key}": value})
+        params["runtime"][key] = value
+        policies.append(make_policy(params, checkpoint=checkpoint, backend="onnxruntime")[0])
+    obs = sample_observations(policies[0].cfg, 32, data)
+    gc.collect()
+    gc.freeze()
+    ctx = RunContext.start(int(load_params("planner")["runtime"]["ort_intra_op_threads"]))
+    results: dict[int, dict[str, dict[str, float]]] = {}
+    for m in ms:
+        for policy in policies:
+            policy.warm_up(m)
+        totals: list[list[float]] = [[] for _ in values]
+        for i in range(warmup + cycles):
+            order = range(len(values)) if i % 2 == 0 else reversed(range(len(values)))
+            for j in order:
+                r = policies[j].plan(obs[i % len(obs)], num_candidates=m)
+                if i >= warmup:
+                    totals[j].append(r.timings_ms["total"])
+        results[m] = {repr(v): percentiles(t) for v, t in zip(values, totals)}
+    ctx.finish()
+    print(ctx.header())
+    print(f"runtime.{key}, {cycles} alternated cycles per value and M (ms: median / p90 / p99)")
+    for m, per in results.items():
+        print(f"  M={m:4d}  " + "   ".join(f"{v}: {q['median']:.2f} / {q['p90']:.2f} / {q['p99']:.2f}"
+                                            for v, q in per.items()))
+    payload = {"key": key, "values": [repr(v) for v in values], "cycles": cycles, "run": ctx.to_dict(),
+               "results": results}
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(str(out) + ".json").write_text(json.dumps(payload, indent=1))
+        print(f"wrote {out}.json")
+    return payload
+
+
 def run_latency_benchmark(ms: list[int], *, backend: str | None = None, device: str | None = None,
                           checkpoint: str | None = None, random_init: bool = False, k: int | None = None,
                           sampler: str | None = None, cycles: int = 200, warmup: int = 20,
