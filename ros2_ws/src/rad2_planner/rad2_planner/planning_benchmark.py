@@ -168,7 +168,7 @@ def plot_results(results: dict, meta: dict, deadline: float, png: str) -> None:
 def compare_runtime_setting(key: str, values: tuple, ms: list[int], *, cycles: int = 200,
                             warmup: int = 20, data: str | None = "data/eval_efficiency",
                             checkpoint: str | None = None, out: str | None = None) -> dict[str, Any]:
-    """An A/B of one ``runtime.*`` setting that the machine's drift between runs cannot fake: a policy
+    """An A/B of one ``runtime.*`` setting that the machine's drift between runs cannot bias: a policy
     per value in one process, their cycles alternated on the same observations (the order swapped
     every cycle). Prints and returns the cycle's percentiles (``total`` stage) per M and value, and
     writes them to ``<out>.json`` when ``out`` is given."""
