@@ -112,6 +112,24 @@ def test_overrides_are_checked_like_the_files():
         validate_overrides("planner", {"planner.made_up": 1})
 
 
+def test_key_value_overrides_change_only_their_keys_and_bad_ones_name_the_option():
+    from rad2_planner.config import load_params, params_with_overrides
+
+    base = load_params("sim")
+    params, applied = params_with_overrides("sim", ["sim.reactive_agents=true", "reactive.time_headway=1.0"],
+                                            "--sim-set")
+    assert applied == {"sim.reactive_agents": True, "reactive.time_headway": 1.0}
+    assert params["sim"]["reactive_agents"] is True and params["reactive"]["time_headway"] == 1.0
+    params["sim"]["reactive_agents"], params["reactive"]["time_headway"] = (
+        base["sim"]["reactive_agents"], base["reactive"]["time_headway"])
+    assert params == base
+    for item, named in (("sim.reactive_agents=perhaps", "sim.reactive_agents"), ("sim.made_up=1", "sim.made_up"),
+                        ("reactive.b_max=-3", "reactive.b_max"), ("reactive_agents", "KEY=VALUE")):
+        with pytest.raises(ParameterError, match=named) as err:
+            params_with_overrides("sim", [item], "--sim-set")
+        assert "--sim-set" in str(err.value)
+
+
 def test_scenario_presets_and_kinds_are_checked():
     from rad2_planner.scenarios.generate import load_config
 

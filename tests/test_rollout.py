@@ -108,6 +108,23 @@ def test_ray_workers_match_the_single_process_engine(sim, clips, uniform_spec):
         assert x.rewards == y.rewards
 
 
+def test_ray_workers_simulate_with_the_settings_they_are_given(clips, uniform_spec):
+    """--sim-set of train_rl / rl_experiments reaches the workers: they must not reload params/sim.yaml."""
+    pytest.importorskip("ray")
+    from bev_warp_sim.simulator import Simulator
+    from rad2_planner.config import params_with_overrides
+    from rad2_rl.workers import RolloutPool
+
+    sim_params, _ = params_with_overrides("sim", ["sim.max_steps=7", "sim.reactive_agents=true"])
+    kwargs = dict(batch_size=4, seed=3, rewards=["rad2"])
+    local, local_stats = run_rollouts(Simulator(sim_params), uniform_spec.build(), clips[:2], 2, **kwargs)
+    with RolloutPool(uniform_spec, num_workers=2, address="", sim_params=sim_params) as pool:
+        remote, remote_stats = pool.run(clips[:2], 2, **kwargs)
+    assert remote_stats.env_steps == local_stats.env_steps == 4 * 7  # 2 clips x G = 2, 7 steps each
+    for x, y in zip(local, remote):
+        np.testing.assert_array_equal(x.trace.ego, y.trace.ego)
+
+
 def test_curation_keeps_hard_clips_and_refuses_overlap_with_evaluation_sets(sim, tmp_path):
     from rad2_planner.config import load_params
     from rad2_rl.curation import CurationError, composition, judge, overlapping, write_sets

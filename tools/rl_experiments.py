@@ -14,6 +14,10 @@ An arm is written ``KIND[:ARG][@M=..][@H=..]``:
 - ``@M=64``: candidates per cycle (inference-time scaling, RAD-2 Table 10); ``@H=4``: replanning period
   in steps (latched execution, RAD-2 Table 5; evaluation default ``evaluation.h_reuse``).
 
+``--sim-set KEY=VALUE`` runs every arm in a simulator with a setting of params/sim.yaml changed, e.g.
+``sim.reactive_agents=true`` (agents keep their logged paths but adapt their speed by IDM, so a follower
+brakes for a slower ego instead of driving into it).
+
 Metrics (bev_warp_sim.metrics.aggregate): CR, AF-CR and Safety@1 on the safety split, EP-Mean and EP@1.0
 on the efficiency split, comfort-violating steps on both.
 
@@ -53,6 +57,9 @@ def main(argv=None) -> int:
     ap.add_argument("--merge", type=Path, nargs="+", default=None, metavar="RESULTS_JSON",
                     help="evaluate nothing: one table from the results.json of earlier runs (e.g. one "
                          "run per seed, side by side), written to --out")
+    ap.add_argument("--sim-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="run the simulator with a setting of params/sim.yaml changed (repeatable; e.g. "
+                         "sim.reactive_agents=true: agents follow their logged paths with IDM speeds)")
     ap.add_argument("--rename", nargs="+", default=[], metavar="OLD->NEW",
                     help="with --merge: show arm OLD as NEW (e.g. a checkpoint evaluated under another path)")
     args = ap.parse_args(argv)
@@ -60,6 +67,8 @@ def main(argv=None) -> int:
         ap.error(f"--device: expected cpu, cuda or cuda:<index>, got {args.device!r}")
     if args.device not in (None, "cpu") and args.backend != "pytorch":
         ap.error(f"--device {args.device}: only with --backend pytorch (got --backend {args.backend})")
+    if args.sim_set and args.merge:
+        ap.error("--sim-set: not with --merge (it merges runs that have already been simulated)")
     if args.rename and not args.merge:
         ap.error("--rename: only with --merge")
     if args.threads is not None and args.threads < 1:
@@ -91,9 +100,14 @@ def main(argv=None) -> int:
     if args.max_clips is not None and args.max_clips < 1:
         ap.error(f"--max-clips: must be >= 1, got {args.max_clips}")
 
-    from rad2_planner.config import load_params
+    from rad2_planner.config import ParameterError, load_params, params_with_overrides
     from rad2_planner.policy import resolve_path
     from rad2_rl.experiments import parse_arm, run_experiments
+
+    try:
+        params_with_overrides("sim", args.sim_set, "--sim-set")  # refuse a bad setting before any work
+    except ParameterError as exc:
+        ap.error(str(exc))
 
     il_checkpoint = args.il_checkpoint or load_params("planner")["planner"]["checkpoint_dir"]
     try:
@@ -104,7 +118,7 @@ def main(argv=None) -> int:
         if not (resolve_path(split) / "index.json").is_file():
             ap.error(f"--splits: {split} is not a dataset directory (no index.json)")
     run_experiments(arms, args.splits, args.seeds, args.out, workers=args.workers, max_clips=args.max_clips,
-                    threads=args.threads, backend=args.backend, device=args.device)
+                    threads=args.threads, backend=args.backend, device=args.device, sim_set=args.sim_set)
     print(f"wrote {args.out / 'experiments.md'}, experiments.png and results.json")
     return 0
 

@@ -23,6 +23,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from pathlib import Path
 
@@ -46,6 +47,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--threads", type=int, default=None, help="torch threads of this process")
     ap.add_argument("--set", action="append", default=[], metavar="rl.KEY=VALUE",
                     help="override an rl: setting")
+    ap.add_argument("--sim-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="train in a simulator with a setting of params/sim.yaml changed (repeatable; e.g. "
+                         "sim.reactive_agents=true); kept in <out>/sim_overrides.json, which --resume reuses")
     ap.add_argument("--export-fp16", action="store_true", help="write final/ with float16 weights")
     ap.add_argument("--no-progress", action="store_true")
     return ap
@@ -62,7 +66,7 @@ def main(argv=None) -> int:
         ap.error(f"--threads: must be >= 1, got {args.threads}")
 
     from rad2_planner.clip import load_dataset
-    from rad2_planner.config import ParameterError, load_params
+    from rad2_planner.config import ParameterError, load_params, params_with_overrides
     from rad2_planner.networks.model import CheckpointError, PlannerModel
     from rad2_planner.policy import resolve_path
     from rad2_rl.session import rl_config, run_session, split_clips
@@ -75,6 +79,17 @@ def main(argv=None) -> int:
     try:
         training, cfg, tc_cfg, ogo_cfg = rl_config(args.set, args.seed, args.iterations)
     except (ParameterError, ValueError, TypeError) as exc:
+        ap.error(str(exc))
+    saved = out / "sim_overrides.json"  # the simulator settings of this run, which a resume keeps
+    try:
+        sim_params, sim_overrides = params_with_overrides("sim", args.sim_set, "--sim-set")
+        if args.resume and saved.is_file():
+            recorded = json.loads(saved.read_text())
+            if args.sim_set and sim_overrides != recorded:
+                ap.error(f"--sim-set: the run was started with {recorded} ({saved}); resume it with those")
+            sim_params, sim_overrides = params_with_overrides(
+                "sim", [f"{k}={json.dumps(v)}" for k, v in recorded.items()], str(saved))
+    except ParameterError as exc:
         ap.error(str(exc))
     if len({resolve_path(d).resolve() for d in args.train_data}) != len(args.train_data):
         ap.error(f"--train-data: a directory is given twice ({' '.join(args.train_data)}): its clips would "
@@ -95,9 +110,11 @@ def main(argv=None) -> int:
         ap.error(f"--checkpoint: {exc}")
     if args.resume and not (out / "last" / "run.json").is_file():
         ap.error(f"--resume: no checkpoint in {out / 'last'}")
+    out.mkdir(parents=True, exist_ok=True)
+    saved.write_text(json.dumps(sim_overrides, indent=1))
     run_session(model, ckpt, training, cfg, tc_cfg, ogo_cfg, train_clips, val_clips, out,
                 workers=args.workers, resume=args.resume, budget_s=args.budget_min * 60.0,
-                export_fp16=args.export_fp16, progress=not args.no_progress)
+                export_fp16=args.export_fp16, progress=not args.no_progress, sim_params=sim_params)
     return 0
 
 

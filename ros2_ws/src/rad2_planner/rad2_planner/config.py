@@ -293,6 +293,38 @@ def parse_block_overrides(name: str, block: str, items: list[str]) -> dict[str, 
     return out
 
 
+def apply_overrides(params: dict[str, Any], flat: dict[str, Any]) -> None:
+    """Set the dotted keys of ``flat`` in the nested dict ``params`` (in place)."""
+    for key, value in flat.items():
+        node = params
+        *path, last = key.split(".")
+        for p in path:
+            node = node[p]
+        node[last] = value
+
+
+def params_with_overrides(name: str, items: list[str], option: str = "--set") -> tuple[dict[str, Any], dict]:
+    """(``params/<name>.yaml`` with ``KEY=VALUE`` items applied, the applied ``{KEY: value}``).
+
+    KEY is a dotted name of the file (``sim.reactive_agents=true`` or ``reactive.time_headway=1.0`` of
+    sim.yaml); VALUE is parsed as YAML. Each item is checked against the schema, so a bad one raises a
+    ParameterError naming ``option``, the key and the value."""
+    flat: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ParameterError(f"{option} {item!r}: expected KEY=VALUE with KEY a setting of "
+                                 f"params/{name}.yaml (e.g. sim.reactive_agents=true)")
+        flat[key.strip()] = yaml.safe_load(value) if value != "" else ""
+    try:
+        validate_overrides(name, flat)
+    except ParameterError as exc:
+        raise ParameterError(f"{option}: {exc}") from None
+    params = load_params(name)
+    apply_overrides(params, flat)
+    return params, flat
+
+
 # --------------------------------------------------------------------------------------------------
 # Schema: params/<name>.schema.yaml beside each parameter file
 # --------------------------------------------------------------------------------------------------

@@ -105,7 +105,7 @@ def evaluate_arm(arm: Arm, splits: list[str], seeds: list[int], workers: int, ma
     if workers > 0:
         from rad2_rl.workers import RolloutPool
 
-        pool = RolloutPool(spec, num_workers=workers)
+        pool = RolloutPool(spec, num_workers=workers, sim_params=sim_params)  # the workers simulate
         runner = pool.run
     else:
         decider = spec.build()
@@ -160,15 +160,19 @@ def plot_experiments(results, splits, path: Path, resolve) -> None:
 
 
 def experiments_table(results: dict, splits: list[str], seeds: list[int] | str, max_clips: int | None,
-                      elapsed_s: float) -> list[str]:
+                      elapsed_s: float, sim_overrides: dict | None = None) -> list[str]:
     """Markdown: per split, the arm x metric table of mean ± standard deviation over the seeds
-    (``seeds``: the list, or a description where the runs were merged)."""
+    (``seeds``: the list, or a description where the runs were merged); ``sim_overrides`` (the
+    ``--sim-set`` settings the simulator ran with) are named under the title."""
     from bev_warp_sim.evaluate import split_kind
     from rad2_planner.policy import resolve_path
 
     lines = [f"# RAD-2 experiments ({time.strftime('%Y-%m-%d %H:%M')}, {elapsed_s:.0f} s)", "",
              f"Seeds {seeds}; each cell: mean ± standard deviation over the seeds"
              + (f"; first {max_clips} clips per split" if max_clips else "") + ".", ""]
+    if sim_overrides:
+        lines += ["Simulator settings changed from params/sim.yaml: "
+                  + ", ".join(f"`{k}={v}`" for k, v in sim_overrides.items()) + ".", ""]
     for split in splits:
         cols = COLUMNS[split_kind(split)]
         lines += [f"## {Path(split).name}", "", "| arm | " + " | ".join(cols) + " |",
@@ -210,11 +214,12 @@ def collision_table(results: dict, splits: list[str]) -> list[str]:
 
 
 def write_report(results: dict, splits: list[str], seeds: list[int] | str, out: Path, max_clips: int | None,
-                 elapsed_s: float) -> None:
+                 elapsed_s: float, sim_overrides: dict | None = None) -> None:
     """experiments.md and experiments.png of ``results`` into ``out``, and the table printed."""
     from rad2_planner.policy import resolve_path
 
-    lines = experiments_table(results, splits, seeds, max_clips, elapsed_s) + collision_table(results, splits)
+    lines = (experiments_table(results, splits, seeds, max_clips, elapsed_s, sim_overrides)
+             + collision_table(results, splits))
     (out / "experiments.md").write_text("\n".join(lines))
     plot_experiments(results, splits, out / "experiments.png", resolve_path)
     print("\n".join(lines))
@@ -222,14 +227,17 @@ def write_report(results: dict, splits: list[str], seeds: list[int] | str, out: 
 
 def run_experiments(arms: list[Arm], splits: list[str], seeds: list[int], out: Path, *, workers: int = 0,
                     max_clips: int | None = None, threads: int | None = None, backend: str | None = None,
-                    device: str | None = None) -> dict:
+                    device: str | None = None, sim_set: list[str] | None = None) -> dict:
     """Evaluate every arm (results.json rewritten after each), then write experiments.md and
-    experiments.png into ``out`` and print the table; returns the results."""
-    from rad2_planner.config import load_params
+    experiments.png into ``out`` and print the table; returns the results. ``sim_set``: ``KEY=VALUE``
+    settings of params/sim.yaml to run the simulator with (e.g. ``sim.reactive_agents=true``), in this
+    process and in the Ray workers; they are written to ``out/sim_overrides.json``."""
+    from rad2_planner.config import params_with_overrides
     from rad2_planner.policy import resolve_path
 
-    sim_params = load_params("sim")
+    sim_params, sim_overrides = params_with_overrides("sim", sim_set or [], "--sim-set")
     out.mkdir(parents=True, exist_ok=True)
+    (out / "sim_overrides.json").write_text(json.dumps(sim_overrides, indent=1))
     t0 = time.time()
     results = {}
     for arm in arms:
@@ -237,7 +245,7 @@ def run_experiments(arms: list[Arm], splits: list[str], seeds: list[int], out: P
                                           max_clips, sim_params, threads=threads, backend=backend,
                                           device=device)
         (out / "results.json").write_text(json.dumps(results, indent=1))
-    write_report(results, splits, seeds, out, max_clips, time.time() - t0)
+    write_report(results, splits, seeds, out, max_clips, time.time() - t0, sim_overrides)
     return results
 
 

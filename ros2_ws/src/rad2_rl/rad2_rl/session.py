@@ -31,16 +31,6 @@ def rl_overrides(items: list[str]) -> dict:
     return flat
 
 
-def apply_overrides(training: dict, flat: dict) -> None:
-    """Set dotted keys of ``flat`` in the nested dict ``training``."""
-    for key, value in flat.items():
-        node = training
-        *path, last = key.split(".")
-        for p in path:
-            node = node[p]
-        node[last] = value
-
-
 def plot_history(history: list[dict], path: Path, start: dict[str, float] | None = None) -> None:
     """The run's curves: a panel for each logged quantity that has values (a run with the discriminator
     frozen logs no entropy, one without OGO no generator loss). ``start``: the starting planner's
@@ -81,7 +71,7 @@ def plot_history(history: list[dict], path: Path, start: dict[str, float] | None
 def rl_config(set_items: list[str], seed: int | None = None, iterations: int | None = None):
     """(params/training.yaml with the ``--set`` overrides, RLConfig, TC-GRPO config, OGO config);
     ParameterError / ValueError / TypeError on a bad setting."""
-    from rad2_planner.config import load_params
+    from rad2_planner.config import apply_overrides, load_params
 
     from rad2_rl.train import config_from_params
 
@@ -121,7 +111,7 @@ def split_clips(clips: list, cfg, groups: Sequence[int] | None = None) -> tuple[
     return [clips[i] for i in order if int(i) not in held_set], [clips[i] for i in held]
 
 
-def rollout_pool(ckpt: Path, cfg, training: dict, workers: int):
+def rollout_pool(ckpt: Path, cfg, training: dict, workers: int, sim_params: dict | None = None):
     """Ray workers sampling with the checkpoint's planner (discriminator inputs recorded)."""
     from rad2_rl.workers import PolicySpec, RolloutPool
 
@@ -130,7 +120,7 @@ def rollout_pool(ckpt: Path, cfg, training: dict, workers: int):
                       planner_overrides={"num_candidates": cfg.num_candidates,
                                          "discriminator_candidates": cfg.discriminator_candidates,
                                          "discriminator_prior_weight": cfg.discriminator_prior_weight})
-    return RolloutPool(spec, num_workers=workers, training_params=training)
+    return RolloutPool(spec, num_workers=workers, sim_params=sim_params, training_params=training)
 
 
 def train_with_logging(run, out: Path, budget_s: float, progress: bool = True):
@@ -189,14 +179,15 @@ def export_final(model, state, cfg, out: Path, fp16: bool = False) -> None:
 
 def run_session(model, ckpt: Path, training: dict, cfg, tc_cfg, ogo_cfg, train_clips: list, val_clips: list,
                 out: Path, *, workers: int = 0, resume: bool = False, budget_s: float = math.inf,
-                export_fp16: bool = False, progress: bool = True) -> Any:
-    """The whole session (``resume``: from ``out/last``, which must exist); returns the final RunState."""
+                export_fp16: bool = False, progress: bool = True, sim_params: dict | None = None) -> Any:
+    """The whole session (``resume``: from ``out/last``, which must exist); returns the final RunState.
+    ``sim_params``: the simulator's settings (None: params/sim.yaml), here and in the Ray workers."""
     from bev_warp_sim.simulator import Simulator
 
     from rad2_rl.train import RLRun
 
-    pool = rollout_pool(ckpt, cfg, training, workers) if workers > 0 else None
-    run = RLRun(model, cfg, tc_cfg, ogo_cfg, Simulator(), train_clips, val_clips, pool=pool)
+    pool = rollout_pool(ckpt, cfg, training, workers, sim_params) if workers > 0 else None
+    run = RLRun(model, cfg, tc_cfg, ogo_cfg, Simulator(sim_params), train_clips, val_clips, pool=pool)
     if resume:
         run.restore(out / "last")
         print(f"resumed {out / 'last'} at round {run.state.iteration}")
