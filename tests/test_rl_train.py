@@ -228,6 +228,19 @@ def test_experiment_arms_parse_the_discriminator_candidates_option():
             parse_arm(f"il:safe_medoid@{bad}", str(CHECKPOINT))
 
 
+def test_rule_arms_on_an_rl_checkpoint_never_select_by_its_discriminator():
+    """il:RULE --il-checkpoint <RL checkpoint>: the rule, in this process and in every Ray worker (each
+    builds its decider from the spec); before session 37 the workers used the trained discriminator."""
+    from rad2_rl.experiments import parse_arm, policy_spec
+
+    rl_ckpt = str(resolve_path("checkpoints/rad2_rl"))
+    assert PlannerModel.load(rl_ckpt).discriminator_trained
+    for text, uses_discriminator in (("il:safe_medoid", False), ("il:medoid@D=safe@P=4", False),
+                                     (f"ckpt:{rl_ckpt}@D=safe@P=4", True)):
+        decider = policy_spec(parse_arm(text, rl_ckpt), threads=1).build()
+        assert decider.policy.has_discriminator is uses_discriminator, text
+
+
 def test_experiment_results_of_separate_runs_merge_into_one_table(tmp_path):
     """Runs of one seed each (side by side on several processes or machines) give the table that one
     run over all seeds gives; unequal run counts are refused rather than averaged."""

@@ -88,8 +88,9 @@ def policy_spec(arm: Arm, threads: int | None, backend: str | None = None, devic
                           planner_overrides=overrides, threads=threads, backend=backend)
     if arm.rule is not None:
         overrides["fallback_selection"] = arm.rule
+    # a rule arm selects by its rule, never by the checkpoint's discriminator, in a Ray worker as here
     return PolicySpec(checkpoint_dir=arm.checkpoint, selection="deterministic", planner_overrides=overrides,
-                      threads=threads, backend=backend)
+                      threads=threads, backend=backend, ignore_discriminator=arm.rule is not None)
 
 
 def evaluate_arm(arm: Arm, splits: list[str], seeds: list[int], workers: int, max_clips: int | None,
@@ -110,8 +111,6 @@ def evaluate_arm(arm: Arm, splits: list[str], seeds: list[int], workers: int, ma
     else:
         decider = spec.build()
     sim = Simulator(sim_params)
-    if arm.rule is not None and decider is not None:
-        decider.policy.model.discriminator_trained = False  # the rule, never the discriminator
     out: dict[str, list[dict[str, float]]] = {}
     try:
         for split in splits:

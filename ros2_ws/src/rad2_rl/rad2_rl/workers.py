@@ -48,6 +48,9 @@ class PolicySpec:
     record_discriminator_inputs: bool = False
     threads: int | None = None
     always_score: bool = False  # score with the discriminator even when it is untrained (benchmarks)
+    # select by planner.fallback_selection even where the checkpoint's discriminator is trained (the
+    # rule arms of tools/rl_experiments.py on an RL checkpoint)
+    ignore_discriminator: bool = False
     planner_overrides: dict[str, Any] = field(default_factory=dict)  # planner.* keys
 
     def planner_params(self) -> dict[str, Any]:
@@ -77,6 +80,8 @@ class PolicySpec:
         if self.backend:
             kwargs["backend"] = self.backend
         policy = Rad2Policy.from_params(params, checkpoint_dir=self.checkpoint_dir, **kwargs)
+        if self.ignore_discriminator:
+            policy.model.discriminator_trained = False
         plan_kwargs = {}
         if self.distribution:  # the other selection_* settings (temperature, top-K) stay those of params/
             block = {**params["planner"], "selection_distribution": self.distribution}
