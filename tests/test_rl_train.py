@@ -191,6 +191,13 @@ def test_cli_names_a_bad_setting(tmp_path):
     twice = ["--train-data", "data/eval_safety", str(resolve_path("data/eval_safety"))]
     res = subprocess.run(cmd + twice, capture_output=True, text=True)
     assert res.returncode == 2 and "--train-data" in res.stderr and "twice" in res.stderr
+    # a run keeps its simulator settings: a resume with others is refused, naming both
+    (tmp_path / "sim_overrides.json").write_text('{"sim.reactive_agents": true}')
+    res = subprocess.run(cmd + ["--resume", "--sim-set", "sim.reactive_agents=false"], capture_output=True,
+                         text=True)
+    assert res.returncode == 2 and "--sim-set" in res.stderr and "sim.reactive_agents" in res.stderr
+    res = subprocess.run(cmd + ["--sim-set", "sim.max_steps=-5"], capture_output=True, text=True)
+    assert res.returncode == 2 and "sim.max_steps" in res.stderr and "-5" in res.stderr
 
 
 def test_window_steps_start_groups_at_a_common_logged_step_and_stop_after_the_window(clips):
