@@ -198,6 +198,10 @@ def test_cli_names_a_bad_setting(tmp_path):
     assert res.returncode == 2 and "--sim-set" in res.stderr and "sim.reactive_agents" in res.stderr
     res = subprocess.run(cmd + ["--sim-set", "sim.max_steps=-5"], capture_output=True, text=True)
     assert res.returncode == 2 and "sim.max_steps" in res.stderr and "-5" in res.stderr
+    # OGO re-renders its targets from the log, which holds no reactive agents: refused before any work
+    res = subprocess.run(cmd + ["--sim-set", "sim.reactive_agents=true", "--set", "rl.train_generator=true"],
+                         capture_output=True, text=True)
+    assert res.returncode == 2 and "rl.train_generator" in res.stderr and "reactive" in res.stderr
 
 
 def test_window_steps_start_groups_at_a_common_logged_step_and_stop_after_the_window(clips):

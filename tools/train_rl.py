@@ -70,6 +70,7 @@ def main(argv=None) -> int:
     from rad2_planner.networks.model import CheckpointError, PlannerModel
     from rad2_planner.policy import resolve_path
     from rad2_rl.session import rl_config, run_session, split_clips
+    from rad2_rl.train import check_simulator
 
     if args.threads:
         import torch
@@ -90,6 +91,10 @@ def main(argv=None) -> int:
             sim_params, sim_overrides = params_with_overrides(
                 "sim", [f"{k}={json.dumps(v)}" for k, v in recorded.items()], str(saved))
     except ParameterError as exc:
+        ap.error(str(exc))
+    try:
+        check_simulator(cfg, bool(sim_params["sim"]["reactive_agents"]))
+    except ValueError as exc:
         ap.error(str(exc))
     if len({resolve_path(d).resolve() for d in args.train_data}) != len(args.train_data):
         ap.error(f"--train-data: a directory is given twice ({' '.join(args.train_data)}): its clips would "

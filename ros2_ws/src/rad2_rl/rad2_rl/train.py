@@ -147,6 +147,16 @@ class RunState:
 # the run
 
 
+def check_simulator(cfg: RLConfig, reactive_agents: bool) -> None:
+    """Raise a ValueError for a run the simulator cannot serve: On-policy Generator Optimization renders
+    each target's observation again from the log (``Simulator.observation_at``), and a decision point does
+    not hold the poses of reactive agents, so the generator trains with log-replayed agents only."""
+    if cfg.train_generator and reactive_agents:
+        raise ValueError("rl.train_generator=true with sim.reactive_agents=true: OGO renders each target's "
+                         "observation again from the log, which does not hold reactive agents' poses; train "
+                         "the discriminator alone (rl.train_generator=false) or use log-replayed agents")
+
+
 class RLRun:
     """The model, the optimisers, the buffer, the collector and the run state of one training run."""
 
@@ -161,6 +171,7 @@ class RLRun:
 
         if not train_clips:
             raise ValueError("train_clips: no clips to train on")
+        check_simulator(cfg, bool(getattr(sim, "reactive", False)))
         self.model, self.cfg, self.tc_cfg, self.ogo_cfg, self.sim = model, cfg, tc_cfg, ogo_cfg, sim
         self.train_clips, self.val_clips = list(train_clips), list(val_clips)
         self.clips_by_id = {c.clip_id: c for c in self.train_clips}
