@@ -123,8 +123,9 @@ def test_key_value_overrides_change_only_their_keys_and_bad_ones_name_the_option
     params["sim"]["reactive_agents"], params["reactive"]["time_headway"] = (
         base["sim"]["reactive_agents"], base["reactive"]["time_headway"])
     assert params == base
-    for item, named in (("sim.reactive_agents=perhaps", "sim.reactive_agents"), ("sim.made_up=1", "sim.made_up"),
-                        ("reactive.b_max=-3", "reactive.b_max"), ("reactive_agents", "KEY=VALUE")):
+    for item, named in (("sim.reactive_agents=perhaps", "sim.reactive_agents"),
+                        ("sim.made_up=1", "sim.made_up"), ("reactive.b_max=-3", "reactive.b_max"),
+                        ("reactive_agents", "KEY=VALUE")):
         with pytest.raises(ParameterError, match=named) as err:
             params_with_overrides("sim", [item], "--sim-set")
         assert "--sim-set" in str(err.value)

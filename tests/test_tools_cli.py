@@ -34,6 +34,7 @@ def test_help(tool, tmp_path):
     ("rl_experiments.py", ["--sim-set", "sim.reactive_agents=perhaps"], "sim.reactive_agents"),
     ("rl_experiments.py", ["--merge", "r.json", "--sim-set", "sim.max_steps=5"], "--sim-set"),
     ("train_rl.py", ["--sim-set", "sim.made_up=1"], "sim.made_up"),
+    ("rl_experiments.py", ["--sim-set", "sim.dt=0.2"], "controller.dt"),  # in range, yet not the log's step
     ("rl_experiments.py", ["--device", "cuda"], "--backend pytorch"),
     ("bench_rollouts.py", ["--backend", "pytorch", "--device", "gpu0"], "--device"),
     ("bench_planner_latency.py", ["--cuda-graphs", "maybe"], "--cuda-graphs"),

@@ -100,12 +100,13 @@ def main(argv=None) -> int:
     if args.max_clips is not None and args.max_clips < 1:
         ap.error(f"--max-clips: must be >= 1, got {args.max_clips}")
 
-    from rad2_planner.config import ParameterError, load_params, params_with_overrides
+    from bev_warp_sim.simulator import simulator_params
+    from rad2_planner.config import ParameterError, load_params
     from rad2_planner.policy import resolve_path
     from rad2_rl.experiments import parse_arm, run_experiments
 
     try:
-        params_with_overrides("sim", args.sim_set, "--sim-set")  # refuse a bad setting before any work
+        simulator_params(args.sim_set)  # refuse a bad setting before any work
     except ParameterError as exc:
         ap.error(str(exc))
 

@@ -65,8 +65,9 @@ def main(argv=None) -> int:
     if args.threads is not None and args.threads < 1:
         ap.error(f"--threads: must be >= 1, got {args.threads}")
 
+    from bev_warp_sim.simulator import simulator_params
     from rad2_planner.clip import load_dataset
-    from rad2_planner.config import ParameterError, load_params, params_with_overrides
+    from rad2_planner.config import ParameterError, load_params
     from rad2_planner.networks.model import CheckpointError, PlannerModel
     from rad2_planner.policy import resolve_path
     from rad2_rl.session import rl_config, run_session, split_clips
@@ -83,13 +84,13 @@ def main(argv=None) -> int:
         ap.error(str(exc))
     saved = out / "sim_overrides.json"  # the simulator settings of this run, which a resume keeps
     try:
-        sim_params, sim_overrides = params_with_overrides("sim", args.sim_set, "--sim-set")
+        sim_params, sim_overrides = simulator_params(args.sim_set)
         if args.resume and saved.is_file():
             recorded = json.loads(saved.read_text())
             if args.sim_set and sim_overrides != recorded:
                 ap.error(f"--sim-set: the run was started with {recorded} ({saved}); resume it with those")
-            sim_params, sim_overrides = params_with_overrides(
-                "sim", [f"{k}={json.dumps(v)}" for k, v in recorded.items()], str(saved))
+            sim_params, sim_overrides = simulator_params(
+                [f"{k}={json.dumps(v)}" for k, v in recorded.items()], str(saved))
     except ParameterError as exc:
         ap.error(str(exc))
     try:

@@ -901,6 +901,21 @@ def _plan_record(act, default_plan_dt: float) -> tuple[np.ndarray, float, dict[s
 _DEFAULT: Simulator | None = None
 
 
+def simulator_params(items: list[str], option: str = "--sim-set") -> tuple[dict[str, Any], dict[str, Any]]:
+    """(params/sim.yaml with ``KEY=VALUE`` items applied, the applied ``{KEY: value}``): each item checked
+    against the schema, and the whole by building a Simulator (``sim.dt=0.2`` passes the schema but not
+    the controller's step). A ParameterError names ``option`` and what is wrong."""
+    from rad2_planner.config import ParameterError, params_with_overrides
+
+    params, applied = params_with_overrides("sim", list(items), option)
+    if applied:
+        try:
+            Simulator(params)
+        except SimulationError as exc:
+            raise ParameterError(f"{option}: {exc}") from None
+    return params, applied
+
+
 def default_simulator() -> Simulator:
     global _DEFAULT
     if _DEFAULT is None:

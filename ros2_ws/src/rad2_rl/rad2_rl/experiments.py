@@ -231,10 +231,10 @@ def run_experiments(arms: list[Arm], splits: list[str], seeds: list[int], out: P
     experiments.png into ``out`` and print the table; returns the results. ``sim_set``: ``KEY=VALUE``
     settings of params/sim.yaml to run the simulator with (e.g. ``sim.reactive_agents=true``), in this
     process and in the Ray workers; they are written to ``out/sim_overrides.json``."""
-    from rad2_planner.config import params_with_overrides
+    from bev_warp_sim.simulator import simulator_params
     from rad2_planner.policy import resolve_path
 
-    sim_params, sim_overrides = params_with_overrides("sim", sim_set or [], "--sim-set")
+    sim_params, sim_overrides = simulator_params(sim_set or [])
     out.mkdir(parents=True, exist_ok=True)
     (out / "sim_overrides.json").write_text(json.dumps(sim_overrides, indent=1))
     t0 = time.time()
