@@ -283,13 +283,21 @@ def parse_block_overrides(name: str, block: str, items: list[str]) -> dict[str, 
     block of training.yaml for tools/train_self_correction.py) -> ``{KEY: value}``. VALUE is parsed as
     YAML (an empty VALUE stays ""); the items are checked against the schema as ``block.KEY``, so a bad
     one raises a ParameterError naming it."""
+    out = key_values(items, "--set", f"a setting of {block}")
+    validate_overrides(name, {f"{block}.{k}": v for k, v in out.items()})
+    return out
+
+
+def key_values(items: list[str], option: str, what: str) -> dict[str, Any]:
+    """``KEY=VALUE`` command-line items -> ``{KEY: value}``, VALUE parsed as YAML (an empty VALUE stays
+    ""); a ParameterError names ``option`` and the item when one has no ``=`` or no KEY (``what``: what a
+    KEY must be, for the message)."""
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise ParameterError(f"--set {item!r}: expected KEY=VALUE with KEY a setting of {block}")
+            raise ParameterError(f"{option} {item!r}: expected KEY=VALUE with KEY {what}")
         out[key.strip()] = yaml.safe_load(value) if value != "" else ""
-    validate_overrides(name, {f"{block}.{k}": v for k, v in out.items()})
     return out
 
 
@@ -309,13 +317,7 @@ def params_with_overrides(name: str, items: list[str], option: str = "--set") ->
     KEY is a dotted name of the file (``sim.reactive_agents=true`` or ``reactive.time_headway=1.0`` of
     sim.yaml); VALUE is parsed as YAML. Each item is checked against the schema, so a bad one raises a
     ParameterError naming ``option``, the key and the value."""
-    flat: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ParameterError(f"{option} {item!r}: expected KEY=VALUE with KEY a setting of "
-                                 f"params/{name}.yaml (e.g. sim.reactive_agents=true)")
-        flat[key.strip()] = yaml.safe_load(value) if value != "" else ""
+    flat = key_values(items, option, f"a setting of params/{name}.yaml (e.g. sim.reactive_agents=true)")
     try:
         validate_overrides(name, flat)
     except ParameterError as exc:

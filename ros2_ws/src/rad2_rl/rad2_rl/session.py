@@ -18,15 +18,13 @@ import numpy as np
 
 def rl_overrides(items: list[str]) -> dict:
     """``--set rl.KEY=VALUE`` items as a flat dict (YAML values), checked against the schema."""
-    import yaml
-    from rad2_planner.config import ParameterError, validate_overrides
+    from rad2_planner.config import ParameterError, key_values, validate_overrides
 
-    flat = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.startswith("rl."):
-            raise ParameterError(f"--set {item!r}: expected rl.KEY=VALUE (e.g. rl.tc_grpo.advantage=vd_grpo)")
-        flat[key.strip()] = yaml.safe_load(value) if value != "" else ""
+    what = "rl.KEY (e.g. rl.tc_grpo.advantage=vd_grpo)"
+    flat = key_values(items, "--set", what)
+    for key in flat:
+        if not key.startswith("rl."):
+            raise ParameterError(f"--set {key}: expected KEY=VALUE with KEY {what}")
     validate_overrides("training", flat)
     return flat
 
