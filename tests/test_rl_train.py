@@ -196,6 +196,10 @@ def test_cli_names_a_bad_setting(tmp_path):
     res = subprocess.run(cmd + ["--resume", "--sim-set", "sim.reactive_agents=false"], capture_output=True,
                          text=True)
     assert res.returncode == 2 and "--sim-set" in res.stderr and "sim.reactive_agents" in res.stderr
+    for damaged in ("{not json", "[1, 2]"):  # a damaged record is named, never a traceback
+        (tmp_path / "sim_overrides.json").write_text(damaged)
+        res = subprocess.run(cmd + ["--resume"], capture_output=True, text=True)
+        assert res.returncode == 2 and "sim_overrides.json" in res.stderr and "Traceback" not in res.stderr
     res = subprocess.run(cmd + ["--sim-set", "sim.max_steps=-5"], capture_output=True, text=True)
     assert res.returncode == 2 and "sim.max_steps" in res.stderr and "-5" in res.stderr
     # OGO re-renders its targets from the log, which holds no reactive agents: refused before any work

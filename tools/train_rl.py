@@ -86,7 +86,12 @@ def main(argv=None) -> int:
     try:
         sim_params, sim_overrides = simulator_params(args.sim_set)
         if args.resume and saved.is_file():
-            recorded = json.loads(saved.read_text())
+            try:
+                recorded = json.loads(saved.read_text())
+            except ValueError as exc:
+                ap.error(f"--resume: {saved} is not JSON ({exc}); it records the run's --sim-set settings")
+            if not isinstance(recorded, dict):
+                ap.error(f"--resume: {saved} holds {type(recorded).__name__}, expected {{KEY: value}}")
             if args.sim_set and sim_overrides != recorded:
                 ap.error(f"--sim-set: the run was started with {recorded} ({saved}); resume it with those")
             sim_params, sim_overrides = simulator_params(
