@@ -561,3 +561,34 @@ def test_onnx_cache_lives_beside_the_checkpoint_it_was_exported_from(tmp_path):
     assert Path(mixed.backend.paths["scene_encoder"]).parent == dirs["b"] / "onnx"
     assert (dirs["b"] / "onnx" / "manifest.json").is_file()
     assert json.loads((dirs["a"] / "onnx" / "manifest.json").read_text()) == manifest_a
+
+
+def test_operator_profile_counts_the_cycle_flops_and_plans_unchanged(setup, tmp_path):
+    """runtime.ort_profile_prefix: every session writes ONNX Runtime's operator trace; the profile's
+    matrix-product FLOPs, counted from the recorded shapes, agree with PyTorch's FLOP counter of the
+    same networks, and profiling changes no plan."""
+    from rad2_planner.benchmarking import MATRIX_OPS, operator_profile, planning_cycle_flops
+
+    model, onnx_dir, _ = setup
+    params = _argmax_params()
+    params["runtime"] = dict(params["runtime"], ort_profile_prefix=f"{tmp_path}/trace/")
+    profiled = _policy(model, "onnxruntime", onnx_dir, params=params, always_score=True)
+    plain = _policy(model, "onnxruntime", onnx_dir, always_score=True)
+    m = profiled.num_candidates
+    profiled.warm_up(m)
+    cycles = 3
+    for i in range(cycles):
+        a, b = profiled.plan(_obs(model.cfg, i), seed=i), plain.plan(_obs(model.cfg, i), seed=i)
+        assert np.array_equal(a.candidates, b.candidates) and a.selected == b.selected
+    traces = profiled.backend.end_profiling()
+    assert traces and all(Path(t).parent == tmp_path / "trace" for t in traces)
+    profile = operator_profile(traces, cycles)
+    assert {"generator", "scene_encoder"} <= set(profile["graphs"])
+    assert any(op in profile["graphs"]["generator"]["ops"] for op in MATRIX_OPS)
+    torch_flops = planning_cycle_flops(model, m, profiled.num_steps)
+    # the counter also counts the few non-matrix FLOPs (convolutions, softmax): within 25 %
+    assert profile["matrix"]["gflop_per_cycle"] == pytest.approx(torch_flops["total"] / 1e9, rel=0.25)
+    assert profile["kernel_ms_per_cycle"] == pytest.approx(
+        profile["matrix"]["ms_per_cycle"] + profile["other_ms_per_cycle"])
+    # off by default: no trace is written
+    assert plain.backend.end_profiling() == []

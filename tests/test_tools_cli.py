@@ -126,3 +126,22 @@ def test_fixed_shapes_comparison_alternates_both_settings(tmp_path):
     cells = payload["results"]["4"]
     assert set(cells) == {"False", "True"} and all(c["median"] > 0 for c in cells.values())
     assert "M=   4" in res.stdout
+
+
+def test_operator_profile_cli_writes_the_table_the_figure_and_the_traces(tmp_path):
+    """bench_planner_latency.py --op-profile: ONNX Runtime's operator time per graph, with the matrix
+    products' throughput set against the probe of the same run."""
+    import json
+
+    out = tmp_path / "prof"
+    res = subprocess.run([sys.executable, str(TOOLS / "bench_planner_latency.py"), "--op-profile", "--m", "8",
+                          "--cycles", "3", "--random-inputs", "--out", str(out)],
+                         capture_output=True, text=True, timeout=300, cwd=TOOLS.parent)
+    assert res.returncode == 0, res.stderr
+    payload = json.loads((tmp_path / "prof_ops.json").read_text())
+    profile = payload["profile"]
+    assert payload["num_candidates"] == 8 and profile["cycles"] == 3
+    assert "generator" in profile["graphs"] and profile["matrix"]["gflop_per_cycle"] > 0
+    assert set(payload["run"]["probe_by_library"]) == {"torch", "onnxruntime"}
+    assert (tmp_path / "prof_ops.png").is_file() and list((tmp_path / "prof_ops").glob("generator_*.json"))
+    assert "matrix products" in res.stdout and "every other operator" in res.stdout

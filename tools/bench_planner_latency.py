@@ -56,6 +56,10 @@ def main(argv=None) -> int:
     ap.add_argument("--compare-fixed-shapes", action="store_true",
                     help="instead: runtime.ort_fixed_shapes off vs on, cycles alternated in one process "
                          "(onnxruntime), written to <out>_fixed_shapes.json")
+    ap.add_argument("--op-profile", action="store_true",
+                    help="instead: ONNX Runtime's operator profiler over --cycles cycles at the first --m, "
+                         "time per graph and operator type against the matrix-product probe, written to "
+                         "<out>_ops.json / <out>_ops.png")
     args = ap.parse_args(argv)
     if args.cycles < 1:
         ap.error(f"--cycles: must be >= 1, got {args.cycles}")
@@ -71,6 +75,12 @@ def main(argv=None) -> int:
     if args.fixed_shapes is not None:
         runtime_overrides["ort_fixed_shapes"] = args.fixed_shapes == "on"
 
+    if args.op_profile:
+        from rad2_planner.planning_benchmark import run_operator_profile
+
+        run_operator_profile(args.m[0], cycles=args.cycles, data=None if args.random_inputs else args.data,
+                             checkpoint=args.checkpoint, out=args.out)
+        return 0
     if args.compare_fixed_shapes:
         from rad2_planner.planning_benchmark import compare_runtime_setting
 

@@ -68,38 +68,83 @@ def load_average() -> float:
         return float("nan")
 
 
-def matmul_probe(threads: int, size: int = 1024, seconds: float = 1.0, device: str = "cpu") -> float:
-    """GFLOP/s of float32 ``size x size`` matrix products on ``threads`` threads (best of repeats),
-    or on a CUDA ``device`` (4096 x 4096, with PyTorch's default float32 precision, as the planner).
+def _best_seconds(fn, seconds: float, sync=lambda: None) -> float:
+    """Shortest time of ``fn`` over repeats for ``seconds`` (after 3 warm-up calls), 4 calls a repeat."""
+    for _ in range(3):
+        fn()
+    sync()
+    best = float("inf")
+    t_end = time.perf_counter() + seconds
+    while time.perf_counter() < t_end:
+        t0 = time.perf_counter()
+        for _ in range(4):
+            fn()
+        sync()
+        best = min(best, (time.perf_counter() - t0) / 4)
+    return best
 
-    ONNX Runtime's MLAS and PyTorch's kernels reach about this on the large products of a network;
-    the best repeat is taken because the floor is what the machine can do, not what a busy moment
-    allowed.
-    """
+
+def _torch_matmul_seconds(threads: int, size: int, seconds: float, device: str) -> float:
     import torch
 
     cuda = str(device).startswith("cuda")
-    size = 4096 if cuda and size == 1024 else size
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     before = torch.get_num_threads()
     torch.set_num_threads(int(threads))
     try:
         a = torch.rand(size, size, device=device)
         b = torch.rand(size, size, device=device)
-        for _ in range(3):
-            a @ b
-        sync()
-        best = float("inf")
-        t_end = time.perf_counter() + seconds
-        while time.perf_counter() < t_end:
-            t0 = time.perf_counter()
-            for _ in range(4):
-                a @ b
-            sync()
-            best = min(best, (time.perf_counter() - t0) / 4)
+        return _best_seconds(lambda: a @ b, seconds, sync)
     finally:
         torch.set_num_threads(before)
-    return 2.0 * size**3 / best / 1e9
+
+
+def _ort_matmul_seconds(threads: int, size: int, seconds: float) -> float:
+    """The same product as one ONNX ``MatMul`` run by ONNX Runtime's CPU provider (its MLAS kernels,
+    the ones the planner's ONNX graphs run on)."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    def value(name):
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, [size, size])
+
+    graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["c"])], "matmul_probe",
+                              [value("a"), value("b")], [value("c")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # readable by every ONNX Runtime the project supports
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = int(threads)
+    so.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    feed = {k: rng.random((size, size), dtype=np.float32) for k in ("a", "b")}
+    return _best_seconds(lambda: session.run(None, feed), seconds)
+
+
+def matmul_probes(threads: int, size: int = 1024, seconds: float = 1.0,
+                  device: str = "cpu") -> dict[str, float]:
+    """GFLOP/s of float32 ``size x size`` matrix products on ``threads`` threads (best of repeats) per
+    kernel library: ``torch`` (PyTorch's BLAS, MKL in the CPU wheel) and ``onnxruntime`` (MLAS), or
+    on a CUDA ``device`` PyTorch alone (4096 x 4096, with PyTorch's default float32 precision, as the
+    planner).
+
+    Both CPU libraries are probed because their speed depends on the CPU vendor: on the AMD EPYC VM of
+    session 38, MKL reached 187 GFLOP/s and MLAS 392 on the same two threads, so a floor taken from
+    one library alone can be half of what the machine does. The best repeat is taken because the
+    floor is what the machine can do, not what a busy moment allowed.
+    """
+    cuda = str(device).startswith("cuda")
+    size = 4096 if cuda and size == 1024 else size
+    flop = 2.0 * size**3
+    out = {"torch": flop / _torch_matmul_seconds(threads, size, seconds, device) / 1e9}
+    if not cuda:
+        out["onnxruntime"] = flop / _ort_matmul_seconds(threads, size, seconds) / 1e9
+    return out
+
+
+def matmul_probe(threads: int, size: int = 1024, seconds: float = 1.0, device: str = "cpu") -> float:
+    """The fastest of :func:`matmul_probes` (GFLOP/s): the throughput the FLOP floors are taken at."""
+    return max(matmul_probes(threads, size, seconds, device).values())
 
 
 def gpu_name(device: str) -> str | None:
@@ -171,12 +216,16 @@ class RunContext:
     load_after: float = float("nan")
     #: the GPU that ran the networks (its name), ``None`` on the CPU; the probe then ran on it
     gpu: str | None = None
+    #: GFLOP/s per kernel library (:func:`matmul_probes`); ``probe_gflops`` is the largest
+    probe_by_library: dict[str, float] | None = None
 
     @classmethod
     def start(cls, threads: int, probe: bool = True, device: str = "cpu") -> RunContext:
         load = load_average()
-        gflops = matmul_probe(threads, device=device) if probe else float("nan")
-        return cls(machine_info(), int(threads), load, gflops, gpu=gpu_name(device))
+        by_library = matmul_probes(threads, device=device) if probe else None
+        gflops = max(by_library.values()) if by_library else float("nan")
+        return cls(machine_info(), int(threads), load, gflops, gpu=gpu_name(device),
+                   probe_by_library=by_library)
 
     def finish(self) -> RunContext:
         self.load_after = load_average()
@@ -192,12 +241,20 @@ class RunContext:
             f"{self.load_before:.2f} before, {self.load_after:.2f} after; matrix-product probe "
             f"{self.probe_gflops:.0f} GFLOP/s on "
             + (f"the GPU {self.gpu}" if self.gpu else f"{self.threads} thread(s)")
+            + (f" (best of {probe_libraries(self.probe_by_library)})" if self.probe_by_library else "")
         )
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["machine"] = asdict(self.machine)
         return d
+
+
+def probe_libraries(by_library: dict[str, float] | None) -> str:
+    """``"torch 187, onnxruntime 392 GFLOP/s"`` (empty without a per-library probe)."""
+    if not by_library:
+        return ""
+    return ", ".join(f"{name} {g:.0f}" for name, g in by_library.items()) + " GFLOP/s"
 
 
 #: 1-minute load average above which bench_all marks a figure as taken on a busy machine
@@ -265,7 +322,9 @@ def bench_summary(out: Path, include_rollouts: bool = False, elapsed_s: float = 
         f"# Benchmarks ({time.strftime('%Y-%m-%d %H:%M')}, {elapsed_s:.0f} s)",
         "",
         f"Machine: {machine.describe()}. Matrix-product probe: {run['probe_gflops']:.0f} GFLOP/s on "
-        f"{run['threads']} threads. Load: 1-minute load average before / after each benchmark "
+        f"{run['threads']} threads"
+        + (f" (best of {probe_libraries(run['probe_by_library'])})" if run.get("probe_by_library") else "")
+        + ". Load: 1-minute load average before / after each benchmark "
         f"(⚠ above {LOAD_LIMIT}: busy machine, figures not comparable).",
         "",
         "| benchmark | figure | median | p99 | bar | load |",
@@ -308,3 +367,110 @@ def bench_summary(out: Path, include_rollouts: bool = False, elapsed_s: float = 
         lines += ["", (out / "rollouts.md").read_text()]
     lines += ["", f"GPU: none on this machine ({os.cpu_count()} CPUs); CUDA figures need a lent device.", ""]
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------------
+# where a network's time goes: ONNX Runtime's operator profile
+
+#: operators whose FLOPs the profile can count from their shapes (2 per multiply-add)
+MATRIX_OPS = ("Gemm", "MatMul", "FusedMatMul")
+
+
+def _matrix_flops(op: str, args: dict[str, Any]) -> float:
+    """FLOPs of one matrix-product kernel from the shapes ONNX Runtime records: output ``[..., M, N]``
+    and first input ``[..., M, K]`` (the exporter writes no transposed ``A``); weights stored in the
+    graph are not listed, so only the first input is used."""
+    try:
+        a = next(iter(args["input_type_shape"][0].values()))
+        out = next(iter(args["output_type_shape"][0].values()))
+    except (KeyError, IndexError, StopIteration):
+        return 0.0
+    if op not in MATRIX_OPS or not a or not out:
+        return 0.0
+    return 2.0 * float(np.prod(out)) * float(a[-1])
+
+
+def _graph_of(trace: Path) -> str:
+    """``<prefix><graph>_<n>_<date>.json`` (runtime/ort_backend._session_options) -> ``<graph>``."""
+    import re
+
+    m = re.match(r"(.+)_\d+_\d{4}-\d\d-\d\d_", trace.name)
+    return m.group(1) if m else trace.stem
+
+
+def operator_profile(traces, cycles: int, prefix: str = "") -> dict[str, Any]:
+    """Kernel time per graph and operator type, per planning cycle, from ONNX Runtime's profile files
+    (``runtime.ort_profile_prefix``; ``prefix`` is stripped from the graph names).
+
+    Each session's first run is left out (the warm-up call, which allocates). Times are thread-time:
+    calls that run side by side (candidate shards) add up. Matrix products also get their FLOPs
+    (:data:`MATRIX_OPS`), so their throughput can be set against the probe: what separates a cycle from
+    its FLOP floor is then read off as the time of everything else.
+    """
+    import json
+    from collections import defaultdict
+
+    per_graph: dict[str, dict[str, dict[str, float]]] = defaultdict(
+        lambda: defaultdict(lambda: {"us": 0.0, "calls": 0, "flop": 0.0}))
+    runs: dict[str, int] = defaultdict(int)
+    for trace in map(Path, traces):
+        events = json.loads(trace.read_text())
+        graph = _graph_of(trace)[len(prefix):] if _graph_of(trace).startswith(prefix) else _graph_of(trace)
+        model_runs = sorted((e for e in events if e.get("name") == "model_run"), key=lambda e: e["ts"])
+        if not model_runs:
+            continue
+        warm_end = model_runs[0]["ts"] + model_runs[0]["dur"]
+        runs[graph] += len(model_runs) - 1
+        for e in events:
+            if e.get("cat") != "Node" or not str(e.get("name", "")).endswith("_kernel_time"):
+                continue
+            if e["ts"] < warm_end:
+                continue
+            op = e.get("args", {}).get("op_name", "?")
+            row = per_graph[graph][op]
+            row["us"] += float(e["dur"])
+            row["calls"] += 1
+            row["flop"] += _matrix_flops(op, e.get("args", {}))
+    cycles = max(int(cycles), 1)
+    graphs: dict[str, Any] = {}
+    matrix_ms = matrix_gflop = other_ms = 0.0
+    for graph, ops in per_graph.items():
+        rows = {op: {"ms_per_cycle": v["us"] / 1e3 / cycles, "calls_per_cycle": v["calls"] / cycles,
+                     "gflop_per_cycle": v["flop"] / 1e9 / cycles} for op, v in ops.items()}
+        graphs[graph] = {"runs": runs[graph], "ms_per_cycle": sum(r["ms_per_cycle"] for r in rows.values()),
+                         "ops": dict(sorted(rows.items(), key=lambda kv: -kv[1]["ms_per_cycle"]))}
+        for op, r in rows.items():
+            if op in MATRIX_OPS:
+                matrix_ms += r["ms_per_cycle"]
+                matrix_gflop += r["gflop_per_cycle"]
+            else:
+                other_ms += r["ms_per_cycle"]
+    return {
+        "cycles": cycles,
+        "graphs": dict(sorted(graphs.items(), key=lambda kv: -kv[1]["ms_per_cycle"])),
+        "matrix": {"ms_per_cycle": matrix_ms, "gflop_per_cycle": matrix_gflop,
+                   "gflops_per_thread": matrix_gflop / (matrix_ms / 1e3) if matrix_ms else float("nan")},
+        "other_ms_per_cycle": other_ms,
+        "kernel_ms_per_cycle": matrix_ms + other_ms,
+    }
+
+
+def print_operator_profile(profile: dict[str, Any], probe_gflops: float, threads: int, top: int = 8) -> None:
+    """The console table of :func:`operator_profile`."""
+    total = profile["kernel_ms_per_cycle"] or float("nan")
+    print(f"operator profile: kernel thread-ms per cycle over {profile['cycles']} cycles (ONNX Runtime)")
+    print(f"{'graph':<22} {'operator':<22} {'ms':>7} {'share':>6} {'calls':>6} {'GFLOP/s':>8}")
+    for graph, g in profile["graphs"].items():
+        print(f"{graph:<22} {'(all)':<22} {g['ms_per_cycle']:7.2f} {100 * g['ms_per_cycle'] / total:5.1f}%")
+        for op, r in list(g["ops"].items())[:top]:
+            rate = r["gflop_per_cycle"] / (r["ms_per_cycle"] / 1e3) if r["gflop_per_cycle"] else float("nan")
+            rate_s = f"{rate:8.0f}" if rate == rate else f"{'':8s}"
+            print(f"{'':<22} {op:<22} {r['ms_per_cycle']:7.2f} {100 * r['ms_per_cycle'] / total:5.1f}% "
+                  f"{r['calls_per_cycle']:6.0f} {rate_s}")
+    mat = profile["matrix"]
+    per_thread = probe_gflops / max(int(threads), 1)
+    print(f"matrix products ({', '.join(MATRIX_OPS)}): {mat['ms_per_cycle']:.2f} thread-ms per cycle, "
+          f"{mat['gflop_per_cycle']:.2f} GFLOP, {mat['gflops_per_thread']:.0f} GFLOP/s per thread "
+          f"(probe {per_thread:.0f} per thread, {100 * mat['gflops_per_thread'] / per_thread:.0f} %)")
+    print(f"every other operator: {profile['other_ms_per_cycle']:.2f} thread-ms per cycle "
+          f"({100 * profile['other_ms_per_cycle'] / total:.0f} % of the kernel time)")

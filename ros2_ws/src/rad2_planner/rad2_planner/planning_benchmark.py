@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -270,3 +271,77 @@ def run_latency_benchmark(ms: list[int], *, backend: str | None = None, device: 
     plot_results(results, meta, float(params["planner"]["deadline_ms"]), str(out) + ".png")
     print(f"wrote {out}.json and {out}.png")
     return payload
+
+
+def run_operator_profile(m: int, *, cycles: int = 50, data: str | None = "data/eval_efficiency",
+                         checkpoint: str | None = None, out: str = "out/bench_latency") -> dict[str, Any]:
+    """Where the networks' time goes: ``cycles`` planning cycles at M = ``m`` with ONNX Runtime's operator
+    profiler on (``runtime.ort_profile_prefix``), summarised per graph and operator type against the
+    matrix-product probe of the same run (:func:`rad2_planner.benchmarking.operator_profile`). Writes
+    ``<out>_ops.json`` and ``<out>_ops.png``; the raw traces stay in ``<out>_ops/``."""
+    import shutil
+
+    from rad2_planner.benchmarking import RunContext, operator_profile, print_operator_profile
+    from rad2_planner.config import load_params
+
+    trace_dir = Path(f"{out}_ops")
+    shutil.rmtree(trace_dir, ignore_errors=True)
+    prefix = f"{trace_dir}{os.sep}"  # the files go inside trace_dir, named by graph
+    params = load_params("planner")
+    params["runtime"]["ort_profile_prefix"] = prefix
+    policy, weights = make_policy(params, checkpoint=checkpoint, backend="onnxruntime")
+    obs = sample_observations(policy.cfg, 32, data)
+    ctx = RunContext.start(int(params["runtime"]["ort_intra_op_threads"]))
+    policy.warm_up(m)  # one call per session: operator_profile leaves each session's first run out
+    for i in range(cycles):
+        policy.plan(obs[i % len(obs)], num_candidates=m)
+    traces = policy.backend.end_profiling()
+    ctx.finish()
+    profile = operator_profile(traces, cycles)
+    print(ctx.header())
+    print(f"M = {m}, {weights}")
+    print_operator_profile(profile, ctx.probe_gflops, ctx.threads)
+    payload = {"num_candidates": m, "weights": weights, "run": ctx.to_dict(), "profile": profile}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(f"{out}_ops.json").write_text(json.dumps(payload, indent=1))
+    plot_operator_profile(profile, f"{out}_ops.png", f"M = {m}, {cycles} cycles, probe "
+                          f"{ctx.probe_gflops:.0f} GFLOP/s on {ctx.threads} threads")
+    print(f"wrote {out}_ops.json, {out}_ops.png (traces in {trace_dir}/)")
+    return payload
+
+
+def plot_operator_profile(profile: dict[str, Any], png: str, title: str, top: int = 7) -> None:
+    """One stacked bar per graph: thread-ms per cycle by operator type (the ``top`` largest, the rest
+    together), matrix products hatched."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from rad2_planner.benchmarking import MATRIX_OPS
+
+    graphs = list(profile["graphs"])
+    totals: dict[str, float] = {}
+    for g in graphs:
+        for op, r in profile["graphs"][g]["ops"].items():
+            totals[op] = totals.get(op, 0.0) + r["ms_per_cycle"]
+    shown = sorted(totals, key=lambda op: -totals[op])[:top]
+    fig, ax = plt.subplots(figsize=(9, 0.6 * len(graphs) + 1.8))
+    colours = plt.get_cmap("tab10")
+    for gi, g in enumerate(graphs):
+        ops = profile["graphs"][g]["ops"]
+        left = 0.0
+        for oi, op in enumerate(shown + ["other"]):
+            ms = (sum(r["ms_per_cycle"] for o, r in ops.items() if o not in shown) if op == "other"
+                  else ops.get(op, {}).get("ms_per_cycle", 0.0))
+            ax.barh(gi, ms, left=left, color=colours(oi % 10), hatch="//" if op in MATRIX_OPS else None,
+                    label=op if gi == 0 else None, edgecolor="white")
+            left += ms
+    ax.set_yticks(range(len(graphs)), graphs)
+    ax.invert_yaxis()
+    ax.set_xlabel("kernel thread-ms per planning cycle (hatched: matrix products)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, ncol=4, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)

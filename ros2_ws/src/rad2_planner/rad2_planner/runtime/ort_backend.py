@@ -25,6 +25,8 @@ the few operators it saves per row.
 
 from __future__ import annotations
 
+import itertools
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -82,8 +84,17 @@ def fixed_shape_sessions(runtime_params: dict[str, Any]) -> tuple[int, int]:
     return out[0], out[1]
 
 
-def _session_options(ort, runtime_params: dict[str, Any], intra_op_threads: int | None = None):
+_profiled_sessions = itertools.count()
+
+
+def _session_options(ort, runtime_params: dict[str, Any], intra_op_threads: int | None = None,
+                     graph: str = "graph"):
     so = ort.SessionOptions()
+    prefix = runtime_params.get("ort_profile_prefix") or ""
+    if prefix:  # one trace file per session: <prefix><graph>_<n>_<date>.json (ONNX Runtime adds the date)
+        Path(os.path.dirname(prefix) or ".").mkdir(parents=True, exist_ok=True)
+        so.enable_profiling = True
+        so.profile_file_prefix = f"{prefix}{graph}_{next(_profiled_sessions)}"
     so.intra_op_num_threads = int(intra_op_threads or runtime_params["ort_intra_op_threads"])
     so.inter_op_num_threads = int(runtime_params["ort_inter_op_threads"])
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
@@ -156,6 +167,14 @@ class ShapeSessions:
     def run(self, outputs, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
         return self.session_for(feed).run(outputs, feed)
 
+    def end_profiling(self) -> list[str]:
+        """Stop the operator profiler of every open session (``runtime.ort_profile_prefix``) and return
+        the trace files they wrote (none when the profiler is off)."""
+        with self._lock:
+            sessions = [self._generic, *self._sessions.values()]
+        files = [sess.end_profiling() for sess in sessions]
+        return [f for f in files if f]
+
     @property
     def shapes(self) -> list[tuple[tuple[str, int], ...]]:
         """The shapes with an open session, least recently used first."""
@@ -191,12 +210,12 @@ class OrtBackend(Backend):
         shard_threads = max(1, threads // self.shards)
         max_sessions, max_candidates = fixed_shape_sessions(runtime_params)
 
-        def sessions(path, n_threads):
-            options = lambda: _session_options(ort, runtime_params, n_threads)  # noqa: E731
+        def sessions(graph, path, n_threads):
+            options = lambda: _session_options(ort, runtime_params, n_threads, graph)  # noqa: E731
             return ShapeSessions(ort, path, options, providers, max_sessions, max_candidates)
 
         shard_graphs = set(_CANDIDATE_INPUTS) | set(_SIDE_GRAPHS) if self.shards > 1 else set()
-        self.sessions = {g: sessions(p, shard_threads if g in shard_graphs else threads)
+        self.sessions = {g: sessions(g, p, shard_threads if g in shard_graphs else threads)
                          for g, p in onnx_paths.items()}
         self._pool = ThreadPoolExecutor(self.shards - 1, "ort-shard") if self.shards > 1 else None
         self.paths = dict(onnx_paths)
@@ -212,7 +231,14 @@ class OrtBackend(Backend):
         # while the discriminator's context takes a shard thread, the scene encoder runs on the rest
         self._encoder_beside_context = None
         if self.split_discriminator and "scene_encoder" in onnx_paths:
-            self._encoder_beside_context = sessions(onnx_paths["scene_encoder"], shard_threads)
+            self._encoder_beside_context = sessions("scene_encoder", onnx_paths["scene_encoder"],
+                                                    shard_threads)
+
+    def end_profiling(self) -> list[str]:
+        """The operator-profile trace files of every session (``runtime.ort_profile_prefix``), their
+        profilers stopped; :func:`rad2_planner.planning_benchmark.operator_profile` reads them."""
+        groups = list(self.sessions.values()) + [s for s in (self._encoder_beside_context,) if s is not None]
+        return [f for group in groups for f in group.end_profiling()]
 
     @classmethod
     def from_model(
