@@ -375,6 +375,26 @@ def test_trajectory_round_trip_and_validation(arrays):
         rc.trajectory_to_msg(np.zeros((8, 3)), 0.5)
 
 
+@pytest.mark.parametrize(("length", "frame"), [(8, "base_link"), (1, "a"), (0, "odd"), (17, ""), (5, "xy")])
+def test_path_cdr_decodes_to_the_message_it_replaces(length, frame):
+    """The planner publishes trajectory_to_path_cdr's bytes on planning/path: a subscriber decodes the
+    Path that trajectory_to_path builds (every pose's stamp, position and orientation; alignment after
+    frame ids of every length; no pose). The padding is not compared: rclpy leaves it unset."""
+    from nav_msgs.msg import Path
+    from rclpy.serialization import deserialize_message, serialize_message
+
+    rng = np.random.default_rng(length)
+    points = np.cumsum(rng.normal(size=(length, 2)) * 3.0, axis=0)
+    packed = rc.trajectory_to_path_cdr(points, 0.5, STAMP, frame)
+    expected = rc.trajectory_to_path(points, 0.5, STAMP, frame)
+    assert len(packed) == len(serialize_message(expected))
+    assert deserialize_message(packed, Path) == expected
+    with pytest.raises(rc.MessageValidationError, match=r"Path.dt is 0.0"):
+        rc.trajectory_to_path_cdr(points, 0.0, STAMP, frame)
+    with pytest.raises(rc.MessageValidationError, match="stamp_ns -5 is negative"):
+        rc.trajectory_to_path_cdr(points, 0.5, -5, frame)
+
+
 def test_path_round_trip_with_finite_difference_headings():
     radius, dt = 20.0, 0.5
     angles = np.linspace(0.1, 1.2, 8)

@@ -7,6 +7,8 @@ read back:
   ``runtime.ort_intra_op_threads`` threads, encode + K denoising steps + discriminator + selection, and
   the cycle's efficiency against the FLOP floor of a matrix-product probe taken in the same run;
   selection alone (safe_medoid) with 50 agents;
+- operator profile (tools/bench_planner_latency.py --op-profile): at M = 32, ONNX Runtime's kernel time
+  split into matrix products (with their GFLOP/s against the probe) and every other operator;
 - iLQR tracker (tools/bench_ilqr.py --no-ipopt): single cold / warm solve and a batch of 64;
 - BEV warp (tools/bench_sim.py --warp-only): OpenCV vs torch per frame;
 - ROS graph (tools/bench_graph.py): the planner node as its own process, real inputs played into it
@@ -56,13 +58,16 @@ def main(argv=None) -> int:
 
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
-    steps = ["planner", "ilqr", "warp", "graph"] + (["rollouts"] if args.rollouts else [])
+    steps = ["planner", "ops", "ilqr", "warp", "graph"] + (["rollouts"] if args.rollouts else [])
     t0 = time.time()
     with open(out / "bench_all.log", "w") as log:
         for step in tqdm(steps, desc="benchmarks"):
             if step == "planner":
                 _run(["tools/bench_planner_latency.py", "--backend", "onnxruntime", "--m", "32", "128",
                       "--cycles", str(args.cycles), "--out", str(out / "planner")], log)
+            elif step == "ops":
+                _run(["tools/bench_planner_latency.py", "--op-profile", "--m", "32", "--cycles", "100",
+                      "--out", str(out / "planner")], log)
             elif step == "ilqr":
                 _run(["tools/bench_ilqr.py", "--no-ipopt", "--batch", "64", "--json", str(out / "ilqr.json"),
                       "--png", str(out / "ilqr.png")], log)
@@ -79,8 +84,8 @@ def main(argv=None) -> int:
     text = bench_summary(out, include_rollouts=args.rollouts, elapsed_s=time.time() - t0)
     (out / "bench_all.md").write_text(text)
     print(text)
-    print(f"wrote {out / 'bench_all.md'} (raw: planner.json, ilqr.json, warp.json, graph.json; "
-          "log: bench_all.log)")
+    print(f"wrote {out / 'bench_all.md'} (raw: planner.json, planner_ops.json, ilqr.json, warp.json, "
+          "graph.json; log: bench_all.log)")
     return 0
 
 

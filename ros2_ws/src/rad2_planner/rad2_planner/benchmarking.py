@@ -345,6 +345,17 @@ def bench_summary(out: Path, include_rollouts: bool = False, elapsed_s: float = 
         agents = planner["meta"]["selection_agents"]
         lines.append(f"| selection alone (safe_medoid, {agents} agents), M = {m} | ms | "
                      f"{res['median']:.2f} | {res['p99']:.2f} | {bar} | {load} |")
+    ops_json = out / "planner_ops.json"
+    if ops_json.is_file():
+        ops = json.loads(ops_json.read_text())
+        prof, orun = ops["profile"], ops["run"]
+        per_thread = orun["probe_gflops"] / max(int(orun["threads"]), 1)
+        share = prof["other_ms_per_cycle"] / prof["kernel_ms_per_cycle"]
+        oload = _load_flag(orun["load_before"], orun["load_after"])
+        lines.append(f"| operator profile, M = {ops['num_candidates']}: matrix products "
+                     f"({prof['matrix']['gflop_per_cycle']:.2f} GFLOP) | GFLOP/s per thread | "
+                     f"{prof['matrix']['gflops_per_thread']:.0f} (probe {per_thread:.0f}) | | | {oload} |")
+        lines.append(f"| … every other operator | share of kernel time | {100 * share:.0f} % | | | |")
     iload = _load_flag(ilqr["load_before"], ilqr["load_after"])
     for row in ilqr["rows"]:
         lines.append(f"| {row['name']} ({ilqr['kernel']} kernel) | ms | {row['median_ms']:.2f} | "

@@ -844,6 +844,20 @@ class _CdrWriter:
             self.buf += data.tobytes()
 
 
+def _trajectory_record_prefix(start: int, stamp_ns: int, frame_id: str, dt32: float, length: int) -> bytes:
+    """A candidate ``Trajectory``'s bytes up to its points, for a record that begins ``start`` bytes
+    (mod 8) after the encapsulation header: header, dt, the points' count and the padding that aligns
+    the float64 points."""
+    w = _CdrWriter()
+    w.buf += b"\x00" * start
+    w.header(stamp_ns, frame_id)
+    w.pack("f", dt32)
+    w.pack("I", length)
+    if length:  # an empty array is not aligned (Fast CDR aligns only what it writes)
+        w._align(8)
+    return bytes(w.buf[4 + start:])
+
+
 def candidate_set_to_cdr(
     candidates: np.ndarray,
     scores: np.ndarray,
@@ -855,24 +869,35 @@ def candidate_set_to_cdr(
 ) -> bytes:
     """The serialized ``CandidateSet`` that ``candidate_set_to_msg`` builds, byte for byte, written
     straight from the arrays: building M x T ``geometry_msgs/Point`` objects costs ~10 us each in
-    Python (2.8 ms at M = 32), writing the bytes ~0.1 ms. ``Publisher.publish`` takes the bytes."""
+    Python (2.8 ms at M = 32). ``Publisher.publish`` takes the bytes.
+
+    The M candidate records differ only in their points and score; the rest of a record depends on
+    where it starts modulo 8 (the float64 points are 8-aligned, everything else 4-aligned), so it is
+    written once per alignment and the records are joined (~0.03 ms at M = 32, ~0.2 ms field by field).
+    """
     cands, score_arr, selected = _candidate_set_fields(candidates, scores, selected, denoising_steps)
     dt32 = _check_dt("CandidateSet", dt)
     num, length = cands.shape[0], cands.shape[1]
-    xyz = np.zeros((length, 3), dtype="<f8")
     out = _CdrWriter()
     out.header(stamp_ns, frame_id)
     out.pack("I", num)
-    for m in range(num):  # one Trajectory each
-        out.header(stamp_ns, frame_id)
-        out.pack("f", dt32)
-        out.pack("I", length)
-        xyz[:, :2] = cands[m]
-        out.array(xyz, "<f8")
-        out.pack("II", 0, 0)  # yaw, speed: empty
-        out.pack("f", score_arr[m])
-    out.pack("iI", selected, int(denoising_steps))
-    return bytes(out.buf)
+    xyz = np.zeros((num, length, 3), dtype="<f8")
+    xyz[..., :2] = cands
+    points = [row.tobytes() for row in xyz]
+    # after the points (8-aligned, 24 bytes each): empty yaw and speed (two zero counts), the score
+    tails = [b"\x00" * 8 + struct.pack("<f", score) for score in score_arr.astype(np.float32)]
+    prefixes: dict[int, bytes] = {}  # record start mod 8 -> the record's bytes before its points
+    parts = [bytes(out.buf)]
+    pos = len(out.buf) - 4
+    for m in range(num):
+        key = pos % 8
+        prefix = prefixes.get(key)
+        if prefix is None:
+            prefix = prefixes[key] = _trajectory_record_prefix(key, stamp_ns, frame_id, dt32, length)
+        parts += (prefix, points[m], tails[m])
+        pos += len(prefix) + len(points[m]) + len(tails[m])
+    parts.append(struct.pack("<iI", selected, int(denoising_steps)))  # every field is 4-aligned here
+    return b"".join(parts)
 
 
 def candidate_set_from_msg(msg: CandidateSet) -> CandidateSetArrays:
@@ -915,6 +940,16 @@ def _quaternion_to_yaw(kind: str, field_name: str, q: Any) -> float:
     return quaternion_to_yaw(*(float(v) for v in values / norm))
 
 
+def _path_poses(points, dt, stamp_ns, start_xy, start_yaw) -> tuple[np.ndarray, list[int], np.ndarray]:
+    """(points [T, 2], pose stamps in ns, yaws) of the nav_msgs/Path of a trajectory, validated."""
+    kind = "Path"
+    pts = _as_array(kind, "poses", points, (None, 2), np.float64)
+    dt = _check_dt(kind, dt)
+    ns_to_time(stamp_ns)  # a negative stamp is refused before anything is built
+    stamps = [int(stamp_ns) + round((k + 1) * dt * _NS_PER_S) for k in range(len(pts))]
+    return pts, stamps, headings_from_points(pts, start_xy=start_xy, start_yaw=start_yaw)
+
+
 def trajectory_to_path(
     points: np.ndarray,
     dt: float,
@@ -925,15 +960,12 @@ def trajectory_to_path(
 ) -> Path:
     """nav_msgs/Path of a trajectory (for RViz and standard consumers): pose k stamped
     stamp + (k+1)*dt, orientation from finite differences (see headings_from_points)."""
-    kind = "Path"
-    pts = _as_array(kind, "poses", points, (None, 2), np.float64)
-    dt = _check_dt(kind, dt)
-    yaws = headings_from_points(pts, start_xy=start_xy, start_yaw=start_yaw)
+    pts, stamps, yaws = _path_poses(points, dt, stamp_ns, start_xy, start_yaw)
     msg = Path()
     msg.header = make_header(stamp_ns, frame_id)
-    for k, ((x, y), yaw) in enumerate(zip(pts, yaws)):
+    for (x, y), stamp, yaw in zip(pts, stamps, yaws):
         pose = PoseStamped()
-        pose.header = make_header(int(stamp_ns) + round((k + 1) * dt * _NS_PER_S), frame_id)
+        pose.header = make_header(stamp, frame_id)
         pose.pose.position.x = float(x)
         pose.pose.position.y = float(y)
         qx, qy, qz, qw = yaw_to_quaternion(float(yaw))
@@ -941,6 +973,26 @@ def trajectory_to_path(
         pose.pose.orientation.z, pose.pose.orientation.w = qz, qw
         msg.poses.append(pose)
     return msg
+
+
+def trajectory_to_path_cdr(
+    points: np.ndarray,
+    dt: float,
+    stamp_ns: int = 0,
+    frame_id: str = EGO_FRAME,
+    start_xy: Sequence[float] | None = (0.0, 0.0),
+    start_yaw: float = 0.0,
+) -> bytes:
+    """The serialized ``nav_msgs/Path`` that ``trajectory_to_path`` builds, written from the arrays
+    (T PoseStamped objects cost ~0.1 ms to build at T = 8; the bytes ~0.03 ms)."""
+    pts, stamps, yaws = _path_poses(points, dt, stamp_ns, start_xy, start_yaw)
+    out = _CdrWriter()
+    out.header(stamp_ns, frame_id)
+    out.pack("I", len(pts))
+    for (x, y), stamp, yaw in zip(pts, stamps, yaws):
+        out.header(stamp, frame_id)
+        out.pack("ddddddd", float(x), float(y), 0.0, *yaw_to_quaternion(float(yaw)))
+    return bytes(out.buf)
 
 
 def path_to_trajectory(msg: Path) -> TrajectoryArrays:

@@ -10,7 +10,8 @@ and pairs them by header stamp. Each pair is one planning cycle (``Rad2Policy.pl
     planning/markers      visualization_msgs/MarkerArray candidates coloured by score (red -> green)
     planning/diagnostics  rad2_msgs/PlanningDiagnostics  every cycle: stage timings (preprocess,
                           encode, denoise_<k> or denoise_total, score, select, critic,
-                          corrections, traffic_rules, safety_envelope, comfort_limits, publish),
+                          corrections, traffic_rules, safety_envelope, comfort_limits,
+                          validate_output: the plan's kinematic and deviation check, publish),
                           end-to-end latency from the input stamp, deadline misses, rejected
                           inputs, fallback state
 
@@ -319,12 +320,14 @@ class PlannerNode(Node):
                 stages[key] = float(ms)
         self._note_safety(result.info)
 
-        t_pub = time.perf_counter()
+        t_check = time.perf_counter()
         selected = int(result.selected)
         traj = np.asarray(result.trajectory, dtype=np.float64)  # as the rule layer left it (signals)
         ego_speed = float(obs.ego_state[0])
         bad = check_plan_output(traj, self.plan_dt, ego_speed, self.limits, self.vehicle, stamp_ns,
                                 self._previous, self.deviation)
+        stages["validate_output"] = (time.perf_counter() - t_check) * 1e3
+        t_pub = time.perf_counter()
         if bad:
             self.stats.reject()
             self._fallback(stamp_ns, f"rejected plan: implausible {describe_violations(bad)}", stages,
@@ -382,7 +385,7 @@ class PlannerNode(Node):
         # The executed plan first: the controller waits for it, the rest is for people and recorders.
         self.pub_trajectory.publish(rc.trajectory_to_msg(
             traj, self.plan_dt, stamp_ns, self.frame_id, yaw=yaw, speed=speed, score=score))
-        self.pub_path.publish(rc.trajectory_to_path(traj, self.plan_dt, stamp_ns, self.frame_id))
+        self.pub_path.publish(rc.trajectory_to_path_cdr(traj, self.plan_dt, stamp_ns, self.frame_id))
         # The candidate set and the markers cost most of the publish time (M messages, M x T points):
         # built only while someone subscribes (what a subscriber receives does not change), markers at
         # most planner_node.markers_rate_hz; the candidate set goes out as bytes written straight from
