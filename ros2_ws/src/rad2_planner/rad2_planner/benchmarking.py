@@ -356,6 +356,11 @@ def bench_summary(out: Path, include_rollouts: bool = False, elapsed_s: float = 
                      f"({prof['matrix']['gflop_per_cycle']:.2f} GFLOP) | GFLOP/s per thread | "
                      f"{prof['matrix']['gflops_per_thread']:.0f} (probe {per_thread:.0f}) | | | {oload} |")
         lines.append(f"| … every other operator | share of kernel time | {100 * share:.0f} % | | | |")
+        if "cycle_ms" in prof:  # what the profiler itself costs (alternated cycles with and without it)
+            cyc = prof["cycle_ms"]
+            lines.append(f"| … cycle with / without the profiler (its per-operator cost inflates small "
+                         f"operators) | ms | {cyc['profiled']['median']:.1f} / {cyc['plain']['median']:.1f} "
+                         f"| | | |")
     iload = _load_flag(ilqr["load_before"], ilqr["load_after"])
     for row in ilqr["rows"]:
         lines.append(f"| {row['name']} ({ilqr['kernel']} kernel) | ms | {row['median_ms']:.2f} | "

@@ -288,18 +288,26 @@ def run_operator_profile(m: int, *, cycles: int = 50, data: str | None = "data/e
     shutil.rmtree(trace_dir, ignore_errors=True)
     prefix = f"{trace_dir}{os.sep}"  # the files go inside trace_dir, named by graph
     params = load_params("planner")
+    plain, weights = make_policy(params, checkpoint=checkpoint, backend="onnxruntime")
     params["runtime"]["ort_profile_prefix"] = prefix
-    policy, weights = make_policy(params, checkpoint=checkpoint, backend="onnxruntime")
+    policy, _ = make_policy(params, checkpoint=checkpoint, backend="onnxruntime")
     obs = sample_observations(policy.cfg, 32, data)
     ctx = RunContext.start(int(params["runtime"]["ort_intra_op_threads"]))
     policy.warm_up(m)  # one call per session: operator_profile leaves each session's first run out
+    plain.warm_up(m)
+    # the profiler's own cost, from cycles without it alternated with the profiled ones
+    totals: dict[str, list[float]] = {"profiled": [], "plain": []}
     for i in range(cycles):
-        policy.plan(obs[i % len(obs)], num_candidates=m)
+        for name, p in (("profiled", policy), ("plain", plain)):
+            totals[name].append(p.plan(obs[i % len(obs)], num_candidates=m).timings_ms["total"])
     traces = policy.backend.end_profiling()
     ctx.finish()
     profile = operator_profile(traces, cycles)
+    profile["cycle_ms"] = {name: percentiles(v) for name, v in totals.items()}
     print(ctx.header())
-    print(f"M = {m}, {weights}")
+    print(f"M = {m}, {weights}; cycle median {profile['cycle_ms']['profiled']['median']:.2f} ms profiled, "
+          f"{profile['cycle_ms']['plain']['median']:.2f} ms without the profiler (alternated): the "
+          "profiler's per-operator cost inflates the small operators' shares")
     print_operator_profile(profile, ctx.probe_gflops, ctx.threads)
     payload = {"num_candidates": m, "weights": weights, "run": ctx.to_dict(), "profile": profile}
     Path(out).parent.mkdir(parents=True, exist_ok=True)
