@@ -142,6 +142,6 @@ def test_operator_profile_cli_writes_the_table_the_figure_and_the_traces(tmp_pat
     profile = payload["profile"]
     assert payload["num_candidates"] == 8 and profile["cycles"] == 3
     assert "generator" in profile["graphs"] and profile["matrix"]["gflop_per_cycle"] > 0
-    assert set(payload["run"]["probe_by_library"]) == {"torch", "onnxruntime"}
+    assert {"torch", "onnxruntime"} <= set(payload["run"]["probe_by_library"])
     assert (tmp_path / "prof_ops.png").is_file() and list((tmp_path / "prof_ops").glob("generator_*.json"))
     assert "matrix products" in res.stdout and "every other operator" in res.stdout

@@ -99,6 +99,30 @@ def _torch_matmul_seconds(threads: int, size: int, seconds: float, device: str) 
         torch.set_num_threads(before)
 
 
+def _onednn_linear_seconds(threads: int, size: int, seconds: float) -> float | None:
+    """The same product through oneDNN (PyTorch's ``mkldnn`` linear on blocked tensors), the other
+    kernel library in the torch wheel; ``None`` where this build has no oneDNN."""
+    import torch
+
+    if not torch.backends.mkldnn.is_available():
+        return None
+    import warnings
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(threads))
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            # torch.utils.mkldnn's modules still use torch.jit.script_method, which warns on use
+            warnings.simplefilter("ignore", DeprecationWarning)
+            from torch.utils import mkldnn
+
+            layer = mkldnn.to_mkldnn(torch.nn.Linear(size, size, bias=False))
+            x = torch.rand(size, size).to_mkldnn()
+            return _best_seconds(lambda: layer(x), seconds)
+    finally:
+        torch.set_num_threads(before)
+
+
 def _ort_matmul_seconds(threads: int, size: int, seconds: float) -> float:
     """The same product as one ONNX ``MatMul`` run by ONNX Runtime's CPU provider (its MLAS kernels,
     the ones the planner's ONNX graphs run on)."""
@@ -124,20 +148,23 @@ def _ort_matmul_seconds(threads: int, size: int, seconds: float) -> float:
 def matmul_probes(threads: int, size: int = 1024, seconds: float = 1.0,
                   device: str = "cpu") -> dict[str, float]:
     """GFLOP/s of float32 ``size x size`` matrix products on ``threads`` threads (best of repeats) per
-    kernel library: ``torch`` (PyTorch's BLAS, MKL in the CPU wheel) and ``onnxruntime`` (MLAS), or
-    on a CUDA ``device`` PyTorch alone (4096 x 4096, with PyTorch's default float32 precision, as the
-    planner).
+    kernel library: ``torch`` (``torch.matmul``: MKL in the CPU wheel), ``onednn`` (the wheel's oneDNN,
+    where built in) and ``onnxruntime`` (MLAS, what the planner's ONNX graphs run on), or on a CUDA
+    ``device`` PyTorch alone (4096 x 4096, with PyTorch's default float32 precision, as the planner).
 
-    Both CPU libraries are probed because their speed depends on the CPU vendor: on the AMD EPYC VM of
-    session 38, MKL reached 187 GFLOP/s and MLAS 392 on the same two threads, so a floor taken from
-    one library alone can be half of what the machine does. The best repeat is taken because the
-    floor is what the machine can do, not what a busy moment allowed.
+    Every CPU library is probed because their speed depends on the CPU vendor: on the AMD EPYC VM of
+    session 38, MKL reached 190 GFLOP/s, MLAS about 400 and oneDNN about 455 on the same two threads,
+    so a floor taken from one library alone can be less than half of what the machine does. The best
+    repeat is taken because the floor is what the machine can do, not what a busy moment allowed.
     """
     cuda = str(device).startswith("cuda")
     size = 4096 if cuda and size == 1024 else size
     flop = 2.0 * size**3
     out = {"torch": flop / _torch_matmul_seconds(threads, size, seconds, device) / 1e9}
     if not cuda:
+        onednn = _onednn_linear_seconds(threads, size, seconds)
+        if onednn is not None:
+            out["onednn"] = flop / onednn / 1e9
         out["onnxruntime"] = flop / _ort_matmul_seconds(threads, size, seconds) / 1e9
     return out
 
