@@ -406,6 +406,11 @@ def bench_summary(out: Path, include_rollouts: bool = False, elapsed_s: float = 
                      f"{graph['meta']['num_candidates']} ({graph['planned']} cycles, {who}, "
                      f"{graph['fallbacks']} fallbacks) | ms | {p['median']:.1f} | {p['p99']:.1f} | "
                      f"p99 ≤ 60 ms | {gload} |")
+        for stage, bar in (("validate_output", ""), ("publish", "median ≤ 1 ms")):
+            q = graph.get("stages_ms", {}).get(stage)
+            if q:  # the node's own stage timings of the same cycles
+                lines.append(f"| … {stage} (in the node) | ms | {q['median']:.2f} | {q['p99']:.2f} | "
+                             f"{bar} | |")
     if include_rollouts:
         lines += ["", (out / "rollouts.md").read_text()]
     lines += ["", f"GPU: none on this machine ({os.cpu_count()} CPUs); CUDA figures need a lent device.", ""]
