@@ -592,3 +592,19 @@ def test_operator_profile_counts_the_cycle_flops_and_plans_unchanged(setup, tmp_
         profile["matrix"]["ms_per_cycle"] + profile["other_ms_per_cycle"])
     # off by default: no trace is written
     assert plain.backend.end_profiling() == []
+
+
+def test_operator_profile_keeps_the_traces_of_closed_sessions(setup, tmp_path):
+    """A pinned-shape session closed to make room for another (ort_fixed_shape_sessions) still hands its
+    trace to end_profiling."""
+    model, onnx_dir, _ = setup
+    params = _argmax_params()
+    params["runtime"] = dict(params["runtime"], ort_profile_prefix=f"{tmp_path}/", ort_fixed_shapes=True,
+                             ort_fixed_shape_sessions=1, ort_candidate_shards=1)
+    policy = _policy(model, "onnxruntime", onnx_dir, params=params)
+    for m in (4, 6):  # two call shapes: the first shape's pinned sessions are closed
+        policy.plan(_obs(model.cfg), num_candidates=m, seed=0)
+    assert all(len(s.shapes) <= 1 for s in policy.backend.sessions.values())
+    traces = policy.backend.end_profiling()
+    generator = [t for t in traces if Path(t).name.startswith("generator_")]
+    assert len(generator) == 3 and all(Path(t).is_file() for t in generator)  # symbolic + 2 pinned

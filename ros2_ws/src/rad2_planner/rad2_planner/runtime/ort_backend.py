@@ -120,6 +120,7 @@ class ShapeSessions:
         self.max_sessions = int(max_sessions)
         self.max_candidates = int(max_candidates)
         self._sessions: OrderedDict[tuple, Any] = OrderedDict()
+        self._ended_traces: list[str] = []  # operator-profile files of sessions already closed
         self._lock = threading.Lock()
         # the metadata (inputs, outputs, symbolic dimensions) of a session over the graph as exported
         self._generic = ort.InferenceSession(self._path, options(), providers=providers)
@@ -161,7 +162,8 @@ class ShapeSessions:
             session = self._ort.InferenceSession(self._path, options, providers=self._providers)
             self._sessions[key] = session
             while len(self._sessions) > self.max_sessions:
-                self._sessions.popitem(last=False)
+                _, closed = self._sessions.popitem(last=False)
+                self._ended_traces.append(closed.end_profiling())  # "" without the profiler
             return session
 
     def run(self, outputs, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -172,7 +174,8 @@ class ShapeSessions:
         the trace files they wrote (none when the profiler is off)."""
         with self._lock:
             sessions = [self._generic, *self._sessions.values()]
-        files = [sess.end_profiling() for sess in sessions]
+            files, self._ended_traces = self._ended_traces, []
+        files += [sess.end_profiling() for sess in sessions]
         return [f for f in files if f]
 
     @property
@@ -236,7 +239,7 @@ class OrtBackend(Backend):
 
     def end_profiling(self) -> list[str]:
         """The operator-profile trace files of every session (``runtime.ort_profile_prefix``), their
-        profilers stopped; :func:`rad2_planner.planning_benchmark.operator_profile` reads them."""
+        profilers stopped; :func:`rad2_planner.benchmarking.operator_profile` reads them."""
         groups = list(self.sessions.values()) + [s for s in (self._encoder_beside_context,) if s is not None]
         return [f for group in groups for f in group.end_profiling()]
 
