@@ -592,6 +592,11 @@ def test_operator_profile_counts_the_cycle_flops_and_plans_unchanged(setup, tmp_
         profile["matrix"]["ms_per_cycle"] + profile["other_ms_per_cycle"])
     # off by default: no trace is written
     assert plain.backend.end_profiling() == []
+    # a prefix whose folder cannot be made is named
+    (tmp_path / "file").write_text("")
+    params["runtime"]["ort_profile_prefix"] = f"{tmp_path}/file/sub/"
+    with pytest.raises(ValueError, match="runtime.ort_profile_prefix: cannot create the folder"):
+        _policy(model, "onnxruntime", onnx_dir, params=params)
 
 
 def test_operator_profile_keeps_the_traces_of_closed_sessions(setup, tmp_path):

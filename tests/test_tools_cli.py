@@ -40,6 +40,8 @@ def test_help(tool, tmp_path):
     ("bench_planner_latency.py", ["--cuda-graphs", "maybe"], "--cuda-graphs"),
     ("bench_planner_latency.py", ["--cycles", "0"], "--cycles"),
     ("bench_planner_latency.py", ["--m", "32", "0"], "--m"),
+    ("bench_planner_latency.py", ["--op-profile", "--m", "32", "64"], "--op-profile"),
+    ("bench_planner_latency.py", ["--op-profile", "--backend", "pytorch"], "--op-profile"),
     ("bench_all.py", ["--cycles", "0"], "--cycles"),
     ("bench_graph.py", ["--cycles", "0"], "--cycles"),
     ("bench_graph.py", ["--rate-hz", "0"], "--rate-hz"),

@@ -78,6 +78,11 @@ def main(argv=None) -> int:
     if args.op_profile:
         from rad2_planner.planning_benchmark import run_operator_profile
 
+        if len(args.m) != 1:
+            ap.error(f"--op-profile: profiles one candidate count, got --m {' '.join(map(str, args.m))}")
+        if args.backend not in (None, "onnxruntime"):
+            ap.error(f"--op-profile: ONNX Runtime's profiler, so --backend onnxruntime, got {args.backend!r}")
+
         run_operator_profile(args.m[0], cycles=args.cycles, data=None if args.random_inputs else args.data,
                              checkpoint=args.checkpoint, out=args.out)
         return 0

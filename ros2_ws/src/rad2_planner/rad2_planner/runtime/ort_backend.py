@@ -92,7 +92,11 @@ def _session_options(ort, runtime_params: dict[str, Any], intra_op_threads: int 
     so = ort.SessionOptions()
     prefix = runtime_params.get("ort_profile_prefix") or ""
     if prefix:  # one trace file per session: <prefix><graph>_<n>_<date>.json (ONNX Runtime adds the date)
-        Path(os.path.dirname(prefix) or ".").mkdir(parents=True, exist_ok=True)
+        try:
+            Path(os.path.dirname(prefix) or ".").mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ValueError(f"runtime.ort_profile_prefix: cannot create the folder of {prefix!r} "
+                             f"({e})") from e
         so.enable_profiling = True
         so.profile_file_prefix = f"{prefix}{graph}_{next(_profiled_sessions)}"
     so.intra_op_num_threads = int(intra_op_threads or runtime_params["ort_intra_op_threads"])
