@@ -395,6 +395,39 @@ def test_path_cdr_decodes_to_the_message_it_replaces(length, frame):
         rc.trajectory_to_path_cdr(points, 0.5, -5, frame)
 
 
+@pytest.mark.parametrize(("num", "length", "frame", "selected"),
+                         [(32, 8, "base_link", 3), (1, 1, "a", 0), (0, 8, "odd", -1), (5, 0, "xy", -1),
+                          (3, 17, "", 2)])
+def test_candidate_markers_cdr_decodes_to_what_the_messages_deliver(num, length, frame, selected):
+    """planning/markers goes out as candidate_markers_to_cdr's bytes: a subscriber decodes what it
+    would have received from the MarkerArray candidate_markers_to_msg builds (colours by score, grey
+    when unscored, the selected line blue and wider, the DELETEALL first), on this install's Marker."""
+    from rclpy.serialization import deserialize_message, serialize_message
+    from visualization_msgs.msg import Marker, MarkerArray
+
+    assert rc.markers_cdr_matches_this_distro()
+    rng = np.random.default_rng(num + length)
+    cands = rng.normal(size=(num, length, 2)) * 20.0
+    scores = rng.random(num)
+    scores[: min(num, 2) // 2] = np.nan
+    args = (cands, scores, selected, STAMP, frame)
+    got = deserialize_message(rc.candidate_markers_to_cdr(*args), MarkerArray)
+    sent = deserialize_message(serialize_message(rc.candidate_markers_to_msg(*args)), MarkerArray)
+    assert got == sent
+    assert got.markers[0].action == Marker.DELETEALL and len(got.markers) == num + 1
+    if num:
+        lines = got.markers[1:]
+        assert [len(mk.points) for mk in lines] == [length + 1] * num
+        assert [mk.ns for mk in lines].count("selected") == int(selected >= 0)
+    with pytest.raises(rc.MessageValidationError, match=r"MarkerArray.scores has shape"):
+        rc.candidate_markers_to_cdr(cands, np.zeros(num + 1), selected, STAMP, frame)
+    if num and length:
+        bad = cands.copy()
+        bad[0, 0, 0] = np.inf
+        with pytest.raises(rc.MessageValidationError, match="MarkerArray.candidates"):
+            rc.candidate_markers_to_cdr(bad, scores, selected, STAMP, frame)
+
+
 def test_path_round_trip_with_finite_difference_headings():
     radius, dt = 20.0, 0.5
     angles = np.linspace(0.1, 1.2, 8)

@@ -36,7 +36,8 @@ from rad2_msgs.msg import (
     TrafficSignal,
     Trajectory,
 )
-from std_msgs.msg import Header
+from std_msgs.msg import ColorRGBA, Header
+from visualization_msgs.msg import Marker, MarkerArray
 
 from .bags import planning_diagnostics_record, time_to_ns
 from .clip import SIGNAL_STATE_NAMES
@@ -898,6 +899,135 @@ def candidate_set_to_cdr(
         pos += len(prefix) + len(points[m]) + len(tails[m])
     parts.append(struct.pack("<iI", selected, int(denoising_steps)))  # every field is 4-aligned here
     return b"".join(parts)
+
+
+# ----------------------------------------------------------------------------------------------------
+# candidate markers (planning/markers, for RViz / Foxglove)
+
+#: height of the candidate lines above the ground (m), so that they draw over a ground plane
+MARKER_Z = 0.1
+_SELECTED_RGBA = (0.1, 0.4, 1.0, 1.0)
+_UNSCORED_RGBA = (0.6, 0.6, 0.6, 0.6)
+
+
+def _candidate_marker_styles(scores: np.ndarray, selected: int) -> list[tuple[str, float, tuple]]:
+    """(namespace, line width in m, RGBA) of each candidate's line: scored red (0) to green (1), grey
+    when unscored (NaN), the selected one blue and wider."""
+    out = []
+    for m, score in enumerate(np.asarray(scores, dtype=np.float64)):
+        if m == selected:
+            out.append(("selected", 0.4, _SELECTED_RGBA))
+        elif not math.isfinite(score):
+            out.append(("candidates", 0.1, _UNSCORED_RGBA))
+        else:
+            v = float(np.clip(score, 0.0, 1.0))
+            out.append(("candidates", 0.1, (1.0 - v, v, 0.1, 0.8)))
+    return out
+
+
+def _marker_fields(candidates, scores, selected) -> tuple[np.ndarray, list[tuple[str, float, tuple]]]:
+    kind = "MarkerArray"
+    cands = _as_array(kind, "candidates", candidates, (None, None, 2), np.float64)
+    score_arr = np.asarray(scores, dtype=np.float64)
+    if score_arr.shape != (cands.shape[0],):
+        raise _fail(kind, "scores", f"has shape {list(score_arr.shape)}, expected [{cands.shape[0]}]")
+    return cands, _candidate_marker_styles(score_arr, int(selected))
+
+
+def candidate_markers_to_msg(candidates: np.ndarray, scores: np.ndarray, selected: int, stamp_ns: int,
+                             frame_id: str = EGO_FRAME) -> MarkerArray:
+    """A DELETEALL marker, then one LINE_STRIP per candidate from the ego (the origin) through its points."""
+    cands, styles = _marker_fields(candidates, scores, selected)
+    out = MarkerArray()
+    clear = Marker(action=Marker.DELETEALL)
+    clear.header = make_header(stamp_ns, frame_id)
+    out.markers.append(clear)
+    for m, (traj, (ns, width, rgba)) in enumerate(zip(cands, styles)):
+        mk = Marker()
+        mk.header = make_header(stamp_ns, frame_id)
+        mk.ns, mk.id = ns, m
+        mk.type, mk.action = Marker.LINE_STRIP, Marker.ADD
+        mk.pose.orientation.w = 1.0
+        mk.scale.x = width
+        mk.color = ColorRGBA(r=rgba[0], g=rgba[1], b=rgba[2], a=rgba[3])
+        mk.points = [Point(x=0.0, y=0.0, z=MARKER_Z)] + [Point(x=float(x), y=float(y), z=MARKER_Z)
+                                                         for x, y in traj]
+        out.markers.append(mk)
+    return out
+
+
+def _marker_cdr(out: _CdrWriter, stamp_ns: int, frame_id: str, ns: str, marker_id: int, marker_type: int,
+                action: int, width: float, rgba: tuple, points: np.ndarray) -> None:
+    """One visualization_msgs/Marker (the fields of ROS 2 Kilted's definition, in order) with the pose at
+    the identity and every field the candidate lines leave unset at its default."""
+    out.header(stamp_ns, frame_id)
+    out.string(ns)
+    out.pack("iii", marker_id, marker_type, action)
+    out.pack("dddddddddd", 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, width, 0.0, 0.0)  # pose, scale
+    out.pack("ffff", *rgba)
+    out.pack("iI", 0, 0)  # lifetime
+    out.pack("?", False)  # frame_locked
+    out.pack("I", len(points))
+    out.array(points, "<f8")
+    out.buf += _MARKER_TAIL  # 4-aligned here (after the float64 points or their count)
+
+
+def _marker_tail() -> bytes:
+    """The fields after a Marker's points, all at their defaults: the same bytes for every marker
+    (every one of them 4-aligned, and they start 4-aligned)."""
+    out = _CdrWriter()
+    out.pack("I", 0)  # colors
+    out.string("")  # texture_resource
+    out.header(0, "")  # texture: sensor_msgs/CompressedImage
+    out.string("")
+    out.pack("I", 0)
+    out.pack("I", 0)  # uv_coordinates
+    out.string("")  # text
+    out.string("")  # mesh_resource
+    out.string("")  # mesh_file: visualization_msgs/MeshFile
+    out.pack("I", 0)
+    out.pack("?", False)  # mesh_use_embedded_materials
+    return bytes(out.buf[4:])
+
+
+_MARKER_TAIL = _marker_tail()
+
+
+def candidate_markers_to_cdr(candidates: np.ndarray, scores: np.ndarray, selected: int, stamp_ns: int,
+                             frame_id: str = EGO_FRAME) -> bytes:
+    """The serialized MarkerArray that :func:`candidate_markers_to_msg` builds, written from the arrays
+    (about 5x faster at M = 32 than building and serializing the message objects). The layout is that
+    of ROS 2 Kilted's Marker; :func:`markers_cdr_matches_this_distro` checks it against the installed
+    definition, and the planner node builds messages where it does not match."""
+    cands, styles = _marker_fields(candidates, scores, selected)
+    out = _CdrWriter()
+    out.pack("I", len(cands) + 1)
+    _marker_cdr(out, stamp_ns, frame_id, "", 0, Marker.ARROW, Marker.DELETEALL, 0.0, (0.0, 0.0, 0.0, 0.0),
+                np.zeros((0, 3)))
+    xyz = np.full((cands.shape[1] + 1, 3), MARKER_Z, dtype="<f8")
+    xyz[0, :2] = 0.0
+    for m, (traj, (ns, width, rgba)) in enumerate(zip(cands, styles)):
+        xyz[1:, :2] = traj
+        _marker_cdr(out, stamp_ns, frame_id, ns, m, Marker.LINE_STRIP, Marker.ADD, width, rgba, xyz)
+    return bytes(out.buf)
+
+
+def markers_cdr_matches_this_distro() -> bool:
+    """Whether :func:`candidate_markers_to_cdr` decodes, with this ROS 2 install's Marker definition, to
+    the message :func:`candidate_markers_to_msg` builds (a distro whose Marker has other fields does not)."""
+    from rclpy.serialization import deserialize_message, serialize_message
+
+    rng = np.random.default_rng(0)
+    cands = rng.normal(size=(3, 4, 2))
+    scores = np.array([0.25, np.nan, 0.75])
+    try:
+        got = deserialize_message(candidate_markers_to_cdr(cands, scores, 2, 123, "frame"), MarkerArray)
+    except Exception:  # noqa: BLE001 -- a layout the installed definition cannot read
+        return False
+    # what a subscriber of the message objects receives (colours rounded to float32 on the way)
+    sent = deserialize_message(serialize_message(candidate_markers_to_msg(cands, scores, 2, 123, "frame")),
+                               MarkerArray)
+    return got == sent
 
 
 def candidate_set_from_msg(msg: CandidateSet) -> CandidateSetArrays:

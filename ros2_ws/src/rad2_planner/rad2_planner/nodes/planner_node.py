@@ -51,12 +51,10 @@ import tempfile
 import time
 
 import numpy as np
-from geometry_msgs.msg import Point
 from nav_msgs.msg import Path
 from rad2_msgs.msg import BevFeatures, CandidateSet, PlanningDiagnostics, SceneTokens, Trajectory
 from rclpy.node import Node
-from std_msgs.msg import ColorRGBA
-from visualization_msgs.msg import Marker, MarkerArray
+from visualization_msgs.msg import MarkerArray
 
 from rad2_planner import ros_conversions as rc
 from rad2_planner import validators
@@ -93,35 +91,6 @@ POLICY_STAGES = ("encode", "score", "select", "critic", "corrections", "stall_re
                  "safety_envelope", "comfort_limits")
 # PlanResult.info keys of the safety layer reported on /diagnostics
 SAFETY_INFO = ("safety_layer", "corrections", "critic_p", "critic_accepted", "safety_stopped_by_budget")
-
-
-def _score_color(score: float) -> ColorRGBA:
-    if not math.isfinite(score):
-        return ColorRGBA(r=0.6, g=0.6, b=0.6, a=0.6)
-    s = float(np.clip(score, 0.0, 1.0))
-    return ColorRGBA(r=1.0 - s, g=s, b=0.1, a=0.8)
-
-
-def candidate_markers(candidates: np.ndarray, scores: np.ndarray, selected: int, stamp_ns: int,
-                      frame_id: str) -> MarkerArray:
-    """One LINE_STRIP per candidate coloured by score (grey when unscored); the selected one wider."""
-    out = MarkerArray()
-    clear = Marker(action=Marker.DELETEALL)
-    clear.header = rc.make_header(stamp_ns, frame_id)
-    out.markers.append(clear)
-    for m, traj in enumerate(candidates):
-        mk = Marker()
-        mk.header = rc.make_header(stamp_ns, frame_id)
-        mk.ns = "selected" if m == selected else "candidates"
-        mk.id = m
-        mk.type = Marker.LINE_STRIP
-        mk.action = Marker.ADD
-        mk.pose.orientation.w = 1.0
-        mk.scale.x = 0.4 if m == selected else 0.1
-        mk.color = ColorRGBA(r=0.1, g=0.4, b=1.0, a=1.0) if m == selected else _score_color(float(scores[m]))
-        mk.points = [Point(x=0.0, y=0.0, z=0.1)] + [Point(x=float(x), y=float(y), z=0.1) for x, y in traj]
-        out.markers.append(mk)
-    return out
 
 
 class PlannerNode(Node):
@@ -165,6 +134,11 @@ class PlannerNode(Node):
         self._last_speed = 0.0  # ego speed of the last validated input (a starved fallback starts there)
         self._first_tick_ns: int | None = None
         self._last_markers_s = -float("inf")
+        # markers written as bytes where this distro's Marker has the layout the writer knows
+        self._markers_as_bytes = rc.markers_cdr_matches_this_distro()
+        if not self._markers_as_bytes:
+            self.get_logger().info("planning/markers: this ROS 2's visualization_msgs/Marker differs from "
+                                   "the layout rad2 writes as bytes; building marker messages instead")
         self._safety: dict[str, object] = {}  # this cycle's safety-layer info (empty: off or no plan)
         self._safety_corrected = 0  # cycles the safety layer corrected
         self._safety_budget_stops = 0  # cycles whose rejection sampling the round budget stopped
@@ -397,7 +371,8 @@ class PlannerNode(Node):
             now = time.monotonic()
             if now - self._last_markers_s >= 1.0 / float(self.cfg["markers_rate_hz"]):
                 self._last_markers_s = now
-                self.pub_markers.publish(candidate_markers(cands, scores, selected, stamp_ns, self.frame_id))
+                build = rc.candidate_markers_to_cdr if self._markers_as_bytes else rc.candidate_markers_to_msg
+                self.pub_markers.publish(build(cands, scores, selected, stamp_ns, self.frame_id))
 
     def _fallback(self, input_stamp_ns: int, reason: str, stages, t_start: float, speed: float,
                   stamp_valid: bool = False) -> None:
