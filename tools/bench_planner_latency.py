@@ -8,8 +8,8 @@ masks are realistic; ``--random-inputs`` uses random tensors instead.
 
 Reproducibility: it prints the machine, the threads, the load before and after, and the efficiency
 of the cycle: the median (and p99) cycle time divided by the FLOP floor, the time the cycle's network
-FLOPs take at the throughput of a matrix-product probe run in the same process
-(rad2_planner.benchmarking). It also times the selection rule alone (``safe_medoid``: every candidate
+FLOPs take at the throughput of a matrix-product probe run in the same process (the fastest of
+PyTorch's MKL, its oneDNN and ONNX Runtime's MLAS; rad2_planner.benchmarking). It also times the selection rule alone (``safe_medoid``: every candidate
 against every agent over the plan) on synthetic scenes with --agents agents.
 
 The benchmark itself is rad2_planner.planning_benchmark.
@@ -17,6 +17,7 @@ The benchmark itself is rad2_planner.planning_benchmark.
 Examples:
     .venv/bin/python tools/bench_planner_latency.py --backend onnxruntime --out out/bench_latency
     .venv/bin/python tools/bench_planner_latency.py --compare-fixed-shapes --m 32 64 128 --cycles 400
+    .venv/bin/python tools/bench_planner_latency.py --op-profile --m 32 --cycles 100   # time per operator
 """
 
 from __future__ import annotations
