@@ -9,8 +9,9 @@ masks are realistic; ``--random-inputs`` uses random tensors instead.
 Reproducibility: it prints the machine, the threads, the load before and after, and the efficiency
 of the cycle: the median (and p99) cycle time divided by the FLOP floor, the time the cycle's network
 FLOPs take at the throughput of a matrix-product probe run in the same process (the fastest of
-PyTorch's MKL, its oneDNN and ONNX Runtime's MLAS; rad2_planner.benchmarking). It also times the selection rule alone (``safe_medoid``: every candidate
-against every agent over the plan) on synthetic scenes with --agents agents.
+PyTorch's MKL, its oneDNN and ONNX Runtime's MLAS; rad2_planner.benchmarking). It also times the
+selection rule alone (``safe_medoid``: every candidate against every agent over the plan) on synthetic
+scenes with --agents agents.
 
 The benchmark itself is rad2_planner.planning_benchmark.
 
@@ -58,7 +59,7 @@ def main(argv=None) -> int:
                     help="instead: runtime.ort_fixed_shapes off vs on, cycles alternated in one process "
                          "(onnxruntime), written to <out>_fixed_shapes.json")
     ap.add_argument("--op-profile", action="store_true",
-                    help="instead: ONNX Runtime's operator profiler over --cycles cycles at the first --m, "
+                    help="instead: ONNX Runtime's operator profiler over --cycles cycles at one --m, "
                          "time per graph and operator type against the matrix-product probe, written to "
                          "<out>_ops.json / <out>_ops.png")
     args = ap.parse_args(argv)
