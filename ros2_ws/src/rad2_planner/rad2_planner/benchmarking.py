@@ -446,9 +446,9 @@ def _graph_of(trace: Path) -> str:
     return m.group(1) if m else trace.stem
 
 
-def operator_profile(traces, cycles: int, prefix: str = "") -> dict[str, Any]:
+def operator_profile(traces, cycles: int) -> dict[str, Any]:
     """Kernel time per graph and operator type, per planning cycle, from ONNX Runtime's profile files
-    (``runtime.ort_profile_prefix``; ``prefix`` is stripped from the graph names).
+    (``runtime.ort_profile_prefix``).
 
     Each session's first run is left out (the warm-up call, which allocates). Times are thread-time:
     calls that run side by side (candidate shards) add up. Matrix products also get their FLOPs
@@ -463,7 +463,7 @@ def operator_profile(traces, cycles: int, prefix: str = "") -> dict[str, Any]:
     runs: dict[str, int] = defaultdict(int)
     for trace in map(Path, traces):
         events = json.loads(trace.read_text())
-        graph = _graph_of(trace)[len(prefix):] if _graph_of(trace).startswith(prefix) else _graph_of(trace)
+        graph = _graph_of(trace)
         model_runs = sorted((e for e in events if e.get("name") == "model_run"), key=lambda e: e["ts"])
         if not model_runs:
             continue

@@ -1105,17 +1105,12 @@ def trajectory_to_path(
     return msg
 
 
-def trajectory_to_path_cdr(
-    points: np.ndarray,
-    dt: float,
-    stamp_ns: int = 0,
-    frame_id: str = EGO_FRAME,
-    start_xy: Sequence[float] | None = (0.0, 0.0),
-    start_yaw: float = 0.0,
-) -> bytes:
-    """The serialized ``nav_msgs/Path`` that ``trajectory_to_path`` builds, written from the arrays
-    (T PoseStamped objects cost ~0.1 ms to build at T = 8; the bytes ~0.03 ms)."""
-    pts, stamps, yaws = _path_poses(points, dt, stamp_ns, start_xy, start_yaw)
+def trajectory_to_path_cdr(points: np.ndarray, dt: float, stamp_ns: int = 0,
+                           frame_id: str = EGO_FRAME) -> bytes:
+    """The serialized ``nav_msgs/Path`` that ``trajectory_to_path`` builds for a plan from the ego (the
+    origin, heading 0), written from the arrays (T PoseStamped objects cost ~0.1 ms to build at T = 8;
+    the bytes ~0.03 ms)."""
+    pts, stamps, yaws = _path_poses(points, dt, stamp_ns, (0.0, 0.0), 0.0)
     out = _CdrWriter()
     out.header(stamp_ns, frame_id)
     out.pack("I", len(pts))
