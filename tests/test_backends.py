@@ -359,6 +359,24 @@ def test_shapes_for_m_and_k(setup, m, k):
     assert {"encode", "generate", "score", "select", "total"} <= set(r.timings_ms)
 
 
+def test_impossible_m_and_k_are_refused_not_defaulted(setup):
+    """0 used to fall back silently to the configured M / K; the schema's bounds apply per call too."""
+    from rad2_planner.config import ParameterError
+
+    model, onnx_dir, _ = setup
+    with pytest.raises(ParameterError, match=r"planner.num_denoise_steps = 0 is below"):
+        _policy(model, "onnxruntime", onnx_dir, num_steps=0)
+    pol = _policy(model, "onnxruntime", onnx_dir, num_candidates=4)
+    obs = _obs(model.cfg)
+    for kw, name in (({"num_candidates": 0}, "planner.num_candidates = 0"),
+                     ({"num_candidates": 100000}, "planner.num_candidates = 100000 is above"),
+                     ({"num_steps": 101}, "planner.num_denoise_steps = 101 is above"),
+                     ({"num_candidates": 4.0}, "planner.num_candidates = 4.0 is not")):
+        with pytest.raises(ParameterError, match=name):
+            pol.plan(obs, seed=0, **kw)
+    assert pol.plan(obs, seed=0, num_candidates=np.int64(3)).candidates.shape[0] == 3
+
+
 def test_untrained_discriminator_uses_fallback_rule(setup):
     model, onnx_dir, _ = setup
     model.discriminator_trained = False

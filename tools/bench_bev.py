@@ -29,12 +29,15 @@ def _fixture_clips():
 
 
 def main(argv=None) -> int:
+    from rad2_planner.cli_args import int_at_least
+
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("dataset", nargs="?", type=Path, help="dataset directory (default: test fixtures)")
-    parser.add_argument("--max-clips", type=int, default=20, help="clips to use from a dataset (default 20)")
-    parser.add_argument("--stride", type=int, default=1, help="use every N-th step (default 1)")
+    parser.add_argument("--max-clips", type=int_at_least(1), default=20,
+                        help="clips to use from a dataset (default 20)")
+    parser.add_argument("--stride", type=int_at_least(1), default=1, help="use every N-th step (default 1)")
     args = parser.parse_args(argv)
     from rad2_planner.bev_benchmark import print_bev_timings, time_bev_pipeline
     from rad2_planner.clip import iter_dataset
@@ -51,4 +54,6 @@ def main(argv=None) -> int:
     return 0
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from rad2_planner.cli_args import run_tool
+
+    sys.exit(run_tool(main, "bench_bev"))

@@ -22,14 +22,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _parser() -> argparse.ArgumentParser:
+    from rad2_planner.cli_args import float_in, int_at_least
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default="data/eval_efficiency", help="dataset whose clips give the inputs")
-    ap.add_argument("--cycles", type=int, default=300, help="timed planning cycles (after the warm-up)")
-    ap.add_argument("--warmup", type=int, default=20, help="untimed cycles first")
-    ap.add_argument("--rate-hz", type=float, default=10.0, help="input rate")
+    ap.add_argument("--cycles", type=int_at_least(1), default=300,
+                    help="timed planning cycles (after the warm-up)")
+    ap.add_argument("--warmup", type=int_at_least(0), default=20, help="untimed cycles first")
+    ap.add_argument("--rate-hz", type=float_in(0.5, 100.0), default=10.0, help="input rate")
     ap.add_argument("--no-recorder", action="store_true",
                     help="do not subscribe to the candidate set and the markers (they are then not built)")
-    ap.add_argument("--domain-id", type=int, default=None, help="ROS_DOMAIN_ID (default: a free one)")
+    ap.add_argument("--domain-id", type=int_at_least(0, 232), default=None,
+                    help="ROS_DOMAIN_ID (default: a free one)")
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "bench_graph",
                     help="writes <out>.json and <out>.png")
     return ap
@@ -38,11 +42,6 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
-    for name in ("cycles", "warmup"):
-        if getattr(args, name) < (1 if name == "cycles" else 0):
-            _parser().error(f"--{name}: must be >= {1 if name == 'cycles' else 0}, got {getattr(args, name)}")
-    if not 0.5 <= args.rate_hz <= 100.0:
-        _parser().error(f"--rate-hz: must be in [0.5, 100], got {args.rate_hz}")
     from rad2_planner.config import ResourceNotFoundError, resource_path
 
     try:

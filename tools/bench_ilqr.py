@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rad2_planner.cli_args import int_at_least
 from rad2_planner.control.benchmark import run_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,11 +27,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--problems", type=int, default=40, help="number of tracking problems (default 40)")
-    ap.add_argument("--repeats", type=int, default=5, help="timing repeats per iLQR problem (default 5)")
-    ap.add_argument("--batch", type=int, default=64, help="batch size of the batched timing (default 64)")
-    ap.add_argument("--batch-repeats", type=int, default=20, help="timing repeats of the batch (default 20)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--problems", type=int_at_least(1, 100000), default=40,
+                    help="number of tracking problems (default 40)")
+    ap.add_argument("--repeats", type=int_at_least(1), default=5,
+                    help="timing repeats per iLQR problem (default 5)")
+    ap.add_argument("--batch", type=int_at_least(1, 4096), default=64,
+                    help="batch size of the batched timing (default 64)")
+    ap.add_argument("--batch-repeats", type=int_at_least(1), default=20,
+                    help="timing repeats of the batch (default 20)")
+    ap.add_argument("--seed", type=int_at_least(0, 2**32 - 1), default=0)
     ap.add_argument(
         "--png",
         type=Path,
@@ -44,8 +49,6 @@ def main(argv=None) -> int:
         "--kernel", choices=("auto", "numpy", "small"), default="auto", help="iLQR kernel (default auto)"
     )
     args = ap.parse_args(argv)
-    if args.problems < 1 or args.batch < 1:
-        ap.error(f"--problems and --batch must be >= 1 (got {args.problems}, {args.batch})")
 
     run_benchmark(args.problems, args.repeats, args.batch, args.batch_repeats, args.seed, args.png,
                   ipopt=not args.no_ipopt, json_path=args.json, kernel=args.kernel)

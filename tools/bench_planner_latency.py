@@ -24,29 +24,32 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import sys
 
 
 def main(argv=None) -> int:
+    from rad2_planner.cli_args import int_at_least, schema_value, torch_device
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument(
-        "--backend", default=None, help="pytorch | onnxruntime | tensorrt (default: planner.backend)"
-    )
-    ap.add_argument("--device", default=None, help="torch device for --backend pytorch (cpu | cuda)")
+    ap.add_argument("--backend", type=schema_value("planner", "planner.backend"), default=None,
+                    help="pytorch | onnxruntime | tensorrt (default: planner.backend)")
+    ap.add_argument("--device", type=torch_device, default=None,
+                    help="torch device for --backend pytorch (cpu | cuda)")
     ap.add_argument("--checkpoint", default=None, help="checkpoint dir (default: planner.checkpoint_dir)")
     ap.add_argument(
         "--random-init", action="store_true", help="random weights (latency does not depend on them)"
     )
-    ap.add_argument("--m", type=int, nargs="+", default=[8, 16, 32, 64, 128], help="candidate counts M")
-    ap.add_argument(
-        "--k", type=int, default=None, help="denoising steps K (default: planner.num_denoise_steps)"
-    )
-    ap.add_argument("--sampler", default=None, help="ddim | dpmpp_2m (default: planner.sampler)")
-    ap.add_argument("--cycles", type=int, default=200)
-    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--m", type=schema_value("planner", "planner.num_candidates"), nargs="+",
+                    default=[8, 16, 32, 64, 128], help="candidate counts M")
+    ap.add_argument("--k", type=schema_value("planner", "planner.num_denoise_steps"), default=None,
+                    help="denoising steps K (default: planner.num_denoise_steps)")
+    ap.add_argument("--sampler", type=schema_value("planner", "planner.sampler"), default=None,
+                    help="ddim | dpmpp_2m (default: planner.sampler)")
+    ap.add_argument("--cycles", type=int_at_least(1), default=200)
+    ap.add_argument("--warmup", type=int_at_least(0), default=20)
     ap.add_argument("--data", default="data/eval_efficiency", help="dataset for realistic observations")
     ap.add_argument("--random-inputs", action="store_true")
-    ap.add_argument("--agents", type=int, default=50, help="agents in the selection-only timing")
+    ap.add_argument("--agents", type=int_at_least(0, 10000), default=50,
+                    help="agents in the selection-only timing")
     ap.add_argument("--out", default="out/bench_latency", help="output prefix (.json, .png)")
     ap.add_argument("--ort-providers", nargs="+", default=None, metavar="PROVIDER",
                     help="overrides runtime.ort_providers, e.g. CUDAExecutionProvider CPUExecutionProvider")
@@ -63,12 +66,6 @@ def main(argv=None) -> int:
                          "time per graph and operator type against the matrix-product probe, written to "
                          "<out>_ops.json / <out>_ops.png")
     args = ap.parse_args(argv)
-    if args.cycles < 1:
-        ap.error(f"--cycles: must be >= 1, got {args.cycles}")
-    if args.warmup < 0:
-        ap.error(f"--warmup: must be >= 0, got {args.warmup}")
-    if min(args.m) < 1:
-        ap.error(f"--m: every candidate count must be >= 1, got {args.m}")
     runtime_overrides = {}
     if args.ort_providers is not None:
         runtime_overrides["ort_providers"] = args.ort_providers
@@ -104,10 +101,6 @@ def main(argv=None) -> int:
     return 0
 
 if __name__ == "__main__":
-    from rad2_planner.runtime.base import BackendUnavailableError
+    from rad2_planner.cli_args import run_tool
 
-    try:
-        raise SystemExit(main())
-    except BackendUnavailableError as e:
-        print(f"bench_planner_latency: error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
+    raise SystemExit(run_tool(main, "bench_planner_latency"))

@@ -19,15 +19,17 @@ import sys
 from pathlib import Path
 
 from bev_warp_sim.benchmark import DEFAULT_DATASET, run_sim_benchmark
+from rad2_planner.cli_args import int_at_least
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     default = DEFAULT_DATASET
     ap.add_argument("--dataset", default=None, help=f"dataset directory (default: first clip of {default})")
-    ap.add_argument("--batch", nargs="+", type=int, default=[1, 16, 64], help="batch sizes")
-    ap.add_argument("--steps", type=int, default=60, help="environment steps per rollout")
-    ap.add_argument("--warp-repeats", type=int, default=20, help="repetitions of each warp timing")
+    ap.add_argument("--batch", nargs="+", type=int_at_least(1, 1024), default=[1, 16, 64], help="batch sizes")
+    ap.add_argument("--steps", type=int_at_least(1, 100000), default=60, help="environment steps per rollout")
+    ap.add_argument("--warp-repeats", type=int_at_least(1), default=20,
+                    help="repetitions of each warp timing")
     ap.add_argument("--warp-only", action="store_true", help="time the warp only (no environment steps)")
     ap.add_argument("--json", type=Path, default=None,
                     help="also write the figures as JSON (tools/bench_all.py)")
@@ -39,4 +41,6 @@ def main(argv=None) -> int:
     return 0
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from rad2_planner.cli_args import run_tool
+
+    sys.exit(run_tool(main, "bench_sim"))

@@ -39,20 +39,28 @@ from bev_warp_sim.nodes.demo import (
 
 
 def _parser() -> argparse.ArgumentParser:
+    from rad2_planner.cli_args import float_in, int_at_least, schema_value
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--clips", type=int, default=4, help="number of clips, round-robin over the datasets")
+    ap.add_argument("--clips", type=int_at_least(1, 10000), default=4,
+                    help="number of clips, round-robin over the datasets")
     ap.add_argument("--dataset", nargs="+", default=None,
                     help=f"dataset directories (default: {' '.join(DEFAULT_SPLITS)})")
     ap.add_argument("--clip-ids", nargs="+", default=None, help="drive these clips (from --dataset)")
     ap.add_argument("--out", default="runs/demo", help="output directory (bag, GIF, demo.json, logs)")
-    ap.add_argument("--backend", default=None, help="override planner.backend (pytorch | onnxruntime)")
+    ap.add_argument("--backend", type=schema_value("planner", "planner.backend"), default=None,
+                    help="override planner.backend (pytorch | onnxruntime)")
     ap.add_argument("--set", action="append", default=[], metavar="NODE.PARAM=VALUE",
                     help="parameter override, e.g. planner.planner.num_candidates=16")
-    ap.add_argument("--realtime-factor", type=float, default=1.0, help="simulated seconds per wall second")
-    ap.add_argument("--domain-id", type=int, default=None, help="ROS_DOMAIN_ID (default: environment or 0)")
-    ap.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds of driving")
-    ap.add_argument("--ready-timeout", type=float, default=120.0, help="seconds to wait for the nodes")
+    ap.add_argument("--realtime-factor", type=schema_value("sim", "node.realtime_factor"), default=1.0,
+                    help="simulated seconds per wall second")
+    ap.add_argument("--domain-id", type=int_at_least(0, 232), default=None,
+                    help="ROS_DOMAIN_ID (default: environment or 0)")
+    ap.add_argument("--timeout", type=float_in(0.0, 86400.0, exclusive_min=True), default=600.0,
+                    help="give up after this many seconds of driving")
+    ap.add_argument("--ready-timeout", type=float_in(0.0, 3600.0, exclusive_min=True), default=120.0,
+                    help="seconds to wait for the nodes")
     ap.add_argument("--no-bag", action="store_true", help="do not write the MCAP bag")
     ap.add_argument("--record-bev", action="store_true", help="also record perception/bev_features")
     ap.add_argument("--no-gif", action="store_true", help="do not render the GIF")

@@ -17,13 +17,15 @@ from pathlib import Path
 
 
 def main(argv=None) -> int:
+    from rad2_planner.cli_args import int_at_least
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--checkpoint", default=None, help="checkpoint dir (default: planner.checkpoint_dir)")
     ap.add_argument("--out", default=None, help="ONNX dir (default: <checkpoint>/onnx)")
     ap.add_argument("--force", action="store_true", help="re-export even if the cache matches the weights")
     ap.add_argument("--record", default=None, help="save recorded graph inputs to this .npz")
     ap.add_argument("--data", default="data/eval_efficiency", help="dataset for recorded observations")
-    ap.add_argument("--cycles", type=int, default=4, help="planning cycles to record")
+    ap.add_argument("--cycles", type=int_at_least(1, 10000), default=4, help="planning cycles to record")
     args = ap.parse_args(argv)
 
     from rad2_planner.config import load_params
@@ -53,4 +55,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from rad2_planner.cli_args import run_tool
+
+    raise SystemExit(run_tool(main, "export_onnx"))

@@ -33,15 +33,19 @@ DEFAULT_TOPIC = "/planning/diagnostics"  # live mode
 
 
 def _parser() -> argparse.ArgumentParser:
+    from rad2_planner.cli_args import float_in, int_at_least, schema_value
+
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--bag", help="rosbag2 directory holding PlanningDiagnostics")
-    src.add_argument("--duration", type=float, help="live mode: subscribe for this many seconds")
+    src.add_argument("--duration", type=float_in(0.0, 86400.0, exclusive_min=True),
+                     help="live mode: subscribe for this many seconds")
     parser.add_argument("--topic",
                         help=f"diagnostics topic (live default {DEFAULT_TOPIC}; bag: all of that type)")
-    parser.add_argument("--domain-id", type=int, help="ROS_DOMAIN_ID for live mode (default: environment)")
-    parser.add_argument("--deadline-ms", type=float, default=None,
+    parser.add_argument("--domain-id", type=int_at_least(0, 232),
+                        help="ROS_DOMAIN_ID for live mode (default: environment)")
+    parser.add_argument("--deadline-ms", type=schema_value("planner", "planner.deadline_ms"), default=None,
                         help="deadline drawn in the plot (default: planner.deadline_ms, params/planner.yaml)")
     parser.add_argument("--json", help="write the summary as JSON here")
     parser.add_argument("--png", help="write the latency histogram here")

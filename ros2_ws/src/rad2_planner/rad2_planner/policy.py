@@ -97,7 +97,7 @@ import numpy as np
 from .bev import get_config as get_bev_config
 from .clip import SIGNAL_STATE_NAMES
 from .comfort_limits import ComfortLimitParams, limit_acceleration, limit_curve_speed
-from .config import default_params, load_params, require, resource_path
+from .config import default_params, load_params, load_schema, require, resource_path, validate_value
 from .diffusion import SAMPLERS, NoiseSchedule, SamplerSpec, initial_noise
 from .observation import BOOL_FIELDS, FIELD_RANKS, ObservationError
 from .planning_interface import PlanResult
@@ -396,16 +396,15 @@ class Rad2Policy:
         self.cfg = model.cfg
         self.normalizer = model.normalizer
         self.backend_name = backend or p["backend"]
-        self.num_candidates = int(num_candidates or p["num_candidates"])
-        self.num_steps = int(num_steps or p["num_denoise_steps"])
+        schema = load_schema("planner")
+        # M and K may be changed per call: their bounds from the schema, checked at every call.
+        self._count_specs = {key: schema[key]
+                             for key in ("planner.num_candidates", "planner.num_denoise_steps")}
+        self.num_candidates = self._count("planner.num_candidates", num_candidates, p["num_candidates"])
+        self.num_steps = self._count("planner.num_denoise_steps", num_steps, p["num_denoise_steps"])
         self.sampler = sampler or p["sampler"]
         if self.sampler not in SAMPLERS:
             raise ValueError(f"planner.sampler: unknown value {self.sampler!r} (choose from {SAMPLERS})")
-        if self.num_candidates < 1 or self.num_steps < 1:
-            raise ValueError(
-                f"num_candidates (M={self.num_candidates}) and num_denoise_steps "
-                f"(K={self.num_steps}) must be >= 1"
-            )
         self.base_seed = int(p["seed"] if seed is None else seed)
         # params built for an older planner.yaml get the file's default
         self.initial_noise = str(p["initial_noise"] if "initial_noise" in p
@@ -539,6 +538,15 @@ class Rad2Policy:
     def has_discriminator(self) -> bool:
         return bool(self.model.discriminator_trained)
 
+    def _count(self, dotted: str, value: Any, default: int) -> int:
+        """M or K of a call (None: ``default``) within the bounds of params/planner.schema.yaml;
+        ``ParameterError`` naming the parameter and the value otherwise (0 is refused, not defaulted)."""
+        n = default if value is None else value
+        if isinstance(n, np.integer):
+            n = int(n)
+        validate_value(self._count_specs, dotted, n, "Rad2Policy")
+        return n
+
     def warm_up(self, num_candidates: int | None = None) -> float:
         """Run the cycle's network calls once on random inputs of the cycle's shapes (one scene, M
         candidates), so that the first real cycle does not pay for opening the runtime's sessions
@@ -547,7 +555,7 @@ class Rad2Policy:
         from .runtime.onnx_export import example_inputs
 
         t0 = time.perf_counter()
-        m = int(num_candidates or self.num_candidates)
+        m = self._count("planner.num_candidates", num_candidates, self.num_candidates)
         ex = example_inputs(self.cfg, batch=1, m=m)
         inputs = {k: ex[k] for k in SCENE_INPUTS}
         scored = self.has_discriminator
@@ -603,8 +611,8 @@ class Rad2Policy:
         ``return_discriminator_inputs``: attach to each result what the discriminator consumed.
         """
         t_start = time.perf_counter()
-        m = int(num_candidates or self.num_candidates)
-        k = int(num_steps or self.num_steps)
+        m = self._count("planner.num_candidates", num_candidates, self.num_candidates)
+        k = self._count("planner.num_denoise_steps", num_steps, self.num_steps)
         mode = _check_mode(selection or self.selection)
         dist = candidate_distribution or self.distribution
         scored = self._needs_scores(mode, dist)  # before any network call: a bad request fails fast
