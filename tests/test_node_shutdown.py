@@ -106,3 +106,47 @@ def test_bringup_reports_seconds_to_stop(tmp_path):
     assert proc.returncode == 0, proc.log_tail()
     assert proc.stop_seconds is not None and proc.stop_seconds < 3.0, proc.stop_seconds
     assert os.path.exists(proc.log_path)
+
+
+def test_nodes_stop_when_the_process_that_started_them_is_killed(tmp_path):
+    """A launcher killed by SIGKILL (or the OOM killer) sends its nodes nothing: they live in sessions
+    of their own. They must stop by themselves instead of planning on with nobody watching."""
+    from ros_process import require_ros_build, ros_env, unique_domain_id
+
+    require_ros_build()
+    launcher = (
+        "import sys, time\n"
+        "from rad2_planner import bringup\n"
+        f"b = bringup.Bringup('vehicle', domain_id={unique_domain_id()}, log_dir={str(tmp_path)!r},"
+        " only=['supervisor']).start()\n"
+        "b.wait_ready(timeout=90)\n"
+        "print(b.processes[0].popen.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", launcher], env=ros_env(), stdout=subprocess.PIPE,
+                            text=True)
+    node_pid = None
+    try:
+        node_pid = int(proc.stdout.readline())
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline and _running(node_pid):
+            time.sleep(0.1)
+        assert not _running(node_pid), "the supervisor node outlived its launcher by 10 s"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if node_pid is not None and _running(node_pid):
+            os.kill(node_pid, signal.SIGKILL)
+    log = (tmp_path / "supervisor.log").read_text()
+    assert "is gone: stopping" in log, log[-2000:]
+
+
+def _running(pid: int) -> bool:
+    """``pid`` exists and is not a zombie (a reaped or never-waited-for process both count as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -19,6 +19,7 @@ from pathlib import Path
 
 def _parser() -> argparse.ArgumentParser:
     from bev_warp_sim.reference_policies import POLICIES
+    from rad2_planner.cli_args import int_at_least, schema_value
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--policy", nargs="+", default=["expert"], choices=sorted(POLICIES),
@@ -26,22 +27,23 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--split", nargs="+", default=["data/eval_safety", "data/eval_efficiency"],
                     help="dataset directories (default: the two bundled evaluation sets)")
     ap.add_argument("--out", default="runs/eval", help="output directory for results.json and GIFs")
-    ap.add_argument("--max-clips", type=int, default=None, help="evaluate only the first N clips per split")
-    ap.add_argument("--batch-size", type=int, default=None,
+    ap.add_argument("--max-clips", type=int_at_least(1), default=None,
+                    help="evaluate only the first N clips per split")
+    ap.add_argument("--batch-size", type=schema_value("sim", "evaluation.batch_size"), default=None,
                     help="clips stepped together (evaluation.batch_size)")
-    ap.add_argument("--h-reuse", type=int, default=None,
+    ap.add_argument("--h-reuse", type=schema_value("sim", "evaluation.h_reuse"), default=None,
                     help="replanning period in steps (evaluation.h_reuse)")
     ap.add_argument("--reactive", action="store_true", help="IDM-reactive agents instead of log replay")
-    ap.add_argument("--gifs", type=int, default=None,
+    ap.add_argument("--gifs", type=schema_value("sim", "evaluation.worst_clips_gif"), default=None,
                     help="worst clips to render per split (evaluation.worst_clips_gif)")
     ap.add_argument("--checkpoint", default=None, help="checkpoint directory for the rad2 policy")
     ap.add_argument("--no-traffic-rules", action="store_true",
                     help="rad2 without its traffic-signal rule layer (traffic_rules.enabled false; "
                     "--workers 0)")
-    ap.add_argument("--workers", type=int, default=0,
+    ap.add_argument("--workers", type=int_at_least(0, 4096), default=0,
                     help="collect the rollouts in N Ray workers (rollout.* in params/training.yaml; 0: this "
                          "process)")
-    ap.add_argument("--seed", type=int, default=0,
+    ap.add_argument("--seed", type=schema_value("training", "rollout.seed"), default=0,
                     help="evaluation seed: the learned policy's noise (reference policies are deterministic)")
     ap.add_argument("--no-progress", action="store_true", help="hide progress bars")
     return ap
@@ -64,8 +66,6 @@ def main(argv=None) -> int:
             ap.error(f"--split: {split} is not a dataset directory (no index.json)")
     if args.no_traffic_rules and args.workers:
         ap.error("--no-traffic-rules: only with --workers 0 (the workers load params/planner.yaml as it is)")
-    if args.workers < 0:
-        ap.error(f"--workers: must be >= 0, got {args.workers}")
     console = Console(width=max(Console().width, 160))
     try:
         evals = evaluate_policies(args.policy, args.split, params, console, workers=args.workers,

@@ -36,6 +36,8 @@ from pathlib import Path
 
 
 def main(argv=None) -> int:
+    from rad2_planner.cli_args import int_at_least
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--arms", nargs="+", default=["il:uniform", "il:medoid", "il:safe_medoid"],
                     help="arms to evaluate (see above)")
@@ -43,15 +45,17 @@ def main(argv=None) -> int:
                     help="generator of the il: arms (default: planner.checkpoint_dir of params/planner.yaml, "
                          "the shipped generator; checkpoints/rad2_il for the session-2 table)")
     ap.add_argument("--splits", nargs="+", default=["data/eval_safety", "data/eval_efficiency"])
-    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2],
+    ap.add_argument("--seeds", nargs="+", type=int_at_least(0, 2**32 - 1), default=[0, 1, 2],
                     help="evaluation seeds (>= 3 for a spread)")
-    ap.add_argument("--workers", type=int, default=0, help="Ray workers per arm (0: this process)")
-    ap.add_argument("--max-clips", type=int, default=None, help="first N clips of each split (quick looks)")
+    ap.add_argument("--workers", type=int_at_least(0, 256), default=0,
+                    help="Ray workers per arm (0: this process)")
+    ap.add_argument("--max-clips", type=int_at_least(1), default=None,
+                    help="first N clips of each split (quick looks)")
     ap.add_argument("--out", type=Path, default=Path("out/rl_experiments"))
     ap.add_argument("--backend", default=None, choices=("pytorch", "onnxruntime", "tensorrt"),
                     help="the planner's network runtime (default: planner.backend)")
     ap.add_argument("--device", default=None, help="torch device of --backend pytorch (cpu | cuda)")
-    ap.add_argument("--threads", type=int, default=None,
+    ap.add_argument("--threads", type=int_at_least(1, 256), default=None,
                     help="CPU threads of this process's planner (--workers 0; e.g. 1 per process when "
                          "several run side by side)")
     ap.add_argument("--merge", type=Path, nargs="+", default=None, metavar="RESULTS_JSON",
@@ -71,8 +75,6 @@ def main(argv=None) -> int:
         ap.error("--sim-set: not with --merge (it merges runs that have already been simulated)")
     if args.rename and not args.merge:
         ap.error("--rename: only with --merge")
-    if args.threads is not None and args.threads < 1:
-        ap.error(f"--threads: must be >= 1, got {args.threads}")
     if args.merge:
         from rad2_rl.experiments import merge_results, write_report
 
@@ -95,10 +97,6 @@ def main(argv=None) -> int:
                      args.out, args.max_clips, 0.0)
         print(f"merged {len(args.merge)} runs into {args.out / 'experiments.md'}")
         return 0
-    if args.workers < 0:
-        ap.error(f"--workers: must be >= 0, got {args.workers}")
-    if args.max_clips is not None and args.max_clips < 1:
-        ap.error(f"--max-clips: must be >= 1, got {args.max_clips}")
 
     from bev_warp_sim.simulator import simulator_params
     from rad2_planner.config import ParameterError, load_params

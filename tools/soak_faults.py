@@ -33,16 +33,22 @@ from rad2_planner.nodes.soak import run_soak
 
 
 def main(argv: list[str] | None = None) -> int:
+    from rad2_planner.cli_args import float_in, int_at_least
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--minutes", type=float, default=10.0, help="soak duration under the CPU hog")
-    ap.add_argument("--hogs", type=int, default=4, help="busy-loop processes (load average ~ hogs + 1)")
+    ap.add_argument("--minutes", type=float_in(0.0, 1440.0, exclusive_min=True), default=10.0,
+                    help="soak duration under the CPU hog")
+    ap.add_argument("--hogs", type=int_at_least(0, 64), default=4,
+                    help="busy-loop processes (load average ~ hogs + 1)")
     ap.add_argument("--dataset", default="data/eval_efficiency", help="clips the sim node drives in turn")
-    ap.add_argument("--kills", type=int, default=0, help="afterwards, kill and restart the planner N times")
-    ap.add_argument("--domain-id", type=int, default=None, help="ROS_DOMAIN_ID (default: environment or 0)")
+    ap.add_argument("--kills", type=int_at_least(0, 1000), default=0,
+                    help="afterwards, kill and restart the planner N times")
+    ap.add_argument("--domain-id", type=int_at_least(0, 232), default=None,
+                    help="ROS_DOMAIN_ID (default: environment or 0)")
     ap.add_argument("--log-dir", default="runs/soak", help="node logs")
     ap.add_argument("--out", default=None, help="write the figures as JSON here")
-    ap.add_argument("--ready-timeout", type=float, default=120.0)
+    ap.add_argument("--ready-timeout", type=float_in(0.0, 3600.0, exclusive_min=True), default=120.0)
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
     from rad2_planner.rosenv import RosEnvironmentError, ensure_ros_environment
@@ -68,4 +74,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from rad2_planner.cli_args import run_tool
+
+    sys.exit(run_tool(main, "soak_faults"))

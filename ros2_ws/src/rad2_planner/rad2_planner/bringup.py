@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rad2_planner import graphs
-from rad2_planner.rosenv import REPO_ROOT, ros_environment
+from rad2_planner.rosenv import REPO_ROOT, child_environment, exit_with_parent, ros_environment
 
 INSTALL = REPO_ROOT / "ros2_ws" / "install"
 # The CLI the composed mode runs as its one child process (argument handling lives there).
@@ -214,7 +214,8 @@ class Bringup:
             proc.log_file.write("$ " + " ".join(proc.command) + "\n")
             proc.log_file.flush()
             proc.popen = subprocess.Popen(
-                proc.command, cwd=REPO_ROOT, env=self.env, stdout=proc.log_file, stderr=subprocess.STDOUT,
+                proc.command, cwd=REPO_ROOT, env=child_environment(self.env), stdout=proc.log_file,
+                stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,
             )
         return self
@@ -340,6 +341,7 @@ def run_composed(graph: str, args: dict[str, str], overrides: dict[str, dict[str
 
     spec = graphs.load_graph(graph, args)
     rclpy.init()
+    exit_with_parent()  # as in nodes.common.run_node
     # as in nodes.common.run_node: SIGUSR1 prints the threads' stacks (stop() sends it before escalating)
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     executor = MultiThreadedExecutor(num_threads=threads)

@@ -194,6 +194,55 @@ def ros_env(domain_id: int | None = None) -> dict[str, str]:
     return env
 
 
+# A process that starts nodes (Bringup, RosProcess) puts its pid here in their environment; the nodes
+# stop when it is gone (exit_with_parent). Nodes run in sessions of their own, so a launcher killed
+# by SIGKILL, the OOM killer or a crash reaches none of them by signal, and without this they went on
+# planning and sending commands with nothing watching them (found by killing demo.py mid-run).
+PARENT_PID_ENV = "RAD2_PARENT_PID"
+PARENT_POLL_S = 0.5
+
+
+def exit_with_parent(poll_s: float = PARENT_POLL_S) -> int | None:
+    """With ``RAD2_PARENT_PID`` set: a daemon thread sends this process SIGTERM (every node's clean
+    stop) once that process is gone; returns the pid watched, None when there is none to watch.
+
+    A direct child notices the parent's death by being re-parented (a dead parent not yet reaped still
+    answers ``kill(pid, 0)``); a process started through a wrapper that stays its parent polls the pid."""
+    import threading
+
+    text = os.environ.get(PARENT_PID_ENV, "")
+    if not text.isdigit() or int(text) <= 1:
+        return None
+    pid = int(text)
+    direct = os.getppid() == pid
+
+    def alive() -> bool:
+        if direct:
+            return os.getppid() == pid
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # exists, owned by someone else
+            return True
+        return True
+
+    def watch() -> None:
+        while alive():
+            time.sleep(poll_s)
+        print(f"[rad2] the process that started this one (pid {pid}) is gone: stopping", file=sys.stderr,
+              flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="rad2-parent-watch", daemon=True).start()
+    return pid
+
+
+def child_environment(env: dict[str, str]) -> dict[str, str]:
+    """``env`` for a node process started by this one: with this pid as the parent it watches."""
+    return {**env, PARENT_PID_ENV: str(os.getpid())}
+
+
 class RosProcessError(RuntimeError):
     """A child did not start, exit or answer in time, or exited with an error."""
 
@@ -218,7 +267,7 @@ class RosProcess:
         self._log = open(self.log_path, "wb")  # noqa: SIM115 (closed in stop())
         self.popen = subprocess.Popen(
             [str(python), *self.args],
-            env=env,
+            env=child_environment(env),
             cwd=str(cwd),
             stdout=self._log,
             stderr=subprocess.STDOUT,

@@ -248,6 +248,23 @@ def run_experiments(arms: list[Arm], splits: list[str], seeds: list[int], out: P
     return results
 
 
+def _read_results(path: Path) -> dict[str, dict[str, list[dict]]]:
+    """A run's results.json, ``{arm: {split: [metrics per seed]}}``; ValueError naming the file when it
+    is not JSON or not of that shape."""
+    try:
+        data = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"--merge: {path} is not JSON ({exc})") from None
+    ok = isinstance(data, dict) and all(
+        isinstance(per_split, dict) and all(isinstance(runs, list) and all(isinstance(r, dict) for r in runs)
+                                            for runs in per_split.values())
+        for per_split in data.values())
+    if not ok:
+        raise ValueError(f"--merge: {path} is not a results.json of rl_experiments.py "
+                         "({arm: {split: [metrics per seed]}})")
+    return data
+
+
 def merge_results(paths: list[Path], renames: dict[str, str] | None = None) -> tuple[dict, list[str], int]:
     """One ``{arm: {split: [metrics per seed]}}`` from the results.json of several runs (e.g. one per
     seed, run side by side), splits keyed as this checkout resolves them; also the splits and the
@@ -262,7 +279,7 @@ def merge_results(paths: list[Path], renames: dict[str, str] | None = None) -> t
     seen: set[str] = set()
     merged: dict[str, dict[str, list]] = {}
     for path in paths:
-        for label, per_split in json.loads(Path(path).read_text()).items():
+        for label, per_split in _read_results(Path(path)).items():
             seen.add(label)
             arm = renames.get(label, label)
             for split, runs in per_split.items():

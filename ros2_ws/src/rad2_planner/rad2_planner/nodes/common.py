@@ -50,6 +50,7 @@ from rclpy.qos import (
 from std_msgs.msg import Header
 
 from rad2_planner.config import ParameterError, ParamSchema, load_params, load_schema, value_problem
+from rad2_planner.rosenv import exit_with_parent
 
 # --------------------------------------------------------------------------------------------------
 # QoS
@@ -477,6 +478,7 @@ def run_node(node_class, args: list[str] | None = None, **kwargs) -> int:
     previous_handlers = _install_stop_handlers(stop, spinning)
     rclpy.init(args=args)
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    exit_with_parent()  # started by Bringup or a test: stop when that process is gone (rosenv.py)
     node = None
     executor = None
     try:
