@@ -16,6 +16,8 @@ from pathlib import Path
 
 
 def main(argv=None) -> int:
+    from rad2_planner.cli_args import int_at_least, schema_value
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pool", nargs="+", default=["data/train"],
                     help="dataset directories of candidate clips")
@@ -25,18 +27,18 @@ def main(argv=None) -> int:
                     help="output directory (rl_safety/, rl_efficiency/, summary.json, curation.png)")
     ap.add_argument("--checkpoint", default=None,
                     help="generator checkpoint (default: planner.checkpoint_dir)")
-    ap.add_argument("--workers", type=int, default=0, help="Ray workers (0: this process)")
-    ap.add_argument("--rollouts-per-clip", type=int, default=None, help="curation.rollouts_per_clip")
-    ap.add_argument("--max-clips", type=int, default=None, help="use only the first N pool clips")
-    ap.add_argument("--seed", type=int, default=None, help="rollout seed (rollout.seed)")
+    ap.add_argument("--workers", type=int_at_least(0, 4096), default=0, help="Ray workers (0: this process)")
+    ap.add_argument("--rollouts-per-clip", type=schema_value("training", "curation.rollouts_per_clip"),
+                    default=None, help="curation.rollouts_per_clip")
+    ap.add_argument("--max-clips", type=int_at_least(1), default=None, help="use only the first N pool clips")
+    ap.add_argument("--seed", type=schema_value("training", "rollout.seed"), default=None,
+                    help="rollout seed (rollout.seed)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
 
     for d in args.pool + args.eval:
         if not (Path(d) / "index.json").is_file():
             ap.error(f"{d} is not a dataset directory (no index.json)")
-    if (args.rollouts_per_clip or 1) < 1 or args.workers < 0:
-        ap.error("--rollouts-per-clip must be >= 1 and --workers >= 0")
     from rad2_rl.curation import curate
     from rich.console import Console
 
@@ -46,4 +48,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from rad2_planner.cli_args import run_tool
+
+    sys.exit(run_tool(main, "curate_scenarios"))

@@ -39,6 +39,8 @@ from bev_warp_sim.safety_layer_eval import MODES
 
 
 def _parser() -> argparse.ArgumentParser:
+    from rad2_planner.cli_args import int_at_least, schema_value
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
         "--splits",
@@ -47,27 +49,31 @@ def _parser() -> argparse.ArgumentParser:
         help="dataset directories (a name with 'safety' / 'efficiency' picks the table's columns)",
     )
     ap.add_argument(
-        "--seeds", nargs="+", type=int, default=[0, 1, 2], help="evaluation seeds (planner noise)"
+        "--seeds", nargs="+", type=schema_value("training", "rollout.seed"), default=[0, 1, 2],
+        help="evaluation seeds (planner noise)"
     )
     ap.add_argument(
         "--max-clips",
-        type=int,
+        type=int_at_least(1),
         default=None,
         help="N clips of each split, spread evenly over its scenario kinds (default: all)",
     )
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES, help="safety_layer.mode values")
     ap.add_argument(
-        "--threshold", type=float, default=None, help="safety_layer.threshold (default: planner.yaml)"
+        "--threshold", type=schema_value("planner", "safety_layer.threshold"), default=None,
+        help="safety_layer.threshold (default: planner.yaml)"
     )
     ap.add_argument(
-        "--max-rounds", type=int, default=None, help="safety_layer.max_rounds (default: planner.yaml)"
+        "--max-rounds", type=schema_value("planner", "safety_layer.max_rounds"), default=None,
+        help="safety_layer.max_rounds (default: planner.yaml)"
     )
     ap.add_argument(
         "--critic", default=None, help="critic checkpoint (default: safety_layer.critic_checkpoint)"
     )
     ap.add_argument("--correction", default=None,
                     help="self-correcting generator (default: safety_layer.correction_checkpoint)")
-    ap.add_argument("--num-candidates", type=int, default=None, help="M (default: planner.num_candidates)")
+    ap.add_argument("--num-candidates", type=schema_value("planner", "planner.num_candidates"),
+                    default=None, help="M (default: planner.num_candidates)")
     ap.add_argument(
         "--backend",
         default="onnxruntime",
@@ -75,11 +81,12 @@ def _parser() -> argparse.ArgumentParser:
         help="planner backend (default: onnxruntime, the CPU deployment runtime)",
     )
     ap.add_argument(
-        "--batch-size", type=int, default=None, help="clips stepped together (evaluation.batch_size)"
+        "--batch-size", type=schema_value("sim", "evaluation.batch_size"), default=None,
+        help="clips stepped together (evaluation.batch_size)"
     )
     ap.add_argument(
         "--latency-cycles",
-        type=int,
+        type=int_at_least(0, 100000),
         default=120,
         help="single-observation cycles timed per mode (0: no latency measurement)",
     )
@@ -105,12 +112,6 @@ def main(argv=None) -> int:
         except ValueError as exc:
             ap.error(str(exc))
         return 0
-    if args.max_clips is not None and args.max_clips < 1:
-        ap.error(f"--max-clips: must be >= 1, got {args.max_clips}")
-    if args.latency_cycles < 0:
-        ap.error(f"--latency-cycles: must be >= 0, got {args.latency_cycles}")
-    if any(s < 0 for s in args.seeds):
-        ap.error(f"--seeds: must be non-negative, got {args.seeds}")
     for split in args.splits:
         if not (Path(split) / "index.json").is_file():
             ap.error(f"--splits: {split} is not a dataset directory (no index.json)")

@@ -132,16 +132,26 @@ def plot(rows: list[dict], path: Path) -> None:
 def safety_layers(modes, planner_params: dict, threshold: float | None = None, max_rounds: int | None = None,
                   critic: str | None = None, correction: str | None = None) -> dict[str, Any]:
     """mode -> SafetyLayerParams, unset values from params/planner.yaml (ValueError on a bad value)."""
-    from rad2_planner.policy import SafetyLayerParams
+    from rad2_planner.policy import SafetyLayerParams, resolve_path
 
     sl = planner_params["safety_layer"]
+    critic = str(critic or sl["critic_checkpoint"])
+    correction = str(correction or sl["correction_checkpoint"])
+    # the checkpoints a mode loads, checked before any clip is driven (they load when the mode's turn comes)
+    needed = {"critic": (critic, "critic.safetensors")} if set(modes) - {"off"} else {}
+    if "self_correction" in modes:
+        needed["correction"] = (correction, "generator.safetensors")
+    for option, (directory, weights) in needed.items():
+        for name in ("config.json", weights):
+            if not (resolve_path(directory) / name).is_file():
+                raise ValueError(f"--{option}: {directory} holds no {name} (modes {sorted(modes)})")
     return {
         m: SafetyLayerParams(
             m,
             float(sl["threshold"] if threshold is None else threshold),
             int(sl["max_rounds"] if max_rounds is None else max_rounds),
-            str(critic or sl["critic_checkpoint"]),
-            str(correction or sl["correction_checkpoint"]),
+            critic,
+            correction,
         )
         for m in modes
     }

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rad2_planner.bringup import Bringup
+from rad2_planner.clip import read_index
 from rad2_planner.config import resource_path
 
 HOG = "while True:\n    pass\n"
@@ -144,6 +145,7 @@ def run_soak(dataset: str, minutes: float, hogs: int, kills: int = 0, domain_id:
     out_dir = Path(log_dir).resolve()
     domain = int(os.environ.get("ROS_DOMAIN_ID", "0")) if domain_id is None else domain_id
     dataset_path = str(resource_path(dataset))
+    read_index(dataset_path)  # not a dataset: say so now, not after minutes of a sim node that drives nothing
     common = {"graph": "simulation", "args": {"dataset": dataset_path, "max_clips": "0"},
               "domain_id": domain, "log_dir": out_dir}
     stack = Bringup(**common, only=["planner", "controller", "supervisor"])
