@@ -30,11 +30,15 @@ from pathlib import Path
 
 
 def _parser() -> argparse.ArgumentParser:
+    from rad2_planner.cli_args import float_in, int_at_least, schema_value
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--train-split", default="data/train", help="dataset the critic is trained on")
-    ap.add_argument("--train-clips", type=int, default=150, help="clips of --train-split to drive (0: all)")
+    ap.add_argument("--train-clips", type=int_at_least(0), default=150,
+                    help="clips of --train-split to drive (0: all)")
     ap.add_argument("--test-split", default="data/eval_safety", help="held-out dataset for the report")
-    ap.add_argument("--test-clips", type=int, default=0, help="clips of --test-split to drive (0: all)")
+    ap.add_argument("--test-clips", type=int_at_least(0), default=0,
+                    help="clips of --test-split to drive (0: all)")
     ap.add_argument(
         "--data-dir", default="out/collision_critic", help="where the labelled .npz files are cached"
     )
@@ -47,30 +51,37 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--build-only", action="store_true", help="stop after building the datasets")
     ap.add_argument(
         "--horizon-s",
-        type=float,
+        type=float_in(0.0, 60.0, exclusive_min=True),
         default=None,
         help="k: label = collision within this many seconds (default: the plan horizon)",
     )
     ap.add_argument(
         "--h-reuse",
-        type=int,
+        type=schema_value("sim", "evaluation.h_reuse"),
         default=None,
         help="steps between decisions while collecting (default: evaluation.h_reuse of sim.yaml)",
     )
     ap.add_argument(
-        "--chunk-clips", type=int, default=8, help="clips driven together (memory: kept observations)"
+        "--chunk-clips", type=int_at_least(1, 4096), default=8,
+        help="clips driven together (memory: kept observations)"
     )
-    ap.add_argument("--val-fraction", type=float, default=0.1, help="training clips held out for validation")
-    ap.add_argument("--epochs", type=int, default=8, help="the epoch with the best validation AP is kept")
-    ap.add_argument("--batch-size", type=int, default=32, help="decisions per batch")
-    ap.add_argument("--candidates-per-decision", type=int, default=8, help="candidates drawn per decision")
-    ap.add_argument("--lr", type=float, default=2e-3, help="peak learning rate (one-cycle schedule)")
-    ap.add_argument("--weight-decay", type=float, default=1e-4)
-    ap.add_argument("--d-model", type=int, default=48)
-    ap.add_argument("--blocks", type=int, default=2, help="agent-attention + temporal blocks")
-    ap.add_argument("--max-agents", type=int, default=16, help="nearest agent tokens the critic reads")
-    ap.add_argument("--threads", type=int, default=2, help="torch threads for training")
-    ap.add_argument("--seed", type=int, default=0, help="clip order, initialisation, batches, rollouts")
+    ap.add_argument("--val-fraction", type=float_in(0.0, 1.0), default=0.1,
+                    help="training clips held out for validation")
+    ap.add_argument("--epochs", type=int_at_least(1, 100000), default=8,
+                    help="the epoch with the best validation AP is kept")
+    ap.add_argument("--batch-size", type=int_at_least(1, 65536), default=32, help="decisions per batch")
+    ap.add_argument("--candidates-per-decision", type=int_at_least(1, 1024), default=8,
+                    help="candidates drawn per decision")
+    ap.add_argument("--lr", type=float_in(0.0, 10.0, exclusive_min=True), default=2e-3,
+                    help="peak learning rate (one-cycle schedule)")
+    ap.add_argument("--weight-decay", type=float_in(0.0, 10.0), default=1e-4)
+    ap.add_argument("--d-model", type=int_at_least(1, 4096), default=48)
+    ap.add_argument("--blocks", type=int_at_least(1, 64), default=2, help="agent-attention + temporal blocks")
+    ap.add_argument("--max-agents", type=int_at_least(1, 1024), default=16,
+                    help="nearest agent tokens the critic reads")
+    ap.add_argument("--threads", type=int_at_least(1, 256), default=2, help="torch threads for training")
+    ap.add_argument("--seed", type=int_at_least(0, 2**32 - 1), default=0,
+                    help="clip order, initialisation, batches, rollouts")
     ap.add_argument("--out", default="checkpoints/collision_critic", help="checkpoint + report directory")
     return ap
 
@@ -78,13 +89,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
-    for name in ("train_clips", "test_clips"):
-        if getattr(args, name) < 0:
-            ap.error(f"--{name.replace('_', '-')}: must be >= 0, got {getattr(args, name)}")
-    for name in ("epochs", "batch_size", "candidates_per_decision", "chunk_clips", "threads"):
-        if getattr(args, name) < 1:
-            ap.error(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(args, name)}")
-    if not 0.0 <= args.val_fraction < 1.0:
+    if args.val_fraction >= 1.0:
         ap.error(f"--val-fraction: must be in [0, 1), got {args.val_fraction}")
     for split in (args.train_split, args.test_split):
         if not (Path(split) / "index.json").is_file():
