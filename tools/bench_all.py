@@ -44,14 +44,14 @@ def _run(args: list[str], log) -> None:
 
 
 def main(argv=None) -> int:
+    from rad2_planner.cli_args import int_at_least
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "bench_all", help="output directory")
-    ap.add_argument("--cycles", type=int, default=200, help="planning cycles per M")
+    ap.add_argument("--cycles", type=int_at_least(1, 100000), default=200, help="planning cycles per M")
     ap.add_argument("--rollouts", action="store_true",
                     help="also run the rollout-throughput benchmark (~5 min)")
     args = ap.parse_args(argv)
-    if args.cycles < 1:
-        ap.error(f"--cycles: must be >= 1, got {args.cycles}")
 
     from rad2_planner.benchmarking import bench_summary
     from tqdm import tqdm

@@ -18,14 +18,20 @@ from pathlib import Path
 
 
 def main(argv=None) -> int:
+    from rad2_planner.cli_args import int_at_least, schema_value
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dataset", default="data/eval_safety", help="dataset directory of the clips")
-    ap.add_argument("--clips", type=int, default=8, help="clips (initial states)")
-    ap.add_argument("--group", type=int, default=4, help="rollouts per initial state (G)")
-    ap.add_argument("--h-reuse", type=int, default=8, help="steps each plan is executed (H_reuse)")
-    ap.add_argument("--batch", type=int, default=16, help="rows stepped together per chunk")
-    ap.add_argument("--candidates", type=int, default=32, help="M")
-    ap.add_argument("--workers", type=int, nargs="+", default=[0, 2],
+    ap.add_argument("--clips", type=int_at_least(1, 100000), default=8, help="clips (initial states)")
+    ap.add_argument("--group", type=schema_value("training", "rollout.group_size"), default=4,
+                    help="rollouts per initial state (G)")
+    ap.add_argument("--h-reuse", type=schema_value("training", "rl.h_reuse"), default=8,
+                    help="steps each plan is executed (H_reuse)")
+    ap.add_argument("--batch", type=schema_value("training", "rollout.batch_size"), default=16,
+                    help="rows stepped together per chunk")
+    ap.add_argument("--candidates", type=schema_value("planner", "planner.num_candidates"), default=32,
+                    help="M")
+    ap.add_argument("--workers", type=int_at_least(0, 4096), nargs="+", default=[0, 2],
                     help="0: this process; N: N Ray workers")
     ap.add_argument("--backend", default="onnxruntime", choices=("onnxruntime", "pytorch", "tensorrt"),
                     help="the planner's network runtime")
@@ -36,8 +42,6 @@ def main(argv=None) -> int:
         ap.error(f"--device: expected cpu, cuda or cuda:<index>, got {args.device!r}")
     if args.device not in (None, "cpu") and args.backend != "pytorch":
         ap.error(f"--device {args.device}: only with --backend pytorch (got --backend {args.backend})")
-    if min(args.clips, args.group, args.h_reuse, args.batch, args.candidates) < 1 or min(args.workers) < 0:
-        ap.error("--clips, --group, --h-reuse, --batch, --candidates must be >= 1 and --workers >= 0")
     if not (Path(args.dataset) / "index.json").is_file():
         ap.error(f"--dataset: {args.dataset} is not a dataset directory (no index.json)")
 

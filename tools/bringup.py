@@ -40,6 +40,8 @@ def _parse_kv(items: list[str], what: str) -> list[tuple[str, str]]:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from rad2_planner.cli_args import float_in, int_at_least
+
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
         epilog=__doc__.split("\n\n", 1)[1],
@@ -55,11 +57,14 @@ def _parser() -> argparse.ArgumentParser:
                     help="start only these nodes (repeatable), e.g. for a two-host split")
     ap.add_argument("--composed", action="store_true", help="all nodes in one process (executor)")
     ap.add_argument("--foreground", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--domain-id", type=int, default=int(os.environ.get("ROS_DOMAIN_ID", "0")),
+    ap.add_argument("--domain-id", type=int_at_least(0, 232),
+                    default=int(os.environ.get("ROS_DOMAIN_ID", "0")),
                     help="ROS_DOMAIN_ID (default: $ROS_DOMAIN_ID or 0)")
     ap.add_argument("--log-dir", type=Path, default=None, help="per-process logs (default runs/bringup/...)")
-    ap.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
-    ap.add_argument("--ready-timeout", type=float, default=60.0, help="seconds to wait for readiness")
+    ap.add_argument("--duration", type=float_in(0.0, 86400.0, exclusive_min=True), default=None,
+                    help="stop after this many seconds")
+    ap.add_argument("--ready-timeout", type=float_in(0.0, 3600.0, exclusive_min=True), default=60.0,
+                    help="seconds to wait for readiness")
     return ap
 
 

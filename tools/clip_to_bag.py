@@ -18,20 +18,22 @@ from rad2_planner.input_bags import DEFAULT_START_TIME_S, clip_to_bag, load_clip
 
 
 def main(argv: list[str] | None = None) -> int:
+    from rad2_planner.cli_args import float_in, int_at_least
+
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     src = parser.add_argument_group("clip (one of --clip, --dataset [--clip-id | --index])")
     src.add_argument("--dataset", help="dataset directory (index.json, clips/, maps/), e.g. data/eval_safety")
     src.add_argument("--clip-id", help="clip id inside --dataset")
-    src.add_argument("--index", type=int, help="clip index inside --dataset (default 0)")
+    src.add_argument("--index", type=int_at_least(0), help="clip index inside --dataset (default 0)")
     src.add_argument("--clip", help="a single clip .npz (with embedded map)")
     parser.add_argument("--steps", help="only log steps START:STOP of the clip (e.g. 0:40)")
     parser.add_argument("--out", required=True, help="bag directory to create (rosbag2 layout, MCAP storage)")
     parser.add_argument("--force", action="store_true", help="replace --out if it is an existing bag")
-    parser.add_argument("--start-time", type=float, default=DEFAULT_START_TIME_S,
+    parser.add_argument("--start-time", type=float_in(0.0, 2.0**31 - 1.0), default=DEFAULT_START_TIME_S,
                         help="log time of step 0 in seconds since the epoch (default %(default).0f)")
     parser.add_argument("--no-viz", action="store_true", help="leave out viz/scene and viz/ego_log")
-    parser.add_argument("--viz-radius", type=float, default=120.0,
+    parser.add_argument("--viz-radius", type=float_in(0.0, 100000.0, exclusive_min=True), default=120.0,
                         help="map elements within this many metres of the ego go into viz/scene")
     args = parser.parse_args(argv)
     try:

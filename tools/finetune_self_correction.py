@@ -23,6 +23,8 @@ from pathlib import Path
 
 
 def _parser() -> argparse.ArgumentParser:
+    from rad2_planner.cli_args import float_in
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default="data/train", help="dataset directory of the training clips")
     ap.add_argument("--out", default="out/self_correction_rl", help="run directory")
@@ -30,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="corrector to start from (default: safety_layer.correction_checkpoint)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a self_correction_rl.* hyper-parameter (JSON), e.g. --set iterations=2")
-    ap.add_argument("--time-budget-min", type=float, default=None,
+    ap.add_argument("--time-budget-min", type=float_in(0.0, exclusive_min=True), default=None,
                     help="stop after the iteration that passes N minutes")
     ap.add_argument("--export-to", default=None, help="also write the result here, float16 (shipped form)")
     ap.add_argument("--no-progress", action="store_true", help="hide progress bars")

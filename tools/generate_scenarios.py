@@ -31,12 +31,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _parser() -> argparse.ArgumentParser:
+    from rad2_planner.cli_args import int_at_least
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, help="output dataset directory")
     ap.add_argument("--kinds", nargs="+", choices=list(events.ALL_KINDS), help="scenario kinds (round-robin)")
-    ap.add_argument("--count", type=int, help="number of clips")
-    ap.add_argument("--seed", type=int, help="base seed (clip i uses seed + i)")
-    ap.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    ap.add_argument("--count", type=int_at_least(1, 1000000), help="number of clips")
+    ap.add_argument("--seed", type=int_at_least(0, 2**31 - 1), help="base seed (clip i uses seed + i)")
+    ap.add_argument("--workers", type=int_at_least(1, 256), default=1, help="worker processes (default 1)")
     ap.add_argument(
         "--bundled",
         action="store_true",
@@ -90,8 +92,6 @@ def _settings(args: argparse.Namespace, ap: argparse.ArgumentParser, presets: di
 def main(argv=None) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
-    if args.workers < 1:
-        ap.error(f"--workers must be >= 1, got {args.workers}")
     presets = load_config()[0].get("presets", {})
 
     if args.bundled:

@@ -41,25 +41,29 @@ def record(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from rad2_planner.cli_args import float_in, int_at_least
+
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True,
                         help="bag directory to create (rosbag2 layout, MCAP storage)")
     parser.add_argument("--topics", nargs="+", metavar="TOPIC",
                         help="topics to record (default: every topic discovered in the graph)")
-    parser.add_argument("--duration", type=float, help="stop after this many seconds (default: Ctrl-C)")
-    parser.add_argument("--max-messages", type=int, help="stop after this many messages")
-    parser.add_argument("--wait-topics", type=float, default=10.0,
+    parser.add_argument("--duration", type=float_in(0.0, 86400.0, exclusive_min=True),
+                        help="stop after this many seconds (default: Ctrl-C)")
+    parser.add_argument("--max-messages", type=int_at_least(1), help="stop after this many messages")
+    parser.add_argument("--wait-topics", type=float_in(0.0, 3600.0), default=10.0,
                         help="seconds to wait for each --topics topic to be published (default %(default)s)")
     parser.add_argument("--include-system", action="store_true",
                         help="also record /rosout, /parameter_events")
     parser.add_argument("--use-sim-time", action="store_true",
                         help="log times from /clock instead of wall time")
-    parser.add_argument("--chunk-duration", type=float, metavar="S",
+    parser.add_argument("--chunk-duration", type=float_in(0.0, 86400.0, exclusive_min=True), metavar="S",
                         help="longest a chunk stays in memory before it is written and fsynced, i.e. the "
                              "most a killed recorder loses (default: params/nodes.yaml "
                              "recording.chunk_duration_s)")
-    parser.add_argument("--domain-id", type=int, help="ROS_DOMAIN_ID (default: the environment's)")
+    parser.add_argument("--domain-id", type=int_at_least(0, 232),
+                        help="ROS_DOMAIN_ID (default: the environment's)")
     parser.add_argument("--force", action="store_true", help="replace --out if it is an existing bag")
     return parser
 
@@ -68,10 +72,6 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.duration is not None and args.duration <= 0:
-        parser.error("--duration must be positive")
-    if args.chunk_duration is not None and args.chunk_duration <= 0:
-        parser.error("--chunk-duration must be positive")
     out = Path(args.out)
     existed = out.exists()
     try:

@@ -38,6 +38,8 @@ def load_any(source: Path, clip_id: str | None, index: int):
 
 
 def main(argv=None) -> int:
+    from rad2_planner.cli_args import float_in, int_at_least
+
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -45,12 +47,16 @@ def main(argv=None) -> int:
         "source", type=Path, help="dataset dir, clip .npz, AV2 scenario dir or CommonRoad .xml"
     )
     parser.add_argument("--clip-id", help="clip to pick from a dataset directory")
-    parser.add_argument("--index", type=int, default=0, help="clip index in a dataset (default 0)")
-    parser.add_argument("--step", type=int, default=None, help="step for --png (default: middle of the clip)")
+    parser.add_argument("--index", type=int_at_least(0), default=0,
+                        help="clip index in a dataset (default 0)")
+    parser.add_argument("--step", type=int_at_least(0), default=None,
+                        help="step for --png (default: middle of the clip)")
     parser.add_argument("--png", type=Path, help="write one frame here")
     parser.add_argument("--gif", type=Path, help="write the whole clip as an animated GIF here")
-    parser.add_argument("--stride", type=int, default=2, help="GIF: render every N-th step (default 2)")
-    parser.add_argument("--radius", type=float, default=40.0, help="world view half-width in m (default 40)")
+    parser.add_argument("--stride", type=int_at_least(1), default=2,
+                        help="GIF: render every N-th step (default 2)")
+    parser.add_argument("--radius", type=float_in(1.0, 10000.0), default=40.0,
+                        help="world view half-width in m (default 40)")
     parser.add_argument("--no-bev", action="store_true", help="omit the BEV channel panels")
     args = parser.parse_args(argv)
     if args.png is None and args.gif is None:

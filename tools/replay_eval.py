@@ -62,22 +62,25 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from rad2_planner.cli_args import float_in, int_at_least
+
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bag", required=True, help="bag of perception inputs (tools/clip_to_bag.py)")
     parser.add_argument("--out", help="output directory (default runs/replay/<bag name>)")
     parser.add_argument("--realtime", action="store_true",
                         help="play on the bag's timeline instead of lock-step")
-    parser.add_argument("--rate", type=float, default=1.0, help="speed factor of --realtime (default 1)")
-    parser.add_argument("--max-steps", type=int, help="replay only the first N steps")
-    parser.add_argument("--step-timeout", type=float, default=5.0,
+    parser.add_argument("--rate", type=float_in(0.0, 100.0, exclusive_min=True), default=1.0,
+                        help="speed factor of --realtime (default 1)")
+    parser.add_argument("--max-steps", type=int_at_least(1), help="replay only the first N steps")
+    parser.add_argument("--step-timeout", type=float_in(0.0, 3600.0, exclusive_min=True), default=5.0,
                         help="lock-step mode: seconds to wait for a step's plan (default %(default)s)")
-    parser.add_argument("--first-step-timeout", type=float, default=30.0,
+    parser.add_argument("--first-step-timeout", type=float_in(0.0, 3600.0, exclusive_min=True), default=30.0,
                         help="the same for the first step (model warm-up; default %(default)s)")
-    parser.add_argument("--resend-after", type=float, default=2.0,
+    parser.add_argument("--resend-after", type=float_in(0.0, 3600.0, exclusive_min=True), default=2.0,
                         help="lock-step mode: re-publish a step's inputs when it has no plan after this "
                              "many seconds (best-effort streams may lose a sample; default %(default)s)")
-    parser.add_argument("--startup-timeout", type=float, default=60.0,
+    parser.add_argument("--startup-timeout", type=float_in(0.0, 3600.0, exclusive_min=True), default=60.0,
                         help="seconds for the nodes to come up (default %(default)s)")
     parser.add_argument("--map-file", help="override the bag's rad2.map_file (clip .npz or dataset dir)")
     parser.add_argument("--clip-id", help="override the bag's rad2.clip_id")
@@ -86,7 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--composed", action="store_true", help="run both nodes in one process (executor)")
     parser.add_argument("--record-perception", action="store_true",
                         help="also record perception/scene_tokens and bev_features into the output bag")
-    parser.add_argument("--domain-id", type=int, default=None,
+    parser.add_argument("--domain-id", type=int_at_least(0, 232), default=None,
                         help="ROS_DOMAIN_ID for the replay graph (default: 100 + pid %% 100, isolated)")
     return parser
 
@@ -95,8 +98,6 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.rate <= 0:
-        parser.error("--rate must be positive")
     if args.domain_id is None:
         args.domain_id = 100 + os.getpid() % 100
         argv += ["--domain-id", str(args.domain_id)]

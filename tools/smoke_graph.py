@@ -23,6 +23,8 @@ from rad2_planner.nodes.smoke import run_echo, run_orchestrator, run_probe
 
 
 def _parser() -> argparse.ArgumentParser:
+    from rad2_planner.cli_args import float_in, int_at_least
+
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -36,20 +38,25 @@ def _parser() -> argparse.ArgumentParser:
         help="run (default): start echo + probe and print the table; echo/probe: one side",
     )
     parser.add_argument(
-        "--count", type=int, default=20, help="timed round trips per message type (default 20)"
+        "--count", type=int_at_least(1, 100000), default=20,
+        help="timed round trips per message type (default 20)"
     )
-    parser.add_argument("--seed", type=int, default=0, help="content seed (default 0)")
+    parser.add_argument("--seed", type=int_at_least(0, 2**32 - 1), default=0, help="content seed (default 0)")
     parser.add_argument(
-        "--bev-channels", type=int, default=None, help="BEV channel count (default: params/bev.yaml)"
-    )
-    parser.add_argument(
-        "--bev-size", type=int, default=None, help="square BEV grid size (default: params/bev.yaml)"
-    )
-    parser.add_argument(
-        "--timeout", type=float, default=60.0, help="overall seconds for the exchange (default 60)"
+        "--bev-channels", type=int_at_least(1, 256), default=None,
+        help="BEV channel count (default: params/bev.yaml)"
     )
     parser.add_argument(
-        "--domain-id", type=int, default=None, help="ROS_DOMAIN_ID (default: derived from the pid)"
+        "--bev-size", type=int_at_least(8, 1024), default=None,
+        help="square BEV grid size (default: params/bev.yaml)"
+    )
+    parser.add_argument(
+        "--timeout", type=float_in(0.0, 3600.0, exclusive_min=True), default=60.0,
+        help="overall seconds for the exchange (default 60)"
+    )
+    parser.add_argument(
+        "--domain-id", type=int_at_least(0, 232), default=None,
+        help="ROS_DOMAIN_ID (default: derived from the pid)"
     )
     parser.add_argument(
         "--dump", type=Path, default=None, help="probe: write the decoded replies to this .npz"
@@ -60,8 +67,6 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.count < 1:
-        parser.error(f"--count must be >= 1, got {args.count}")
     if args.role == "echo":
         return run_echo(args.timeout)
     if args.role == "probe":

@@ -17,6 +17,8 @@ from pathlib import Path
 
 
 def _parser() -> argparse.ArgumentParser:
+    from rad2_planner.cli_args import float_in, int_at_least, schema_value
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True, nargs="+", help="dataset directory (index.json, clips/, maps/)")
     ap.add_argument("--out", default=None, help="run directory (checkpoints last/ and final/, tb/)")
@@ -26,12 +28,16 @@ def _parser() -> argparse.ArgumentParser:
         metavar="CHECKPOINT",
         help="only print open-loop metrics of CHECKPOINT on --data",
     )
-    ap.add_argument("--eval-stride", type=int, default=10, help="--eval-only: every n-th log step is planned")
+    ap.add_argument("--eval-stride", type=int_at_least(1, 100000), default=10,
+                    help="--eval-only: every n-th log step is planned")
     ap.add_argument("--selection", default=None, help="--eval-only: fallback selection rule override")
-    ap.add_argument("--seed", type=int, default=None, help="overrides imitation.seed")
-    ap.add_argument("--max-steps", type=int, default=None, help="overrides imitation.max_steps")
+    ap.add_argument("--seed", type=schema_value("training", "imitation.seed"), default=None,
+                    help="overrides imitation.seed")
+    ap.add_argument("--max-steps", type=schema_value("training", "imitation.max_steps"), default=None,
+                    help="overrides imitation.max_steps")
     ap.add_argument(
-        "--time-budget-min", type=float, default=None, help="stop (and save) after this many minutes"
+        "--time-budget-min", type=float_in(0.0, exclusive_min=True), default=None,
+        help="stop (and save) after this many minutes"
     )
     ap.add_argument(
         "--set",
@@ -40,7 +46,8 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="override an imitation.* hyper-parameter (JSON value), e.g. --set batch_size=32",
     )
-    ap.add_argument("--workers", type=int, default=2, help="processes building the feature cache")
+    ap.add_argument("--workers", type=int_at_least(0, 256), default=2,
+                    help="processes building the feature cache")
     ap.add_argument("--resume", action="store_true", help="continue from <out>/last")
     ap.add_argument("--init-from", default=None, help="start from this checkpoint's weights (fine-tuning)")
     ap.add_argument(

@@ -29,6 +29,8 @@ from pathlib import Path
 
 
 def _parser() -> argparse.ArgumentParser:
+    from rad2_planner.cli_args import int_at_least, schema_value
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--train-data", nargs="+", default=["data/train"],
                     help="dataset directories to train on (default data/train; the curated sets of "
@@ -38,13 +40,16 @@ def _parser() -> argparse.ArgumentParser:
                     help="starting planner checkpoint (default: planner.checkpoint_dir)")
     ap.add_argument("--out", default="runs/rl", help="run directory")
     ap.add_argument("--resume", action="store_true", help="continue from <out>/last")
-    ap.add_argument("--seed", type=int, default=None, help="overrides rl.seed")
-    ap.add_argument("--iterations", type=int, default=None, help="overrides rl.iterations")
+    ap.add_argument("--seed", type=schema_value("training", "rl.seed"), default=None,
+                    help="overrides rl.seed")
+    ap.add_argument("--iterations", type=schema_value("training", "rl.iterations"), default=None,
+                    help="overrides rl.iterations")
     ap.add_argument("--budget-min", type=float, default=math.inf, help="wall-clock budget (minutes)")
-    ap.add_argument("--workers", type=int, default=0,
+    ap.add_argument("--workers", type=int_at_least(0, 4096), default=0,
                     help="Ray rollout workers (0: collect in this process; "
                          "cluster address: rollout.ray_address)")
-    ap.add_argument("--threads", type=int, default=None, help="torch threads of this process")
+    ap.add_argument("--threads", type=int_at_least(1, 256), default=None,
+                    help="torch threads of this process")
     ap.add_argument("--set", action="append", default=[], metavar="rl.KEY=VALUE",
                     help="override an rl: setting")
     ap.add_argument("--sim-set", action="append", default=[], metavar="KEY=VALUE",
@@ -58,12 +63,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
-    if args.workers < 0:
-        ap.error(f"--workers: must be >= 0, got {args.workers}")
     if not args.budget_min > 0:
         ap.error(f"--budget-min: must be > 0 minutes, got {args.budget_min}")
-    if args.threads is not None and args.threads < 1:
-        ap.error(f"--threads: must be >= 1, got {args.threads}")
 
     from bev_warp_sim.simulator import simulator_params
     from rad2_planner.clip import load_dataset

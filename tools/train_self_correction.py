@@ -25,6 +25,8 @@ from rad2_planner.training.correction import train_self_correction
 
 
 def _parser() -> argparse.ArgumentParser:
+    from rad2_planner.cli_args import float_in, int_at_least
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True, help="dataset directory (index.json, clips/, maps/)")
     ap.add_argument("--out", required=True, help="run directory (final/, tb/)")
@@ -34,8 +36,10 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--critic", default="checkpoints/collision_critic", help="collision critic checkpoint")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a self_correction.* hyper-parameter (JSON), e.g. --set max_steps=200")
-    ap.add_argument("--time-budget-min", type=float, default=None, help="stop training after N minutes")
-    ap.add_argument("--workers", type=int, default=2, help="processes building the feature cache")
+    ap.add_argument("--time-budget-min", type=float_in(0.0, exclusive_min=True), default=None,
+                    help="stop training after N minutes")
+    ap.add_argument("--workers", type=int_at_least(0, 256), default=2,
+                    help="processes building the feature cache")
     ap.add_argument("--export-to", default=None, help="also write it here, float16 (shipped form)")
     ap.add_argument("--no-progress", action="store_true")
     return ap

@@ -17,6 +17,8 @@ import argparse
 
 
 def main(argv=None) -> int:
+    from rad2_planner.cli_args import float_in
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
         "--onnx-dir", required=True,
@@ -25,8 +27,9 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--inputs", required=True, help=".npz of recorded inputs (tools/export_onnx.py --record)")
     ap.add_argument("--fp32", action="store_true", help="build FP32 engines (default: runtime.tensorrt.fp16)")
-    ap.add_argument("--atol", type=float, default=5e-2, help="max abs error allowed (FP16 default)")
-    ap.add_argument("--rtol", type=float, default=5e-2, help="max relative error allowed")
+    ap.add_argument("--atol", type=float_in(0.0, 10.0), default=5e-2,
+                    help="max abs error allowed (FP16 default)")
+    ap.add_argument("--rtol", type=float_in(0.0, 10.0), default=5e-2, help="max relative error allowed")
     args = ap.parse_args(argv)
 
     from rad2_planner.config import load_params
