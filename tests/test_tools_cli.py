@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -176,3 +178,49 @@ def test_operator_profile_cli_writes_the_table_the_figure_and_the_traces(tmp_pat
     assert {"torch", "onnxruntime"} <= set(payload["run"]["probe_by_library"])
     assert (tmp_path / "prof_ops.png").is_file() and list((tmp_path / "prof_ops").glob("generator_*.json"))
     assert "matrix products" in res.stdout and "every other operator" in res.stdout
+
+
+class _Parsed(Exception):
+    """Raised instead of parsing: the tool's parser has been built and captured."""
+
+
+def _tool_parser(tool: Path, monkeypatch) -> argparse.ArgumentParser:
+    """The parser ``tool``'s main() builds, captured at its first parse_args (nothing runs after it)."""
+    captured = {}
+
+    def capture(self, *args, **kwargs):
+        captured["parser"] = self
+        raise _Parsed
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", capture)
+    monkeypatch.setattr(sys, "argv", [str(tool)])
+    monkeypatch.syspath_prepend(str(TOOLS))  # as when run: a tool may import a sibling (convert_womd)
+    spec = importlib.util.spec_from_file_location(f"tool_{tool.stem}", tool)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(_Parsed):
+        module.main()
+    return captured["parser"]
+
+
+def test_every_numeric_option_of_every_tool_is_bounded(monkeypatch):
+    """No tool takes a bare int/float: those accept nan, inf, 1e300 and negative counts, which then fail
+    deep inside (or silently run with nonsense). Each numeric option uses rad2_planner.cli_args, and
+    each of those refuses a non-finite value."""
+    bare, accepts_nan, checked = [], [], 0
+    for tool in sorted(TOOLS.glob("*.py")):
+        if tool.name == "rosenv.py":  # runs under `python -S` (tools/env.sh), so without the package;
+            continue                  # its one number, --domain-id, is checked by rosenv itself
+        for action in _tool_parser(tool, monkeypatch)._actions:
+            if action.type in (int, float):
+                bare.append(f"{tool.name} {action.option_strings}")
+            elif getattr(action.type, "__module__", "") == "rad2_planner.cli_args":
+                checked += 1
+                try:
+                    action.type("nan")
+                    accepts_nan.append(f"{tool.name} {action.option_strings}")
+                except argparse.ArgumentTypeError:
+                    pass
+    assert not bare, bare
+    assert not accepts_nan, accepts_nan
+    assert checked > 80  # the tools' numeric options, all of them seen

@@ -29,7 +29,7 @@ from pathlib import Path
 
 
 def _parser() -> argparse.ArgumentParser:
-    from rad2_planner.cli_args import int_at_least, schema_value
+    from rad2_planner.cli_args import float_in, int_at_least, schema_value
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--train-data", nargs="+", default=["data/train"],
@@ -44,7 +44,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="overrides rl.seed")
     ap.add_argument("--iterations", type=schema_value("training", "rl.iterations"), default=None,
                     help="overrides rl.iterations")
-    ap.add_argument("--budget-min", type=float, default=math.inf, help="wall-clock budget (minutes)")
+    ap.add_argument("--budget-min", type=float_in(0.0, exclusive_min=True), default=math.inf,
+                    help="wall-clock budget (minutes; default: none)")
     ap.add_argument("--workers", type=int_at_least(0, 4096), default=0,
                     help="Ray rollout workers (0: collect in this process; "
                          "cluster address: rollout.ray_address)")
@@ -63,8 +64,6 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
-    if not args.budget_min > 0:
-        ap.error(f"--budget-min: must be > 0 minutes, got {args.budget_min}")
 
     from bev_warp_sim.simulator import simulator_params
     from rad2_planner.clip import load_dataset

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..config import load_params, require
+from ..config import ParameterError, load_params, require
 from ..diffusion import NoiseSchedule, initial_noise, sample
 from ..geometry import se2_compose, world_to_ego
 from ..networks import ModelConfig, PlannerModel, TrajectoryNormalizer
@@ -382,7 +382,10 @@ def start_run(seed: int, out_dir: str | Path) -> tuple[np.random.Generator, Path
     """Seed torch, size its thread pool (``RAD2_TORCH_THREADS``, default 1: the cache workers and the
     simulator share the cores) and create the run directory; returns the run's NumPy generator."""
     torch.manual_seed(seed)
-    torch.set_num_threads(int(os.environ.get("RAD2_TORCH_THREADS", "1")))
+    threads = os.environ.get("RAD2_TORCH_THREADS", "1")
+    if not (threads.isdigit() and 1 <= int(threads) <= 256):
+        raise ParameterError(f"RAD2_TORCH_THREADS: expected an integer in 1..256, got {threads!r}")
+    torch.set_num_threads(int(threads))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     return np.random.default_rng(seed), out
