@@ -78,3 +78,17 @@ def test_a_recording_without_denoiser_or_generator_inputs_is_refused_clearly(rec
     calls = load_recorded_calls(tmp_path / "old.npz")
     with pytest.raises(ValueError, match="no per-step denoiser and no fused generator inputs"):
         trt_vs_ort(recording_paths(onnx_dir, tmp_path / "old.npz"), runtime, calls)
+
+
+def test_a_file_that_is_not_a_recording_is_named(tmp_path):
+    """A pickle, a non-zip file or an entry that is no call: ValueError naming the file (the tool turns
+    it into an argparse error), never numpy's own traceback."""
+    np.save(tmp_path / "pickled.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    (tmp_path / "text.npz").write_text("not a zip")
+    np.savez(tmp_path / "keys.npz", **{"scene_encoder/first/bev": np.zeros(3)})
+    for name, why in (("pickled.npy", "not a recording"), ("text.npz", "not a recording"),
+                      ("keys.npz", "'scene_encoder/first/bev' is not <graph>/<call index>/<input>")):
+        with pytest.raises(ValueError, match=f"{name}.*{why}" if why != "not a recording" else name):
+            load_recorded_calls(tmp_path / name)
+    with pytest.raises(ValueError, match="text.npz: not a recording"):
+        recording_paths(tmp_path, tmp_path / "text.npz")

@@ -14,6 +14,7 @@ Example (on the vehicle computer):
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def main(argv=None) -> int:
@@ -42,11 +43,16 @@ def main(argv=None) -> int:
     )
 
     runtime = tensorrt_runtime(load_params("planner"), args.fp32)
-    paths = recording_paths(args.onnx_dir, args.inputs)
+    if not Path(args.inputs).is_file():
+        ap.error(f"--inputs {args.inputs}: no such file")
+    try:
+        paths = recording_paths(args.onnx_dir, args.inputs)
+        calls = load_recorded_calls(args.inputs)
+    except ValueError as e:
+        ap.error(f"--inputs {e}")
     missing = [str(p) for p in paths.values() if not p.is_file()]
     if missing:
         ap.error(f"missing ONNX files: {missing}")
-    calls = load_recorded_calls(args.inputs)
     if not calls:
         ap.error(f"--inputs {args.inputs}: no recorded calls")
     try:

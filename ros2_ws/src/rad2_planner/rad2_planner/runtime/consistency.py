@@ -123,15 +123,30 @@ def _recording_backend(backend) -> dict[str, list[dict[str, np.ndarray]]]:
     return rec
 
 
+def _open_recording(path: str | Path):
+    """``np.load`` of a recording; ValueError naming the file when it is not an .npz of arrays."""
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:  # a pickle, a truncated or non-zip file
+        raise ValueError(f"{path}: not a recording of tools/export_onnx.py --record "
+                         f"({type(exc).__name__}: {exc})") from None
+
+
 def load_recorded_calls(path: str | Path) -> dict[tuple[str, int], dict[str, np.ndarray]]:
-    """(graph, call index) -> feed, from a file of record_graph_inputs."""
-    data = np.load(path)
+    """(graph, call index) -> feed, from a file of record_graph_inputs (ValueError naming the file and
+    the entry when it is not one)."""
     calls: dict[tuple[str, int], dict[str, np.ndarray]] = defaultdict(dict)
-    for key in data.files:
-        if key.count("/") < 2:  # generator_file
-            continue
-        g, i, name = key.split("/", 2)
-        calls[(g, int(i))][name] = data[key]
+    with _open_recording(path) as data:
+        for key in data.files:
+            if key.count("/") < 2:  # generator_file
+                continue
+            g, i, name = key.split("/", 2)
+            if not i.isdigit():
+                raise ValueError(f"{path}: entry {key!r} is not <graph>/<call index>/<input>")
+            try:
+                calls[(g, int(i))][name] = data[key]
+            except ValueError as exc:  # an object array
+                raise ValueError(f"{path}: entry {key!r}: {exc}") from None
     return calls
 
 
@@ -142,7 +157,7 @@ def recording_paths(onnx_dir: str | Path, recording: str | Path) -> dict[str, Pa
 
     onnx_dir = Path(onnx_dir)
     paths = {g: onnx_dir / f"{g}.onnx" for g in GRAPHS}
-    with np.load(recording) as data:
+    with _open_recording(recording) as data:
         if "generator_file" in data.files:
             paths["generator"] = onnx_dir / str(data["generator_file"])
     return paths
