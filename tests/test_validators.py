@@ -122,3 +122,42 @@ def test_plan_deviation_from_the_previous_plan():
     jumped = prev[1:] + [0.0, 20.0]
     got = val.check_plan_deviation(jumped, 0.5, 0.5, prev, 0.0, 0.5, LIMITS)
     assert _fields(got) == {"trajectory.deviation_from_previous"} and got[0].value == pytest.approx(20.0)
+
+
+def test_a_log_of_the_impossible_is_refused_before_it_is_driven(clips):
+    """check_clip: the bundled clips and the real-world fixtures (AV2, CommonRoad's highway, whose
+    logged acceleration reaches 18 m/s²) pass; a finite impossible log is named field by
+    field, and the simulator refuses to drive it."""
+    import dataclasses
+    import sys
+    from pathlib import Path
+
+    from bev_warp_sim.simulator import SimulationError, Simulator
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    from bench_bev import _fixture_clips
+
+    for clip in [*clips, *_fixture_clips()]:
+        found = val.check_clip(clip, LIMITS)
+        assert found == [], (clip.clip_id, [str(v) for v in found])
+    c = clips[0]
+    jump = c.ego_x.copy()
+    jump[40:] += 500.0  # a 500 m teleport between two 0.1 s steps
+    bad = {
+        "clip.ego_speed": dataclasses.replace(c, ego_speed=np.full_like(c.ego_speed, 1e6)),
+        "clip.ego_x": dataclasses.replace(c, ego_x=c.ego_x + 1e9),
+        "clip.ego_step": dataclasses.replace(c, ego_x=jump),
+        "clip.ego_length": dataclasses.replace(c, ego_length=500.0),
+        "clip.agent_length": dataclasses.replace(c, agent_length=np.full_like(c.agent_length, 1e5)),
+        "clip.agent_speed": dataclasses.replace(c, agent_vx=np.where(c.agent_valid, 1e6, c.agent_vx)),
+        "clip.agent_y": dataclasses.replace(c, agent_y=np.where(c.agent_valid, -1e9, c.agent_y)),
+    }
+    for name, clip in bad.items():
+        assert name in _fields(val.check_clip(clip, LIMITS)), name
+    # an agent's state outside its valid steps is padding, not a claim about the world
+    padded = dataclasses.replace(c, agent_vx=np.where(c.agent_valid, c.agent_vx, 1e6))
+    assert val.check_clip(padded, LIMITS) == []
+    sim = Simulator()
+    with pytest.raises(SimulationError, match=r"not a drivable log: clip.ego_speed\[0\] = 1e\+06"):
+        sim.init(bad["clip.ego_speed"])
+    sim.init(c)  # the same simulator still drives a real log

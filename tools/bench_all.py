@@ -90,4 +90,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from rad2_planner.cli_args import run_tool
+
+    raise SystemExit(run_tool(main, "bench_all"))

@@ -58,4 +58,6 @@ def main(argv=None) -> int:
     return 0
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from rad2_planner.cli_args import run_tool
+
+    sys.exit(run_tool(main, "bench_rollouts"))

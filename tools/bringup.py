@@ -99,4 +99,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from rad2_planner.cli_args import run_tool
+
+    sys.exit(run_tool(main, "bringup"))

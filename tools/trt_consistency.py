@@ -71,4 +71,6 @@ def main(argv=None) -> int:
     return 1 if failed else 0
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from rad2_planner.cli_args import run_tool
+
+    raise SystemExit(run_tool(main, "trt_consistency"))

@@ -330,6 +330,9 @@ class Simulator:
         if self.h_reuse < 1:
             raise SimulationError(f"latch.h_reuse: must be >= 1, got {self.h_reuse}")
         self.registry_size = int(cfg["clip_registry_size"])
+        from rad2_planner.validators import load_limits
+
+        self._clip_limits = load_limits()  # params/validators.yaml: a log of the impossible is refused
         self._maps: dict[str, _MapGeometry] = {}
         self._clips: OrderedDict[str, _ClipData] = OrderedDict()
         self._obs_cache: OrderedDict[tuple[str, int], Any] = OrderedDict()
@@ -347,8 +350,14 @@ class Simulator:
         """Derived arrays of the registered clip ``key`` (cached; rebuilt from the registry when evicted)."""
         data = self._clips.get(key)
         if data is None:
-            data = _ClipData(registered_clip(key), self.look,
-                             float(self.params["metrics"]["route_max_turn_deg"]))
+            from rad2_planner.validators import check_clip
+
+            clip = registered_clip(key)
+            bad = check_clip(clip, self._clip_limits)
+            if bad:
+                raise SimulationError(f"clip {clip.clip_id!r} is not a drivable log: "
+                                      + "; ".join(str(v) for v in bad))
+            data = _ClipData(clip, self.look, float(self.params["metrics"]["route_max_turn_deg"]))
             self._clips[key] = data
             while len(self._clips) > 256:
                 self._clips.popitem(last=False)

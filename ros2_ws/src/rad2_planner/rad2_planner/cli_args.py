@@ -101,6 +101,8 @@ def torch_device(text: str) -> str:
 # sys.modules so that a tool that never imported torch does not import it to report a bad path.
 _INPUT_ERRORS = (
     ("rad2_planner.clip", "ClipFormatError"),
+    ("rad2_planner.clip", "ClipValidationError"),
+    ("bev_warp_sim.simulator", "SimulationError"),
     ("rad2_planner.config", "ParameterError"),
     ("rad2_planner.networks.model", "CheckpointError"),
     ("rad2_planner.networks.critic", "CriticCheckpointError"),

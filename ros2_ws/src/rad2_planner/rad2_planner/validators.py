@@ -123,6 +123,37 @@ def check_objects(length, width, vx, vy, x, y, limits: dict[str, Any], ego_xy=(0
     return out + _worst("objects.distance", dist, None, float(c["max_range_m"]), "m from the ego")
 
 
+def check_clip(clip: Any, limits: dict[str, Any]) -> list[Violation]:
+    """A logged clip before the simulator replays it: the ego's speed, positions, step-to-step jumps and
+    size, and the valid agent states' sizes, speeds and positions, against the bounds the live inputs
+    get (``odometry`` and ``objects``). ``Clip.validate`` has already refused NaN and wrong shapes; this
+    refuses a finite log of the impossible (a speed of 1e6 m/s, a pose 1e9 m out, a 1e5 m truck) that
+    would otherwise be driven and scored. Only upper bounds of magnitude: a reversing ego (negative
+    speed) and a noisy logged acceleration (CommonRoad's highway fixture reaches 18 m/s²) are real."""
+    odo, obj = limits["odometry"], limits["objects"]
+    vmax, pmax = float(odo["max_speed_m_s"]), float(odo["max_abs_position_m"])
+    out = _worst("clip.ego_speed", clip.ego_speed, -vmax, vmax, "m/s")
+    out += _worst("clip.ego_x", clip.ego_x, -pmax, pmax, "m")
+    out += _worst("clip.ego_y", clip.ego_y, -pmax, pmax, "m")
+    ego_x, ego_y = np.asarray(clip.ego_x, np.float64), np.asarray(clip.ego_y, np.float64)
+    steps = np.hypot(np.diff(ego_x), np.diff(ego_y))
+    out += _worst("clip.ego_step", steps, None, vmax * float(clip.dt) + float(odo["jump_margin_m"]),
+                  f"m between consecutive steps ({float(clip.dt):g} s)")
+    out += _worst("clip.ego_length", np.float64(clip.ego_length), None, float(obj["max_length_m"]), "m")
+    out += _worst("clip.ego_width", np.float64(clip.ego_width), None, float(obj["max_width_m"]), "m")
+    valid = np.asarray(clip.agent_valid, bool)
+    seen = valid.any(axis=1)  # agents with at least one valid state
+    for size, bound in (("length", "max_length_m"), ("width", "max_width_m")):
+        out += _worst(f"clip.agent_{size}", np.asarray(getattr(clip, f"agent_{size}"))[seen], None,
+                      float(obj[bound]), "m")
+    speed = np.where(valid, np.hypot(clip.agent_vx, clip.agent_vy), 0.0)
+    out += _worst("clip.agent_speed", speed, None, float(obj["max_speed_m_s"]), "m/s")
+    for axis in ("x", "y"):
+        pos = np.where(valid, np.asarray(getattr(clip, f"agent_{axis}"), np.float64), 0.0)
+        out += _worst(f"clip.agent_{axis}", pos, -pmax, pmax, "m")
+    return out
+
+
 # ----------------------------------------------------------------------------------------------------
 # features
 
