@@ -161,3 +161,28 @@ def test_a_log_of_the_impossible_is_refused_before_it_is_driven(clips):
     with pytest.raises(SimulationError, match=r"not a drivable log: clip.ego_speed\[0\] = 1e\+06"):
         sim.init(bad["clip.ego_speed"])
     sim.init(c)  # the same simulator still drives a real log
+
+
+def test_log_readers_drop_a_tracker_glitch_and_refuse_an_impossible_ego(clips):
+    """adapters.logs.plausible_clip (every real-log reader's last step): one agent state at 1e6 m/s is
+    marked invalid and counted, an agent with a 1e5 m box loses all its states, the clip is kept and
+    then passes check_clip; an ego at 1e6 m/s is refused, naming the log and the field."""
+    import dataclasses
+
+    from rad2_planner.adapters.logs import LogFormatError, plausible_clip
+
+    c = clips[0]
+    i, t = np.argwhere(c.agent_valid)[0]
+    vx = c.agent_vx.copy()
+    vx[i, t] = 1e6
+    length = c.agent_length.copy()
+    j = int(np.argwhere(c.agent_valid.any(axis=1))[-1, 0])
+    length[j] = 1e5
+    cleaned = plausible_clip(dataclasses.replace(c, agent_vx=vx, agent_length=length), "log.parquet")
+    want = 1 + int(c.agent_valid[j].sum()) - int(j == i and c.agent_valid[j, t])
+    assert cleaned.metadata["implausible_agent_states"] == want
+    assert not cleaned.agent_valid[i, t] and not cleaned.agent_valid[j].any()
+    assert val.check_clip(cleaned, LIMITS) == []
+    assert plausible_clip(c, "log.parquet") is c  # a clean log is handed on untouched
+    with pytest.raises(LogFormatError, match=r"log.parquet: clip .* logs the impossible: clip.ego_speed"):
+        plausible_clip(dataclasses.replace(c, ego_speed=np.full_like(c.ego_speed, 1e6)), "log.parquet")

@@ -154,6 +154,25 @@ def check_clip(clip: Any, limits: dict[str, Any]) -> list[Violation]:
     return out
 
 
+def invalidate_implausible_agent_states(clip: Any, limits: dict[str, Any]) -> tuple[Any, int]:
+    """``clip`` with the agent states :func:`check_clip` would refuse marked invalid (a speed or a
+    position out of bounds; every state of an agent whose box is out of bounds), and how many states
+    that changed. For the log readers: a tracker's glitch on another road user is a property of the
+    log, not of the world, and one such state must not cost the whole clip; an impossible ego is not
+    repaired (check_clip still refuses it)."""
+    from dataclasses import replace
+
+    obj, pmax = limits["objects"], float(limits["odometry"]["max_abs_position_m"])
+    valid = np.asarray(clip.agent_valid, bool)
+    ok = np.hypot(clip.agent_vx, clip.agent_vy) <= float(obj["max_speed_m_s"])
+    ok &= (np.abs(clip.agent_x) <= pmax) & (np.abs(clip.agent_y) <= pmax)
+    sized = (np.asarray(clip.agent_length) <= float(obj["max_length_m"])) & (
+        np.asarray(clip.agent_width) <= float(obj["max_width_m"]))
+    keep = valid & ok & sized[:, None]
+    changed = int((valid & ~keep).sum())
+    return (replace(clip, agent_valid=keep) if changed else clip), changed
+
+
 # ----------------------------------------------------------------------------------------------------
 # features
 

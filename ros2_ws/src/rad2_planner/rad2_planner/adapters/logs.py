@@ -116,12 +116,33 @@ def find_logs(inputs: str | os.PathLike | Iterable[str | os.PathLike],
     return found
 
 
+def plausible_clip(clip: Clip, source: str) -> Clip:
+    """A converted log as the simulator will take it: agent states that no road user can have (a
+    tracker's glitch) marked invalid and counted in ``metadata["implausible_agent_states"]``;
+    :class:`LogFormatError` naming ``source`` and the fields when the ego itself is impossible
+    (rad2_planner.validators, bounds of params/validators.yaml)."""
+    from dataclasses import replace
+
+    from ..validators import check_clip, invalidate_implausible_agent_states, load_limits
+
+    limits = load_limits()
+    clip, changed = invalidate_implausible_agent_states(clip, limits)
+    bad = check_clip(clip, limits)
+    if bad:
+        raise LogFormatError(f"{source}: clip {clip.clip_id!r} logs the impossible: "
+                             + "; ".join(str(v) for v in bad))
+    if changed:
+        clip = replace(clip, metadata={**clip.metadata, "implausible_agent_states": changed})
+    return clip
+
+
 def clips_in_log(source: LogSource, params: dict[str, Any] | None = None, *, egos_per_scenario: int = 1,
                  errors: list[str] | None = None, verify_crc: bool = True) -> Iterator[Clip]:
-    """The clips of one log. ``params``: params/bev.yaml (None: loaded); ``verify_crc``: check WOMD
-    TFRecord CRCs (off: faster, corruption then shows as decode errors). With an ``errors`` list, a
-    WOMD record or a CommonRoad ego that does not convert is skipped and its message appended;
-    otherwise, and for a log that does not open at all, :class:`LogFormatError` names the log."""
+    """The clips of one log (readers' clips through :func:`plausible_clip`). ``params``:
+    params/bev.yaml (None: loaded); ``verify_crc``: check WOMD TFRecord CRCs (off: faster, corruption
+    then shows as decode errors). With an ``errors`` list, a WOMD record or a CommonRoad ego that does
+    not convert is skipped and its message appended; otherwise, and for a log that does not open at
+    all, :class:`LogFormatError` names the log."""
     from ..config import load_params
 
     params = params if params is not None else load_params("bev")
@@ -130,11 +151,11 @@ def clips_in_log(source: LogSource, params: dict[str, Any] | None = None, *, ego
         if fmt == "av2":
             from .av2 import load_av2_scenario
 
-            yield load_av2_scenario(path, params)
+            yield plausible_clip(load_av2_scenario(path, params), str(path))
         elif fmt == "av2_sensor":
             from .av2_sensor import load_av2_sensor_log
 
-            yield load_av2_sensor_log(path, params)
+            yield plausible_clip(load_av2_sensor_log(path, params), str(path))
         elif fmt == "commonroad":
             from .commonroad import (
                 CommonRoadAdapterError,
@@ -144,15 +165,24 @@ def clips_in_log(source: LogSource, params: dict[str, Any] | None = None, *, ego
 
             for ego in commonroad_ego_candidates(path, params)[:egos_per_scenario]:
                 try:
-                    yield load_commonroad_scenario(path, ego_obstacle_id=ego, params=params)
-                except CommonRoadAdapterError as exc:
+                    clip = plausible_clip(load_commonroad_scenario(path, ego_obstacle_id=ego, params=params),
+                                          f"{path}: ego {ego}")
+                except (CommonRoadAdapterError, LogFormatError) as exc:
                     if errors is None:
                         raise
                     errors.append(f"{path}: ego {ego}: {exc}")
+                    continue
+                yield clip
         elif fmt == "womd":
             from .womd import iter_womd_clips
 
-            yield from iter_womd_clips(path, params, errors=errors, verify_crc=verify_crc)
+            for clip in iter_womd_clips(path, params, errors=errors, verify_crc=verify_crc):
+                try:
+                    yield plausible_clip(clip, str(path))
+                except LogFormatError as exc:
+                    if errors is None:
+                        raise
+                    errors.append(str(exc))
         elif fmt == "clip":
             from ..clip import load_clip
 
