@@ -132,9 +132,21 @@ class SimNode(Node):
             clips = [c for c in clips if c.clip_id in wanted]
         if int(self.cfg["max_clips"]) > 0:
             clips = clips[: int(self.cfg["max_clips"])]
-        if not clips:
+        # a clip that logs the impossible would stop the simulator at its start, mid-run: refuse it
+        # here, say which and why, and drive the others (validators.check_clip, as Simulator.init)
+        from rad2_planner.validators import check_clip, load_limits
+
+        limits, drivable = load_limits(), []
+        for clip in clips:
+            bad = check_clip(clip, limits)
+            if bad:
+                self.get_logger().error(f"clip {clip.clip_id!r} skipped, not a drivable log: "
+                                        + "; ".join(str(v) for v in bad))
+            else:
+                drivable.append(clip)
+        if not drivable:
             raise ValueError(f"node.dataset: {self.cfg['dataset']} has no clips to drive")
-        return clips
+        return drivable
 
     def _next_clip(self) -> None:
         self.clip_index += 1
