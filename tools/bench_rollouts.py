@@ -12,13 +12,12 @@ pickled size of a simulator state. Prints the machine and the load before and af
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
 
 def main(argv=None) -> int:
-    from rad2_planner.cli_args import int_at_least, schema_value
+    from rad2_planner.cli_args import int_at_least, schema_value, torch_device
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dataset", default="data/eval_safety", help="dataset directory of the clips")
@@ -35,11 +34,10 @@ def main(argv=None) -> int:
                     help="0: this process; N: N Ray workers")
     ap.add_argument("--backend", default="onnxruntime", choices=("onnxruntime", "pytorch", "tensorrt"),
                     help="the planner's network runtime")
-    ap.add_argument("--device", default="cpu", help="torch device for --backend pytorch (cpu | cuda)")
+    ap.add_argument("--device", type=torch_device, default="cpu",
+                    help="torch device for --backend pytorch (cpu | cuda)")
     ap.add_argument("--out", default=None, help="also write the table as Markdown to this file")
     args = ap.parse_args(argv)
-    if args.device is not None and not re.fullmatch(r"cpu|cuda(:\d+)?", args.device):
-        ap.error(f"--device: expected cpu, cuda or cuda:<index>, got {args.device!r}")
     if args.device not in (None, "cpu") and args.backend != "pytorch":
         ap.error(f"--device {args.device}: only with --backend pytorch (got --backend {args.backend})")
     if not (Path(args.dataset) / "index.json").is_file():

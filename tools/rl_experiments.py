@@ -30,13 +30,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 
 
 def main(argv=None) -> int:
-    from rad2_planner.cli_args import int_at_least
+    from rad2_planner.cli_args import int_at_least, torch_device
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--arms", nargs="+", default=["il:uniform", "il:medoid", "il:safe_medoid"],
@@ -54,7 +53,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=Path("out/rl_experiments"))
     ap.add_argument("--backend", default=None, choices=("pytorch", "onnxruntime", "tensorrt"),
                     help="the planner's network runtime (default: planner.backend)")
-    ap.add_argument("--device", default=None, help="torch device of --backend pytorch (cpu | cuda)")
+    ap.add_argument("--device", type=torch_device, default=None,
+                    help="torch device of --backend pytorch (cpu | cuda)")
     ap.add_argument("--threads", type=int_at_least(1, 256), default=None,
                     help="CPU threads of this process's planner (--workers 0; e.g. 1 per process when "
                          "several run side by side)")
@@ -67,8 +67,6 @@ def main(argv=None) -> int:
     ap.add_argument("--rename", nargs="+", default=[], metavar="OLD->NEW",
                     help="with --merge: show arm OLD as NEW (e.g. a checkpoint evaluated under another path)")
     args = ap.parse_args(argv)
-    if args.device is not None and not re.fullmatch(r"cpu|cuda(:\d+)?", args.device):
-        ap.error(f"--device: expected cpu, cuda or cuda:<index>, got {args.device!r}")
     if args.device not in (None, "cpu") and args.backend != "pytorch":
         ap.error(f"--device {args.device}: only with --backend pytorch (got --backend {args.backend})")
     if args.sim_set and args.merge:

@@ -1,14 +1,20 @@
-"""argparse value types for the tools' numeric options: a bad value is an argparse error (exit 2,
+"""What the tools share about bad input: argparse value types for their options, and ``run_tool`` for
+the inputs found bad later (a dataset, a checkpoint). A bad value is an argparse error (exit 2,
 "argument --cycles: must be an integer >= 1, got '0'"), never a traceback or a silent default.
 
     ap.add_argument("--cycles", type=int_at_least(1), default=200)
     ap.add_argument("--budget-min", type=float_in(0.0, exclusive_min=True))
+    ap.add_argument("--k", type=schema_value("planner", "planner.num_denoise_steps"))
+    ...
+    if __name__ == "__main__":
+        sys.exit(run_tool(main, "my_tool"))
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable
 
 
@@ -90,8 +96,7 @@ def schema_value(params_name: str, dotted: str) -> Callable[[str], object]:
 
 def torch_device(text: str) -> str:
     """A torch device of this project's backends: cpu, cuda or cuda:<index>."""
-    kind, _, index = text.partition(":")
-    if kind == "cpu" and not index or kind == "cuda" and (not _ or index.isdigit()):
+    if re.fullmatch(r"cpu|cuda(:\d+)?", text):
         return text
     raise argparse.ArgumentTypeError(f"must be cpu, cuda or cuda:<index>, got {text!r}")
 
