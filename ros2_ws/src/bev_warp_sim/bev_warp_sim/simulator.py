@@ -46,6 +46,7 @@ from rad2_planner.geometry import wrap_angle
 from rad2_planner.planning_interface import PlanResult
 from rad2_planner.route_path import RoutePath
 from rad2_planner.traffic_rules import next_signal_stop, stop_line_crossings
+from rad2_planner.validators import check_clip, load_limits
 
 from bev_warp_sim import safety
 from bev_warp_sim.metrics import EpisodeResult, episode_outcome
@@ -330,8 +331,6 @@ class Simulator:
         if self.h_reuse < 1:
             raise SimulationError(f"latch.h_reuse: must be >= 1, got {self.h_reuse}")
         self.registry_size = int(cfg["clip_registry_size"])
-        from rad2_planner.validators import load_limits
-
         self._clip_limits = load_limits()  # params/validators.yaml: a log of the impossible is refused
         self._maps: dict[str, _MapGeometry] = {}
         self._clips: OrderedDict[str, _ClipData] = OrderedDict()
@@ -350,8 +349,6 @@ class Simulator:
         """Derived arrays of the registered clip ``key`` (cached; rebuilt from the registry when evicted)."""
         data = self._clips.get(key)
         if data is None:
-            from rad2_planner.validators import check_clip
-
             clip = registered_clip(key)
             bad = check_clip(clip, self._clip_limits)
             if bad:
