@@ -226,6 +226,38 @@ def test_warm_up_opens_the_sessions_of_the_cycle(setup):
     assert np.array_equal(result.candidates, cold.candidates) and result.selected == cold.selected
 
 
+_FIRST_CYCLE_IMPORTS = """
+import sys
+sys.path.insert(0, sys.argv[2])
+from rad2_planner.policy import Rad2Policy
+from rad2_planner.runtime.base import SCENE_INPUTS
+from rad2_planner.runtime.onnx_export import example_inputs
+from tiny_models import randomised_model, tiny_config
+model = randomised_model(tiny_config())
+model.discriminator_trained = True
+policy = Rad2Policy(model, backend="onnxruntime", onnx_dir=sys.argv[1])  # the shipped selection rules
+policy.warm_up()
+ex = example_inputs(model.cfg, batch=1, seed=0)
+before = set(sys.modules)
+policy.plan({k: ex[k][0] for k in SCENE_INPUTS}, seed=0)
+print(sorted(set(sys.modules) - before))
+"""
+
+
+def test_a_planning_cycle_after_warm_up_imports_nothing(setup, tmp_path):
+    """A module imported inside the cycle is paid for by the first real cycle of every planner start:
+    scipy.spatial, imported by the medoid's distance matrix, took 150-340 ms there (a deadline miss at
+    each start of make demo). A fresh process, as a planner node is."""
+    import subprocess
+    import sys
+
+    _, onnx_dir, _ = setup
+    res = subprocess.run([sys.executable, "-c", _FIRST_CYCLE_IMPORTS, str(onnx_dir),
+                          str(Path(__file__).parent)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip().splitlines()[-1] == "[]", res.stdout[-2000:]
+
+
 def test_exported_discriminator_outputs_logits_and_scores(setup):
     _, onnx_dir, paths = setup
     sess = OrtBackend(paths, load_params("planner")["runtime"]).sessions["discriminator"]

@@ -94,12 +94,18 @@ from typing import Any
 
 import numpy as np
 
+# at import, not in the first planning cycle: scipy.spatial's first import took 150-340 ms, the first
+# cycle's selection stage of every planner start (a deadline miss at each start of make demo)
+from scipy.spatial.distance import cdist
+
 from .bev import get_config as get_bev_config
 from .clip import SIGNAL_STATE_NAMES
 from .comfort_limits import ComfortLimitParams, limit_acceleration, limit_curve_speed
 from .config import default_params, load_params, load_schema, require, resource_path, validate_value
 from .diffusion import SAMPLERS, NoiseSchedule, SamplerSpec, initial_noise
+from .geometry import tracks_overlap
 from .observation import BOOL_FIELDS, FIELD_RANKS, ObservationError
+from .open_loop_metrics import plan_headings
 from .planning_interface import PlanResult
 from .route_path import RoutePath, observation_route
 from .runtime.base import DISCRIMINATOR_INPUTS, SCENE_INPUTS, make_backend
@@ -204,8 +210,6 @@ def mean_pairwise_distance(candidates: np.ndarray, allowed: np.ndarray | None = 
     One distance matrix per time step (scipy's cdist) rather than an [M, M, T, 2] difference array:
     0.4 instead of 4 ms at M = 128.
     """
-    from scipy.spatial.distance import cdist
-
     c = np.asarray(candidates, np.float64)
     others = c if allowed is None else c[np.asarray(allowed, bool)]
     if not len(others):
@@ -248,9 +252,6 @@ def safe_candidates(
     """Indices of the candidates ``[M, T, 2]`` whose ego box overlaps no observed agent extrapolated at
     constant velocity; when every candidate overlaps one, those whose first overlap comes latest (never
     empty). The safe set of ``safe_medoid`` and of ``planner.discriminator_candidates: safe``."""
-    from .geometry import tracks_overlap
-    from .open_loop_metrics import plan_headings
-
     m, t = candidates.shape[:2]
     a = agents[agents_mask.astype(bool)]
     if not len(a):
