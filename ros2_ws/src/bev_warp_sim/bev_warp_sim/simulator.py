@@ -46,7 +46,7 @@ from rad2_planner.geometry import wrap_angle
 from rad2_planner.planning_interface import PlanResult
 from rad2_planner.route_path import RoutePath
 from rad2_planner.traffic_rules import next_signal_stop, stop_line_crossings
-from rad2_planner.validators import check_clip, load_limits
+from rad2_planner.validators import PlausibilityError, check_clip, load_limits
 
 from bev_warp_sim import safety
 from bev_warp_sim.metrics import EpisodeResult, episode_outcome
@@ -352,8 +352,8 @@ class Simulator:
             clip = registered_clip(key)
             bad = check_clip(clip, self._clip_limits)
             if bad:
-                raise SimulationError(f"clip {clip.clip_id!r} is not a drivable log: "
-                                      + "; ".join(str(v) for v in bad))
+                what = f"clip {clip.clip_id!r} is not a drivable log"
+                raise SimulationError(str(PlausibilityError(what, bad)))
             data = _ClipData(clip, self.look, float(self.params["metrics"]["route_max_turn_deg"]))
             self._clips[key] = data
             while len(self._clips) > 256:

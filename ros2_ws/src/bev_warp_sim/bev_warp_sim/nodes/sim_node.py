@@ -134,14 +134,14 @@ class SimNode(Node):
             clips = clips[: int(self.cfg["max_clips"])]
         # a clip that logs the impossible would stop the simulator at its start, mid-run: refuse it
         # here, say which and why, and drive the others (validators.check_clip, as Simulator.init)
-        from rad2_planner.validators import check_clip, load_limits
+        from rad2_planner.validators import PlausibilityError, check_clip, load_limits
 
         limits, drivable = load_limits(), []
         for clip in clips:
             bad = check_clip(clip, limits)
             if bad:
-                self.get_logger().error(f"clip {clip.clip_id!r} skipped, not a drivable log: "
-                                        + "; ".join(str(v) for v in bad))
+                what = f"clip {clip.clip_id!r} skipped, not a drivable log"
+                self.get_logger().error(str(PlausibilityError(what, bad)))
             else:
                 drivable.append(clip)
         if not drivable:

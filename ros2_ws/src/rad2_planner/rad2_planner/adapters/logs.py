@@ -123,14 +123,14 @@ def plausible_clip(clip: Clip, source: str) -> Clip:
     (rad2_planner.validators, bounds of params/validators.yaml)."""
     from dataclasses import replace
 
-    from ..validators import check_clip, invalidate_implausible_agent_states, load_limits
+    from ..validators import PlausibilityError, check_clip, invalidate_implausible_agent_states, load_limits
 
     limits = load_limits()
     clip, changed = invalidate_implausible_agent_states(clip, limits)
     bad = check_clip(clip, limits)
     if bad:
-        raise LogFormatError(f"{source}: clip {clip.clip_id!r} logs the impossible: "
-                             + "; ".join(str(v) for v in bad))
+        what = f"{source}: clip {clip.clip_id!r} logs the impossible"
+        raise LogFormatError(str(PlausibilityError(what, bad)))
     if changed:
         clip = replace(clip, metadata={**clip.metadata, "implausible_agent_states": changed})
     return clip
