@@ -144,7 +144,8 @@ def safety_layers(modes, planner_params: dict, threshold: float | None = None, m
     for option, (directory, weights) in needed.items():
         for name in ("config.json", weights):
             if not (resolve_path(directory) / name).is_file():
-                raise ValueError(f"--{option}: {directory} holds no {name} (modes {sorted(modes)})")
+                raise ValueError(f"safety_layer.{option}_checkpoint (--{option}): {directory} holds no "
+                                 f"{name} (modes {sorted(modes)})")
     return {
         m: SafetyLayerParams(
             m,
