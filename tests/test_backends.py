@@ -19,6 +19,7 @@ from rad2_planner.policy import Rad2Policy, stack_discriminator_inputs
 from rad2_planner.runtime import BackendUnavailableError, make_backend, onnx_export
 from rad2_planner.runtime.base import DISCRIMINATOR_OUTPUTS, SCENE_INPUTS
 from rad2_planner.runtime.onnx_export import ensure_onnx, example_inputs
+from rad2_planner.runtime.openvino_backend import OpenVinoBackend
 from rad2_planner.runtime.ort_backend import OrtBackend
 from rad2_planner.runtime.torch_backend import TorchBackend
 from rad2_planner.selection import CandidateDistribution
@@ -73,10 +74,12 @@ def _policy(model, backend, onnx_dir, **kw):
     return Rad2Policy(model, backend=backend, onnx_dir=onnx_dir, **kw)
 
 
-def test_graph_level_parity(setup):
+@pytest.mark.parametrize("runtime", ["onnxruntime", "openvino"])
+def test_graph_level_parity(setup, runtime):
     model, onnx_dir, paths = setup
     params = load_params("planner")["runtime"]
-    pt, ox = TorchBackend(model), OrtBackend(paths, params)
+    pt = TorchBackend(model)
+    ox = OrtBackend(paths, params) if runtime == "onnxruntime" else OpenVinoBackend(paths, params)
     ex = example_inputs(model.cfg, batch=2, m=7, seed=5)
     inputs = {k: ex[k] for k in SCENE_INPUTS}
     s_pt, s_ox = pt.encode(inputs), ox.encode(inputs)
@@ -106,6 +109,7 @@ def test_single_call_sampler_matches_the_step_by_step_loop(setup, sampler):
     fused = {
         "pytorch": TorchBackend(model, sampler_spec=spec),
         "onnxruntime": OrtBackend(paths, params, sampler_spec=spec),
+        "openvino": OpenVinoBackend(paths, params, sampler_spec=spec),
     }
     ex = example_inputs(model.cfg, batch=2, m=5, seed=2)
     inputs = {k: ex[k] for k in SCENE_INPUTS}
@@ -272,19 +276,20 @@ def test_plan_parity_same_noise(setup, sampler):
     model, onnx_dir, _ = setup
     obs = _obs(model.cfg)
     r_pt = _policy(model, "pytorch", onnx_dir, sampler=sampler).plan(obs, seed=11)
-    r_ox = _policy(model, "onnxruntime", onnx_dir, sampler=sampler).plan(obs, seed=11)
     assert r_pt.candidates.shape == (load_params("planner")["planner"]["num_candidates"], 8, 2)
-    assert np.abs(r_pt.candidates - r_ox.candidates).max() < 1e-4
-    assert np.abs(r_pt.scores - r_ox.scores).max() < 1e-4
-    assert np.abs(r_pt.logits - r_ox.logits).max() < 1e-4
-    assert r_pt.selected == r_ox.selected == int(np.argmax(r_pt.scores)) == int(np.argmax(r_pt.logits))
-    assert math.isnan(r_ox.log_prob) and math.isnan(r_ox.entropy) and r_ox.probs is None  # deterministic
-    assert r_ox.info["backend"] == "onnxruntime" and r_pt.info["backend"] == "pytorch"
-    # the shipped selection (safe set, consensus prior): the same candidate on both backends
+    for runtime in ("onnxruntime", "openvino"):
+        r_ox = _policy(model, runtime, onnx_dir, sampler=sampler).plan(obs, seed=11)
+        assert np.abs(r_pt.candidates - r_ox.candidates).max() < 1e-4, runtime
+        assert np.abs(r_pt.scores - r_ox.scores).max() < 1e-4, runtime
+        assert np.abs(r_pt.logits - r_ox.logits).max() < 1e-4, runtime
+        assert r_pt.selected == r_ox.selected == int(np.argmax(r_pt.scores)) == int(np.argmax(r_pt.logits))
+        assert math.isnan(r_ox.log_prob) and math.isnan(r_ox.entropy) and r_ox.probs is None  # deterministic
+        assert r_ox.info["backend"] == runtime and r_pt.info["backend"] == "pytorch"
+    # the shipped selection (safe set, consensus prior): the same candidate on every backend
     shipped = load_params("planner")
-    picks = [_policy(model, b, onnx_dir, sampler=sampler, params=shipped).plan(obs, seed=11).selected
-             for b in ("pytorch", "onnxruntime")]
-    assert picks[0] == picks[1]
+    picks = {_policy(model, b, onnx_dir, sampler=sampler, params=shipped).plan(obs, seed=11).selected
+             for b in ("pytorch", "onnxruntime", "openvino")}
+    assert len(picks) == 1
 
 
 def test_backend_parameter_switches(setup):
@@ -294,8 +299,46 @@ def test_backend_parameter_switches(setup):
     assert isinstance(Rad2Policy(model, params=params, onnx_dir=onnx_dir).backend, TorchBackend)
     params["planner"]["backend"] = "onnxruntime"
     assert isinstance(Rad2Policy(model, params=params, onnx_dir=onnx_dir).backend, OrtBackend)
+    params["planner"]["backend"] = "openvino"
+    assert isinstance(Rad2Policy(model, params=params, onnx_dir=onnx_dir).backend, OpenVinoBackend)
     with pytest.raises(ValueError, match="planner.backend"):
         make_backend("tflite", model, params["runtime"])
+
+
+def test_openvino_bfloat16_stays_close_to_float32(setup):
+    """runtime.openvino.precision bf16: the matrix products in bfloat16 where the CPU has them (then the
+    outputs differ from f32, by about 3 significant digits), plain f32 where it has not."""
+    import openvino
+
+    model, onnx_dir, _ = setup
+    spec = SamplerSpec(3, "ddim", 4.0)
+    paths = ensure_onnx(model, onnx_dir, spec)
+    runtime = load_params("planner")["runtime"]
+    f32 = OpenVinoBackend(paths, runtime, sampler_spec=spec)
+    bf16 = OpenVinoBackend(paths, {**runtime, "openvino": {**runtime["openvino"], "precision": "bf16"}},
+                           sampler_spec=spec)
+    assert (f32.precision, bf16.precision) == ("f32", "bf16")
+    ex = example_inputs(model.cfg, batch=2, m=16, seed=4)
+    inputs = {k: ex[k] for k in SCENE_INPUTS}
+    schedule = NoiseSchedule(model.cfg.num_train_steps)
+    out = {}
+    for name, backend in (("f32", f32), ("bf16", bf16)):
+        scene = backend.encode(inputs)
+        out[name] = (backend.generate(ex["x_t"], scene, schedule, spec),
+                     backend.score_logits(ex["trajectories"], inputs, scene)[1])
+    for a, b in zip(out["f32"], out["bf16"]):
+        assert a.shape == b.shape and np.isfinite(b).all()
+        assert np.abs(a - b).max() <= 0.05 * max(1.0, float(np.abs(a).max()))
+    native = "BF16" in openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    assert (np.abs(out["f32"][0] - out["bf16"][0]).max() > 1e-5) == native
+
+
+def test_openvino_settings_are_checked(setup):
+    _, _, paths = setup
+    runtime = load_params("planner")["runtime"]
+    for key, bad in (("precision", "fp8"), ("threads", 0), ("threads", True)):
+        with pytest.raises(ValueError, match=f"runtime.openvino.{key}"):
+            OpenVinoBackend(paths, {**runtime, "openvino": {**runtime["openvino"], key: bad}})
 
 
 def test_unavailable_ort_provider_is_a_clear_error(setup):
@@ -663,3 +706,11 @@ def test_operator_profile_keeps_the_traces_of_closed_sessions(setup, tmp_path):
     traces = policy.backend.end_profiling()
     generator = [t for t in traces if Path(t).name.startswith("generator_")]
     assert len(generator) == 3 and all(Path(t).is_file() for t in generator)  # symbolic + 2 pinned
+
+
+def test_the_evaluated_rad2_policy_runs_on_the_backend_asked_for():
+    """evaluate_policy.py --backend reaches the shipped rad2 policy (it used to be dropped silently)."""
+    from bev_warp_sim.reference_policies import make_policy
+
+    assert make_policy("rad2").backend.name == load_params("planner")["planner"]["backend"]
+    assert make_policy("rad2", backend="openvino").backend.name == "openvino"

@@ -61,6 +61,7 @@ def test_help(tool, tmp_path):
     ("soak_faults.py", ["--dataset", "/nonexistent_dataset", "--minutes", "0.01"], "/nonexistent_dataset"),
     ("evaluate_policy.py", ["--h-reuse", "100000"], "evaluation.h_reuse"),
     ("evaluate_policy.py", ["--seed", "-1"], "rollout.seed"),
+    ("evaluate_policy.py", ["--backend", "tflite"], "planner.backend"),
     ("latency_report.py", ["--duration", "nan"], "--duration"),
     ("rl_experiments.py", ["--seeds", "0", "-1"], "--seeds"),
     ("train_rl.py", ["--seed", "-1"], "rl.seed"),

@@ -31,7 +31,7 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backend", type=schema_value("planner", "planner.backend"), default=None,
-                    help="pytorch | onnxruntime | tensorrt (default: planner.backend)")
+                    help="pytorch | onnxruntime | openvino | tensorrt (default: planner.backend)")
     ap.add_argument("--device", type=torch_device, default=None,
                     help="torch device for --backend pytorch (cpu | cuda)")
     ap.add_argument("--checkpoint", default=None, help="checkpoint dir (default: planner.checkpoint_dir)")

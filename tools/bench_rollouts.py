@@ -32,7 +32,7 @@ def main(argv=None) -> int:
                     help="M")
     ap.add_argument("--workers", type=int_at_least(0, 4096), nargs="+", default=[0, 2],
                     help="0: this process; N: N Ray workers")
-    ap.add_argument("--backend", default="onnxruntime", choices=("onnxruntime", "pytorch", "tensorrt"),
+    ap.add_argument("--backend", type=schema_value("planner", "planner.backend"), default="onnxruntime",
                     help="the planner's network runtime")
     ap.add_argument("--device", type=torch_device, default="cpu",
                     help="torch device for --backend pytorch (cpu | cuda)")

@@ -76,8 +76,8 @@ def _parser() -> argparse.ArgumentParser:
                     default=None, help="M (default: planner.num_candidates)")
     ap.add_argument(
         "--backend",
+        type=schema_value("planner", "planner.backend"),
         default="onnxruntime",
-        choices=["onnxruntime", "pytorch", "tensorrt"],
         help="planner backend (default: onnxruntime, the CPU deployment runtime)",
     )
     ap.add_argument(

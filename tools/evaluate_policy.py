@@ -37,6 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--gifs", type=schema_value("sim", "evaluation.worst_clips_gif"), default=None,
                     help="worst clips to render per split (evaluation.worst_clips_gif)")
     ap.add_argument("--checkpoint", default=None, help="checkpoint directory for the rad2 policy")
+    ap.add_argument("--backend", type=schema_value("planner", "planner.backend"), default=None,
+                    help="network runtime of the rad2 policy (default: planner.backend)")
     ap.add_argument("--no-traffic-rules", action="store_true",
                     help="rad2 without its traffic-signal rule layer (traffic_rules.enabled false; "
                     "--workers 0)")
@@ -71,7 +73,8 @@ def main(argv=None) -> int:
         evals = evaluate_policies(args.policy, args.split, params, console, workers=args.workers,
                                   checkpoint=args.checkpoint, traffic_rules=not args.no_traffic_rules,
                                   max_clips=args.max_clips, batch_size=args.batch_size, h_reuse=args.h_reuse,
-                                  seed=args.seed, progress=not args.no_progress)
+                                  seed=args.seed, progress=not args.no_progress,
+                                  backend=args.backend)
     except (CheckpointError, ResourceNotFoundError) as exc:
         ap.error(f"--checkpoint: {exc}")
     write_evaluation(evals, params, Path(args.out), console, args.gifs)

@@ -35,7 +35,7 @@ from pathlib import Path
 
 
 def main(argv=None) -> int:
-    from rad2_planner.cli_args import int_at_least, torch_device
+    from rad2_planner.cli_args import int_at_least, schema_value, torch_device
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--arms", nargs="+", default=["il:uniform", "il:medoid", "il:safe_medoid"],
@@ -51,7 +51,7 @@ def main(argv=None) -> int:
     ap.add_argument("--max-clips", type=int_at_least(1), default=None,
                     help="first N clips of each split (quick looks)")
     ap.add_argument("--out", type=Path, default=Path("out/rl_experiments"))
-    ap.add_argument("--backend", default=None, choices=("pytorch", "onnxruntime", "tensorrt"),
+    ap.add_argument("--backend", type=schema_value("planner", "planner.backend"), default=None,
                     help="the planner's network runtime (default: planner.backend)")
     ap.add_argument("--device", type=torch_device, default=None,
                     help="torch device of --backend pytorch (cpu | cuda)")

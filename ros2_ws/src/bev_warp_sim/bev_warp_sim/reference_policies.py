@@ -182,15 +182,18 @@ def _along(route, s: np.ndarray) -> np.ndarray:
     return route.points[k] + u[:, None] * route.seg[k]
 
 
-def _rad2_factory(checkpoint_dir: str | None = None, traffic_rules: bool | None = None, **_: Any):
-    """``traffic_rules``: override ``traffic_rules.enabled`` of params/planner.yaml (None: as the file)."""
+def _rad2_factory(checkpoint_dir: str | None = None, traffic_rules: bool | None = None,
+                  backend: str | None = None, **_: Any):
+    """``traffic_rules``: override ``traffic_rules.enabled`` of params/planner.yaml (None: as the file);
+    ``backend``: the network runtime (None: ``planner.backend``)."""
     from rad2_planner.config import load_params
     from rad2_planner.policy import Rad2Policy
 
     params = load_params("planner")
     if traffic_rules is not None:
         params["traffic_rules"] = {**params["traffic_rules"], "enabled": bool(traffic_rules)}
-    return Rad2Policy.from_params(params, checkpoint_dir=checkpoint_dir)
+    return Rad2Policy.from_params(params, checkpoint_dir=checkpoint_dir,
+                                  **({"backend": backend} if backend else {}))
 
 
 POLICIES: dict[str, Callable[..., Any]] = {

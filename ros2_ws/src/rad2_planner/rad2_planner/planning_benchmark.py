@@ -232,6 +232,8 @@ def run_latency_benchmark(ms: list[int], *, backend: str | None = None, device: 
                                   device=device, num_steps=k, sampler=sampler)
     obs = sample_observations(policy.cfg, 32, data)
     threads = int(params["runtime"]["ort_intra_op_threads"])
+    if policy.backend_name == "openvino":
+        threads = policy.backend.threads
     if policy.backend_name == "pytorch":
         import torch
 

@@ -10,15 +10,17 @@ from pathlib import Path
 from typing import Any
 
 
-def _runner(policy: str, params: dict, workers: int, checkpoint: str | None, decider_kwargs: dict):
-    """(pool or None, decider or None, runner or None) for one policy."""
+def _runner(policy: str, params: dict, workers: int, checkpoint: str | None, decider_kwargs: dict,
+            backend: str | None = None):
+    """(pool or None, decider or None, runner or None) for one policy; ``backend``: the rad2 policy's
+    network runtime (None: ``planner.backend``)."""
     if workers:
         from rad2_planner.config import load_params
 
         from rad2_rl.workers import PolicySpec, RolloutPool
 
         threads = int(load_params("training")["rollout"]["threads_per_worker"])
-        spec = PolicySpec(name=policy, checkpoint_dir=checkpoint, threads=threads)
+        spec = PolicySpec(name=policy, checkpoint_dir=checkpoint, threads=threads, backend=backend)
         pool = RolloutPool(spec, num_workers=workers, sim_params=params)
         return pool, None, pool.run
     from bev_warp_sim.evaluate import make_decider
@@ -37,17 +39,20 @@ def _worker_batch(split: str, params: dict, workers: int, max_clips: int | None)
 def evaluate_policies(policies: list[str], splits: list[str], params: dict, console, *, workers: int = 0,
                       checkpoint: str | None = None, traffic_rules: bool = True, max_clips: int | None = None,
                       batch_size: int | None = None, h_reuse: int | None = None, seed: int = 0,
-                      progress: bool = True) -> list:
+                      progress: bool = True, backend: str | None = None) -> list:
     """Every policy on every split (printing the throughput of each); returns the SplitEvaluations.
+    ``backend``: the rad2 policy's network runtime (None: ``planner.backend``).
     CheckpointError when the rad2 checkpoint does not load (in this process)."""
     from bev_warp_sim.evaluate import evaluate_split
 
     kwargs: dict[str, Any] = {"checkpoint_dir": checkpoint} if checkpoint else {}
     if not traffic_rules:
         kwargs["traffic_rules"] = False
+    if backend:
+        kwargs["backend"] = backend
     evals = []
     for policy in policies:
-        pool, decider, runner = _runner(policy, params, workers, checkpoint, kwargs)
+        pool, decider, runner = _runner(policy, params, workers, checkpoint, kwargs, backend)
         try:
             for split in splits:
                 t0 = time.perf_counter()

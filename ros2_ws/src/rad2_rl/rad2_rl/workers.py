@@ -60,6 +60,10 @@ class PolicySpec:
         params["planner"].update(self.planner_overrides)
         if self.threads is not None:
             params["runtime"]["ort_intra_op_threads"] = int(self.threads)
+            # a worker shares the cores with the others: pinned threads of several workers would pile
+            # onto the same cores
+            params["runtime"]["openvino"] = dict(params["runtime"]["openvino"], threads=int(self.threads),
+                                                 cpu_pinning=False)
         return params
 
     def build(self):

@@ -385,8 +385,8 @@ def ensure_critic_onnx(critic: CollisionCritic, out_dir: str | Path) -> Path:
 
 class CriticRunner:
     """The critic behind the planner's backend choice: ``pytorch`` runs the module, ``onnxruntime`` the
-    exported graph (CPU). ``tensorrt`` planners run the critic in ONNX Runtime too: a graph this small
-    costs well under a millisecond there and needs no engine build."""
+    exported graph (CPU). ``openvino`` and ``tensorrt`` planners run the critic in ONNX Runtime too: a
+    graph this small costs well under a millisecond there and needs no engine build."""
 
     def __init__(
         self,

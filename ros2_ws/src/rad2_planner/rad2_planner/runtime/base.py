@@ -74,7 +74,7 @@ DISCRIMINATOR_CONTEXT_OUTPUTS = (
 DISCRIMINATOR_HEAD_INPUTS = ("trajectories", "bev_tokens", *DISCRIMINATOR_CONTEXT_OUTPUTS)
 CORRECTION_INPUTS = ("scene_tokens", "scene_bias", "correction_trace", "correction_mask")
 CORRECTION_OUTPUTS = ("corrected_tokens", "corrected_bias")
-BACKENDS = ("pytorch", "onnxruntime", "tensorrt")
+BACKENDS = ("pytorch", "onnxruntime", "openvino", "tensorrt")
 
 
 class BackendUnavailableError(RuntimeError):
@@ -156,10 +156,10 @@ def make_backend(
     onnx_dir: str | None = None,
     sampler_spec: SamplerSpec | None = None,
 ) -> Backend:
-    """Backend by name (``planner.backend``): ``pytorch`` | ``onnxruntime`` | ``tensorrt``.
+    """Backend by name (``planner.backend``): ``pytorch`` | ``onnxruntime`` | ``openvino`` | ``tensorrt``.
 
-    ``sampler_spec``: the planner's sampler; with ``runtime.fused_sampler`` true, the PyTorch and ONNX
-    Runtime backends run its K steps as one call (:meth:`Backend.generate`).
+    ``sampler_spec``: the planner's sampler; with ``runtime.fused_sampler`` true, the PyTorch, ONNX
+    Runtime and OpenVINO backends run its K steps as one call (:meth:`Backend.generate`).
     """
     fused = sampler_spec if bool(runtime_params.get("fused_sampler", False)) else None
     if name == "pytorch":
@@ -171,6 +171,10 @@ def make_backend(
         from .ort_backend import OrtBackend
 
         return OrtBackend.from_model(model, runtime_params, onnx_dir=onnx_dir, sampler_spec=fused)
+    if name == "openvino":
+        from .openvino_backend import OpenVinoBackend
+
+        return OpenVinoBackend.from_model(model, runtime_params, onnx_dir=onnx_dir, sampler_spec=fused)
     if name == "tensorrt":
         from .trt_backend import TensorRTBackend
 
