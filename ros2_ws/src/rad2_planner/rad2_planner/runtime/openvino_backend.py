@@ -145,8 +145,9 @@ class OpenVinoBackend(Backend):
     def extend_scene(self, scene: dict[str, Any], trace: np.ndarray, mask: np.ndarray) -> dict[str, Any]:
         if "correction_encoder" not in self.networks:
             return super().extend_scene(scene, trace, mask)
-        feed = dict(zip(CORRECTION_INPUTS, (scene["scene_tokens"], scene["scene_bias"],
-                                            np.asarray(trace, dtype=np.float32), np.asarray(mask, dtype=bool))))
+        values = (scene["scene_tokens"], scene["scene_bias"], np.asarray(trace, dtype=np.float32),
+                  np.asarray(mask, dtype=bool))
+        feed = dict(zip(CORRECTION_INPUTS, values))
         outs = self.networks["correction_encoder"].run(feed)
         return {**scene, "scene_tokens": outs["corrected_tokens"], "scene_bias": outs["corrected_bias"]}
 
