@@ -65,7 +65,9 @@ def test_empty_trace_leaves_the_denoiser_exact_and_a_trace_changes_it(models):
         assert not torch.allclose(corrector.denoiser(ex["x_t"], ex["t"], *full, cond), plain, atol=1e-4)
 
 
-def test_exported_correction_graph_matches_pytorch(models, tmp_path):
+@pytest.mark.parametrize("runtime_name", ["onnxruntime", "openvino"])
+def test_exported_correction_graph_matches_pytorch(models, tmp_path, runtime_name):
+    from rad2_planner.runtime.openvino_backend import OpenVinoBackend
     from rad2_planner.runtime.ort_backend import OrtBackend
     from rad2_planner.runtime.torch_backend import TorchBackend
 
@@ -73,7 +75,8 @@ def test_exported_correction_graph_matches_pytorch(models, tmp_path):
     corrector = PlannerModel.load(directory)
     runtime = {"ort_intra_op_threads": 1, "ort_inter_op_threads": 1, "ort_allow_spinning": False,
                "onnx_dir": str(tmp_path)}
-    ort_backend, torch_backend = OrtBackend.from_model(corrector, runtime), TorchBackend(corrector)
+    backend_class = OrtBackend if runtime_name == "onnxruntime" else OpenVinoBackend
+    ort_backend, torch_backend = backend_class.from_model(corrector, runtime), TorchBackend(corrector)
     scene_t, scene_o = torch_backend.encode(obs), ort_backend.encode(obs)
     shape = (3, TRACE_LEN, base.cfg.plan_points, 2)
     trace = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
