@@ -714,3 +714,15 @@ def test_the_evaluated_rad2_policy_runs_on_the_backend_asked_for():
 
     assert make_policy("rad2").backend.name == load_params("planner")["planner"]["backend"]
     assert make_policy("rad2", backend="openvino").backend.name == "openvino"
+
+
+def test_runtime_overrides_update_one_key_of_a_block_and_are_checked():
+    from rad2_planner.config import ParameterError, merge_runtime_overrides
+
+    runtime = copy.deepcopy(load_params("planner")["runtime"])
+    merge_runtime_overrides(runtime, {"openvino": {"precision": "bf16"}, "ort_intra_op_threads": 1})
+    assert runtime["openvino"] == {**load_params("planner")["runtime"]["openvino"], "precision": "bf16"}
+    assert runtime["ort_intra_op_threads"] == 1
+    for bad in ({"openvino": {"precision": "fp8"}}, {"openvino": {"pinning": True}}, {"no_such_key": 1}):
+        with pytest.raises(ParameterError, match="runtime"):
+            merge_runtime_overrides(copy.deepcopy(runtime), bad)

@@ -13,7 +13,9 @@ read back:
 - BEV warp (tools/bench_sim.py --warp-only): OpenCV vs torch per frame;
 - ROS graph (tools/bench_graph.py): the planner node as its own process, real inputs played into it
   over DDS at 10 Hz, input stamp -> trajectory arrival (the issue's in-graph figure);
-- with --rollouts: closed-loop rollout throughput (tools/bench_rollouts.py).
+- with --rollouts: closed-loop rollout throughput (tools/bench_rollouts.py);
+- with --openvino: the planning cycle again on the openvino backend, at f32 and at bf16
+  (``runtime.openvino.precision``; bf16 is plain f32 on a CPU without native bfloat16).
 
 The table gives the machine, the threads and the 1-minute load before and after each benchmark, and
 the issue bars where one exists. Figures taken at a load above 1.2 on this 2-core machine are flagged:
@@ -51,6 +53,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cycles", type=int_at_least(1, 100000), default=200, help="planning cycles per M")
     ap.add_argument("--rollouts", action="store_true",
                     help="also run the rollout-throughput benchmark (~5 min)")
+    ap.add_argument("--openvino", action="store_true",
+                    help="also time the planning cycle on the openvino backend, f32 and bf16 (~1 min)")
     args = ap.parse_args(argv)
 
     from rad2_planner.benchmarking import bench_summary
@@ -58,7 +62,8 @@ def main(argv=None) -> int:
 
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
-    steps = ["planner", "ops", "ilqr", "warp", "graph"] + (["rollouts"] if args.rollouts else [])
+    steps = (["planner", "ops", "ilqr", "warp", "graph"] + (["rollouts"] if args.rollouts else [])
+             + (["openvino_f32", "openvino_bf16"] if args.openvino else []))
     t0 = time.time()
     with open(out / "bench_all.log", "w") as log:
         for step in tqdm(steps, desc="benchmarks"):
@@ -77,6 +82,10 @@ def main(argv=None) -> int:
             elif step == "graph":
                 _run(["tools/bench_graph.py", "--cycles", str(max(args.cycles, 100)), "--out",
                       str(out / "graph")], log)
+            elif step.startswith("openvino_"):
+                _run(["tools/bench_planner_latency.py", "--backend", "openvino", "--openvino-precision",
+                      step.split("_")[1], "--m", "32", "128", "--cycles", str(args.cycles), "--out",
+                      str(out / f"planner_{step}")], log)
             else:
                 _run(["tools/bench_rollouts.py", "--clips", "16", "--workers", "0", "2", "--out",
                       str(out / "rollouts.md")], log)

@@ -58,6 +58,8 @@ def main(argv=None) -> int:
     ap.add_argument("--fixed-shapes", choices=("on", "off"), default=None,
                     help="overrides runtime.ort_fixed_shapes (onnxruntime: sessions with the cycle's "
                          "dimensions pinned)")
+    ap.add_argument("--openvino-precision", type=schema_value("planner", "runtime.openvino.precision"),
+                    default=None, help="overrides runtime.openvino.precision (openvino backend): f32 | bf16")
     ap.add_argument("--compare-fixed-shapes", action="store_true",
                     help="instead: runtime.ort_fixed_shapes off vs on, cycles alternated in one process "
                          "(onnxruntime), written to <out>_fixed_shapes.json")
@@ -73,6 +75,10 @@ def main(argv=None) -> int:
         runtime_overrides["torch_cuda_graphs"] = args.cuda_graphs == "on"
     if args.fixed_shapes is not None:
         runtime_overrides["ort_fixed_shapes"] = args.fixed_shapes == "on"
+    if args.openvino_precision is not None:
+        if args.backend != "openvino":
+            ap.error(f"--openvino-precision: only with --backend openvino (got --backend {args.backend})")
+        runtime_overrides["openvino"] = {"precision": args.openvino_precision}
 
     if args.op_profile:
         from rad2_planner.planning_benchmark import run_operator_profile

@@ -39,6 +39,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--checkpoint", default=None, help="checkpoint directory for the rad2 policy")
     ap.add_argument("--backend", type=schema_value("planner", "planner.backend"), default=None,
                     help="network runtime of the rad2 policy (default: planner.backend)")
+    ap.add_argument("--openvino-precision", type=schema_value("planner", "runtime.openvino.precision"),
+                    default=None, help="f32 | bf16: runtime.openvino.precision of --backend openvino")
     ap.add_argument("--no-traffic-rules", action="store_true",
                     help="rad2 without its traffic-signal rule layer (traffic_rules.enabled false; "
                     "--workers 0)")
@@ -54,6 +56,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
+    if args.openvino_precision is not None and args.backend != "openvino":
+        ap.error(f"--openvino-precision: only with --backend openvino (got --backend {args.backend})")
 
     from rad2_planner.config import ResourceNotFoundError, load_params
     from rad2_planner.networks.model import CheckpointError
@@ -74,7 +78,9 @@ def main(argv=None) -> int:
                                   checkpoint=args.checkpoint, traffic_rules=not args.no_traffic_rules,
                                   max_clips=args.max_clips, batch_size=args.batch_size, h_reuse=args.h_reuse,
                                   seed=args.seed, progress=not args.no_progress,
-                                  backend=args.backend)
+                                  backend=args.backend, runtime_overrides=(
+                                      {"openvino": {"precision": args.openvino_precision}}
+                                      if args.openvino_precision else None))
     except (CheckpointError, ResourceNotFoundError) as exc:
         ap.error(f"--checkpoint: {exc}")
     write_evaluation(evals, params, Path(args.out), console, args.gifs)

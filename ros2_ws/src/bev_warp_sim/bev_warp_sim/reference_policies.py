@@ -183,13 +183,15 @@ def _along(route, s: np.ndarray) -> np.ndarray:
 
 
 def _rad2_factory(checkpoint_dir: str | None = None, traffic_rules: bool | None = None,
-                  backend: str | None = None, **_: Any):
+                  backend: str | None = None, runtime_overrides: dict[str, Any] | None = None, **_: Any):
     """``traffic_rules``: override ``traffic_rules.enabled`` of params/planner.yaml (None: as the file);
-    ``backend``: the network runtime (None: ``planner.backend``)."""
-    from rad2_planner.config import load_params
+    ``backend``: the network runtime (None: ``planner.backend``); ``runtime_overrides``: ``runtime.*``
+    settings (checked; a dict value updates that block's keys)."""
+    from rad2_planner.config import load_params, merge_runtime_overrides
     from rad2_planner.policy import Rad2Policy
 
     params = load_params("planner")
+    merge_runtime_overrides(params["runtime"], runtime_overrides or {})
     if traffic_rules is not None:
         params["traffic_rules"] = {**params["traffic_rules"], "enabled": bool(traffic_rules)}
     return Rad2Policy.from_params(params, checkpoint_dir=checkpoint_dir,

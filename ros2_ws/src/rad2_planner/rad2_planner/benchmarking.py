@@ -367,6 +367,20 @@ def bench_summary(out: Path, include_rollouts: bool = False, elapsed_s: float = 
         lines.append(f"| … cycle / FLOP floor ({res['gflop']['total']:.2f} GFLOP, "
                      f"floor {res['floor_ms']:.1f} ms) | ratio | {res['efficiency']['median']:.2f} | "
                      f"{res['efficiency']['p99']:.2f} | {'≤ 1.6' if m == '32' else ''} | |")
+    for precision in ("f32", "bf16"):  # tools/bench_all.py --openvino
+        path = out / f"planner_openvino_{precision}.json"
+        if not path.is_file():
+            continue
+        other = json.loads(path.read_text())
+        orun = other["meta"]["run"]
+        oload = _load_flag(orun["load_before"], orun["load_after"])
+        for m, res in other["results"].items():
+            lines.append(f"| planning cycle, OpenVINO {precision}, {orun['threads']} threads, M = {m} | ms | "
+                         f"{res['total']['median']:.1f} | {res['total']['p99']:.1f} | | {oload} |")
+            lines.append(f"| … denoise_total | ms | {res['denoise_total']['median']:.2f} | "
+                         f"{res['denoise_total']['p99']:.2f} | | |")
+            lines.append(f"| … cycle / FP32 FLOP floor (floor {res['floor_ms']:.1f} ms) | ratio | "
+                         f"{res['efficiency']['median']:.2f} | {res['efficiency']['p99']:.2f} | | |")
     for m, res in planner["selection"].items():
         bar = "≤ 1 ms" if m == "32" else "≤ 3 ms"
         agents = planner["meta"]["selection_agents"]

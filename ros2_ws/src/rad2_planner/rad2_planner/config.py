@@ -517,3 +517,12 @@ def validate_overrides(name: str | os.PathLike, overrides: dict[str, Any]) -> No
     path = Path(name)
     source = _display(path) if path.suffix in (".yaml", ".yml") else f"params/{name}.yaml"
     validate_params(overrides, load_schema(name), f"{source} (override)", complete=False)
+
+
+def merge_runtime_overrides(runtime: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """``runtime`` (params/planner.yaml's block) updated in place with ``overrides`` (``runtime.*``
+    keys), checked against the schema first; a dict value updates the keys of that sub-block only
+    (``{"openvino": {"precision": "bf16"}}`` keeps ``runtime.openvino.threads``)."""
+    validate_overrides("planner", {"runtime": overrides})
+    for key, value in overrides.items():
+        runtime[key] = {**runtime[key], **value} if isinstance(value, dict) else value

@@ -174,13 +174,12 @@ def compare_runtime_setting(key: str, values: tuple, ms: list[int], *, cycles: i
     every cycle). Prints and returns the cycle's percentiles (``total`` stage) per M and value, and
     writes them to ``<out>.json`` when ``out`` is given."""
     from rad2_planner.benchmarking import RunContext
-    from rad2_planner.config import load_params, validate_overrides
+    from rad2_planner.config import load_params, merge_runtime_overrides
 
     policies = []
     for value in values:
         params = load_params("planner")
-        validate_overrides("planner", {f"runtime.{key}": value})
-        params["runtime"][key] = value
+        merge_runtime_overrides(params["runtime"], {key: value})
         policies.append(make_policy(params, checkpoint=checkpoint, backend="onnxruntime")[0])
     obs = sample_observations(policies[0].cfg, 32, data)
     gc.collect()
@@ -222,12 +221,10 @@ def run_latency_benchmark(ms: list[int], *, backend: str | None = None, device: 
     """The whole benchmark (``data`` None: random inputs); returns what ``<out>.json`` holds.
     ``runtime_overrides``: ``runtime.*`` settings of params/planner.yaml to replace (checked)."""
     from rad2_planner.benchmarking import RunContext, planning_cycle_flops
-    from rad2_planner.config import load_params, validate_overrides
+    from rad2_planner.config import load_params, merge_runtime_overrides
 
     params = load_params("planner")
-    if runtime_overrides:
-        validate_overrides("planner", {f"runtime.{k}": v for k, v in runtime_overrides.items()})
-        params["runtime"].update(runtime_overrides)
+    merge_runtime_overrides(params["runtime"], runtime_overrides or {})
     policy, weights = make_policy(params, random_init=random_init, checkpoint=checkpoint, backend=backend,
                                   device=device, num_steps=k, sampler=sampler)
     obs = sample_observations(policy.cfg, 32, data)
@@ -249,6 +246,7 @@ def run_latency_benchmark(ms: list[int], *, backend: str | None = None, device: 
         f"backend {policy.backend_name}, K={policy.num_steps}, sampler {policy.sampler}, weights {weights}, "
         f"{cycles} cycles per M, fused sampler {bool(params['runtime'].get('fused_sampler'))}, "
         f"candidate shards {getattr(policy.backend, 'shards', 1)}"
+        + (f", precision {policy.backend.precision}" if policy.backend_name == "openvino" else "")
     )
     results = {}
     for m in ms:
@@ -267,6 +265,9 @@ def run_latency_benchmark(ms: list[int], *, backend: str | None = None, device: 
         "cuda_graphs": {k: {"captures": g.captures, "replays": g.replays, "disabled": g.disabled_reason}
                         for k, g in getattr(policy.backend, "graphs", {}).items()},
         "ort_providers": params["runtime"].get("ort_providers"),
+        # the networks' arithmetic: OpenVINO's precision setting, TensorRT's FP16 engines, else FP32
+        "precision": getattr(policy.backend, "precision", "fp16" if getattr(policy.backend, "fp16", False)
+                             else "f32"),
     }
     payload = {"meta": meta, "results": results, "selection": selection}
     Path(str(out) + ".json").write_text(json.dumps(payload, indent=1))

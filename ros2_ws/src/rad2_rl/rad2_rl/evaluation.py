@@ -11,16 +11,17 @@ from typing import Any
 
 
 def _runner(policy: str, params: dict, workers: int, checkpoint: str | None, decider_kwargs: dict,
-            backend: str | None = None):
+            backend: str | None = None, runtime_overrides: dict | None = None):
     """(pool or None, decider or None, runner or None) for one policy; ``backend``: the rad2 policy's
-    network runtime (None: ``planner.backend``)."""
+    network runtime (None: ``planner.backend``), ``runtime_overrides``: its ``runtime.*`` settings."""
     if workers:
         from rad2_planner.config import load_params
 
         from rad2_rl.workers import PolicySpec, RolloutPool
 
         threads = int(load_params("training")["rollout"]["threads_per_worker"])
-        spec = PolicySpec(name=policy, checkpoint_dir=checkpoint, threads=threads, backend=backend)
+        spec = PolicySpec(name=policy, checkpoint_dir=checkpoint, threads=threads, backend=backend,
+                          runtime_overrides=dict(runtime_overrides or {}))
         pool = RolloutPool(spec, num_workers=workers, sim_params=params)
         return pool, None, pool.run
     from bev_warp_sim.evaluate import make_decider
@@ -39,9 +40,11 @@ def _worker_batch(split: str, params: dict, workers: int, max_clips: int | None)
 def evaluate_policies(policies: list[str], splits: list[str], params: dict, console, *, workers: int = 0,
                       checkpoint: str | None = None, traffic_rules: bool = True, max_clips: int | None = None,
                       batch_size: int | None = None, h_reuse: int | None = None, seed: int = 0,
-                      progress: bool = True, backend: str | None = None) -> list:
+                      progress: bool = True, backend: str | None = None,
+                      runtime_overrides: dict | None = None) -> list:
     """Every policy on every split (printing the throughput of each); returns the SplitEvaluations.
-    ``backend``: the rad2 policy's network runtime (None: ``planner.backend``).
+    ``backend``: the rad2 policy's network runtime (None: ``planner.backend``); ``runtime_overrides``:
+    its ``runtime.*`` settings (``{"openvino": {"precision": "bf16"}}``).
     CheckpointError when the rad2 checkpoint does not load (in this process)."""
     from bev_warp_sim.evaluate import evaluate_split
 
@@ -50,9 +53,12 @@ def evaluate_policies(policies: list[str], splits: list[str], params: dict, cons
         kwargs["traffic_rules"] = False
     if backend:
         kwargs["backend"] = backend
+    if runtime_overrides:
+        kwargs["runtime_overrides"] = runtime_overrides
     evals = []
     for policy in policies:
-        pool, decider, runner = _runner(policy, params, workers, checkpoint, kwargs, backend)
+        pool, decider, runner = _runner(policy, params, workers, checkpoint, kwargs, backend,
+                                        runtime_overrides)
         try:
             for split in splits:
                 t0 = time.perf_counter()

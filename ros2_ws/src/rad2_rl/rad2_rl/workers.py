@@ -52,12 +52,15 @@ class PolicySpec:
     # rule arms of tools/rl_experiments.py on an RL checkpoint)
     ignore_discriminator: bool = False
     planner_overrides: dict[str, Any] = field(default_factory=dict)  # planner.* keys
+    # runtime.* keys; a dict value updates that block's keys ({"openvino": {"precision": "bf16"}})
+    runtime_overrides: dict[str, Any] = field(default_factory=dict)
 
     def planner_params(self) -> dict[str, Any]:
-        from rad2_planner.config import load_params
+        from rad2_planner.config import load_params, merge_runtime_overrides
 
         params = load_params("planner")
         params["planner"].update(self.planner_overrides)
+        merge_runtime_overrides(params["runtime"], self.runtime_overrides)
         if self.threads is not None:
             params["runtime"]["ort_intra_op_threads"] = int(self.threads)
             # a worker shares the cores with the others: pinned threads of several workers would pile
