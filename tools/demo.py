@@ -50,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--clip-ids", nargs="+", default=None, help="drive these clips (from --dataset)")
     ap.add_argument("--out", default="runs/demo", help="output directory (bag, GIF, demo.json, logs)")
     ap.add_argument("--backend", type=schema_value("planner", "planner.backend"), default=None,
-                    help="override planner.backend (pytorch | onnxruntime)")
+                    help="override planner.backend (pytorch | onnxruntime | openvino | tensorrt)")
     ap.add_argument("--set", action="append", default=[], metavar="NODE.PARAM=VALUE",
                     help="parameter override, e.g. planner.planner.num_candidates=16")
     ap.add_argument("--realtime-factor", type=schema_value("sim", "node.realtime_factor"), default=1.0,
