@@ -149,3 +149,28 @@ def test_curation_keeps_hard_clips_and_refuses_overlap_with_evaluation_sets(sim,
     assert kept, "constant velocity into a hard-braking leader should be kept as safety-critical"
     with pytest.raises(CurationError, match="evaluation set"):  # a held-out clip in a written set
         write_sets(pool, verdicts, tmp_path / "again", held_out + kept[:1])
+
+
+def test_new_weights_reach_a_workers_openvino_backend(clips):
+    """RolloutWorker.set_weights re-exports the graphs and compiles them again on the worker's backend:
+    the plans follow the new weights and equal PyTorch's on them."""
+    import torch
+    from rad2_planner.bev import snapshot_from_clip
+    from rad2_planner.observation import build_observation
+    from rad2_planner.policy import Rad2Policy
+    from rad2_rl.workers import PolicySpec, RolloutWorker
+
+    worker = RolloutWorker(PolicySpec(checkpoint_dir=CHECKPOINT, backend="openvino", threads=1))
+    policy = worker.decider.policy
+    obs = build_observation(snapshot_from_clip(clips[0], 10))
+    before = policy.plan(obs, seed=3).candidates
+    weights = {k: v.clone() for k, v in policy.model.state_dict().items()}
+    with torch.no_grad():
+        for key, value in weights.items():
+            if key.startswith("denoiser.") and value.dtype.is_floating_point:
+                value.mul_(1.05)
+    worker.set_weights(weights)
+    after = policy.plan(obs, seed=3).candidates
+    assert policy.backend.name == "openvino" and np.abs(after - before).max() > 1e-3
+    reference = Rad2Policy(policy.model, backend="pytorch").plan(obs, seed=3).candidates
+    assert np.abs(after - reference).max() < 1e-4
