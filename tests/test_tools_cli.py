@@ -62,7 +62,7 @@ def test_help(tool, tmp_path):
     ("evaluate_policy.py", ["--h-reuse", "100000"], "evaluation.h_reuse"),
     ("evaluate_policy.py", ["--seed", "-1"], "rollout.seed"),
     ("evaluate_policy.py", ["--backend", "tflite"], "planner.backend"),
-    ("evaluate_policy.py", ["--openvino-precision", "bf16"], "--backend openvino"),
+    ("evaluate_policy.py", ["--openvino-precision", "bf16"], "the openvino backend"),
     ("bench_planner_latency.py", ["--backend", "openvino", "--openvino-precision", "fp8"],
      "runtime.openvino.precision"),
     ("latency_report.py", ["--duration", "nan"], "--duration"),

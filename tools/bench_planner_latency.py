@@ -76,8 +76,12 @@ def main(argv=None) -> int:
     if args.fixed_shapes is not None:
         runtime_overrides["ort_fixed_shapes"] = args.fixed_shapes == "on"
     if args.openvino_precision is not None:
-        if args.backend != "openvino":
-            ap.error(f"--openvino-precision: only with --backend openvino (got --backend {args.backend})")
+        from rad2_planner.config import load_params
+
+        backend = args.backend or load_params("planner")["planner"]["backend"]
+        if backend != "openvino":
+            ap.error(f"--openvino-precision: only with the openvino backend (--backend or planner.backend; "
+                     f"got {backend})")
         runtime_overrides["openvino"] = {"precision": args.openvino_precision}
 
     if args.op_profile:

@@ -56,10 +56,12 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
-    if args.openvino_precision is not None and args.backend != "openvino":
-        ap.error(f"--openvino-precision: only with --backend openvino (got --backend {args.backend})")
-
     from rad2_planner.config import ResourceNotFoundError, load_params
+
+    backend = args.backend or load_params("planner")["planner"]["backend"]
+    if args.openvino_precision is not None and backend != "openvino":
+        ap.error(f"--openvino-precision: only with the openvino backend (--backend or planner.backend; "
+                 f"got {backend})")
     from rad2_planner.networks.model import CheckpointError
     from rad2_rl.evaluation import evaluate_policies, write_evaluation
     from rich.console import Console

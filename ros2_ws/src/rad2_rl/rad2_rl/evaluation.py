@@ -10,18 +10,18 @@ from pathlib import Path
 from typing import Any
 
 
-def _runner(policy: str, params: dict, workers: int, checkpoint: str | None, decider_kwargs: dict,
-            backend: str | None = None, runtime_overrides: dict | None = None):
-    """(pool or None, decider or None, runner or None) for one policy; ``backend``: the rad2 policy's
-    network runtime (None: ``planner.backend``), ``runtime_overrides``: its ``runtime.*`` settings."""
+def _runner(policy: str, params: dict, workers: int, checkpoint: str | None, decider_kwargs: dict):
+    """(pool or None, decider or None, runner or None) for one policy; ``decider_kwargs``: the rad2
+    policy's (checkpoint, traffic rules, backend, runtime overrides)."""
     if workers:
         from rad2_planner.config import load_params
 
         from rad2_rl.workers import PolicySpec, RolloutPool
 
         threads = int(load_params("training")["rollout"]["threads_per_worker"])
-        spec = PolicySpec(name=policy, checkpoint_dir=checkpoint, threads=threads, backend=backend,
-                          runtime_overrides=dict(runtime_overrides or {}))
+        spec = PolicySpec(name=policy, checkpoint_dir=checkpoint, threads=threads,
+                          backend=decider_kwargs.get("backend"),
+                          runtime_overrides=dict(decider_kwargs.get("runtime_overrides") or {}))
         pool = RolloutPool(spec, num_workers=workers, sim_params=params)
         return pool, None, pool.run
     from bev_warp_sim.evaluate import make_decider
@@ -57,8 +57,7 @@ def evaluate_policies(policies: list[str], splits: list[str], params: dict, cons
         kwargs["runtime_overrides"] = runtime_overrides
     evals = []
     for policy in policies:
-        pool, decider, runner = _runner(policy, params, workers, checkpoint, kwargs, backend,
-                                        runtime_overrides)
+        pool, decider, runner = _runner(policy, params, workers, checkpoint, kwargs)
         try:
             for split in splits:
                 t0 = time.perf_counter()
