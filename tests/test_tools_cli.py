@@ -71,6 +71,7 @@ def test_help(tool, tmp_path):
     ("train_il.py", ["--seed", "-1"], "imitation.seed"),
     ("train_critic.py", ["--lr", "nan"], "--lr"),
     ("bench_rollouts.py", ["--group", "0"], "rollout.group_size"),
+    ("bench_rollouts.py", ["--openvino-precision", "bf16"], "--backend openvino"),
     ("curate_scenarios.py", ["--seed", "-1"], "rollout.seed"),
     ("eval_safety_layer.py", ["--splits", str(TOOLS.parent / "data" / "eval_safety"), "--critic",
                               "/nonexistent_critic"], "/nonexistent_critic"),

@@ -36,10 +36,14 @@ def main(argv=None) -> int:
                     help="the planner's network runtime")
     ap.add_argument("--device", type=torch_device, default="cpu",
                     help="torch device for --backend pytorch (cpu | cuda)")
+    ap.add_argument("--openvino-precision", type=schema_value("planner", "runtime.openvino.precision"),
+                    default=None, help="f32 | bf16: runtime.openvino.precision of --backend openvino")
     ap.add_argument("--out", default=None, help="also write the table as Markdown to this file")
     args = ap.parse_args(argv)
     if args.device not in (None, "cpu") and args.backend != "pytorch":
         ap.error(f"--device {args.device}: only with --backend pytorch (got --backend {args.backend})")
+    if args.openvino_precision is not None and args.backend != "openvino":
+        ap.error(f"--openvino-precision: only with --backend openvino (got --backend {args.backend})")
     if not (Path(args.dataset) / "index.json").is_file():
         ap.error(f"--dataset: {args.dataset} is not a dataset directory (no index.json)")
 
@@ -48,7 +52,9 @@ def main(argv=None) -> int:
 
     text = run_rollout_benchmark(args.dataset, clips=args.clips, group=args.group, h_reuse=args.h_reuse,
                                  batch=args.batch, candidates=args.candidates, workers=args.workers,
-                                 backend=args.backend, device=args.device)
+                                 backend=args.backend, device=args.device, runtime_overrides=(
+                                     {"openvino": {"precision": args.openvino_precision}}
+                                     if args.openvino_precision else None))
     Console(width=max(Console().width, 120)).print(text)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -69,9 +69,10 @@ def bench_planner(spec, clips, group: int, h_reuse: int, batch: int, workers: in
 
 def run_rollout_benchmark(dataset: str, *, clips: int = 8, group: int = 4, h_reuse: int = 8, batch: int = 16,
                           candidates: int = 32, workers: list[int] = (0, 2), backend: str = "onnxruntime",
-                          device: str = "cpu") -> str:
+                          device: str = "cpu", runtime_overrides: dict | None = None) -> str:
     """The Markdown table of tools/bench_rollouts.py (printed by the caller); ``backend`` / ``device``:
-    the planner's runtime (``pytorch`` on ``cuda`` times the rollouts with the networks on a GPU)."""
+    the planner's runtime (``pytorch`` on ``cuda`` times the rollouts with the networks on a GPU);
+    ``runtime_overrides``: its ``runtime.*`` settings (``{"openvino": {"precision": "bf16"}}``)."""
     from rad2_planner.benchmarking import machine_info
     from rad2_planner.clip import load_dataset
     from rad2_planner.config import load_params
@@ -86,8 +87,12 @@ def run_rollout_benchmark(dataset: str, *, clips: int = 8, group: int = 4, h_reu
     for w in workers:
         spec = PolicySpec(name="rad2", backend=backend, selection="sample", distribution="softmax",
                           always_score=True, threads=None if w == 0 else threads,
-                          planner_overrides={"num_candidates": candidates, "device": device})
+                          planner_overrides={"num_candidates": candidates, "device": device},
+                          runtime_overrides=dict(runtime_overrides or {}))
         runtime = backend if device == "cpu" else f"{backend} on {device}"
+        if backend == "openvino":
+            runtime += " " + ((runtime_overrides or {}).get("openvino", {}).get("precision")
+                              or load_params("planner")["runtime"]["openvino"]["precision"])
         label = (f"real planner ({runtime}), 1 process" if w == 0
                  else f"real planner ({runtime}), {w} Ray workers x {threads} thread")
         rows.append((label, w, *bench_planner(spec, clip_list, group, h_reuse, batch, w)))
