@@ -30,6 +30,7 @@ Tensor names (also the ONNX input/output names):
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -145,7 +146,43 @@ class Backend(ABC):
         """``scene`` with the correction trace appended to its tokens (self-correcting generators:
         ``trace [B, L, T, 2]`` normalised rejected proposals, ``mask [B, L]`` which slots hold one)."""
         raise BackendUnavailableError(f"{self.name} backend: no correction encoder (self-correction is "
-                                      "available on the pytorch and onnxruntime backends)")
+                                      "available on the pytorch, onnxruntime and openvino backends)")
+
+
+# The feeds of the exported graphs (the ONNX-file backends: ONNX Runtime, OpenVINO, TensorRT).
+def denoiser_feed(x_t: np.ndarray, t: np.ndarray, scene: dict[str, Any]) -> dict[str, np.ndarray]:
+    return {"x_t": x_t, "t": t, **{k: scene[k] for k in DENOISER_INPUTS[2:]}}
+
+
+def correction_feed(scene: dict[str, Any], trace: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
+    values = (scene["scene_tokens"], scene["scene_bias"], np.ascontiguousarray(trace, dtype=np.float32),
+              np.ascontiguousarray(mask, dtype=bool))
+    return dict(zip(CORRECTION_INPUTS, values))
+
+
+def discriminator_feed(trajectories: np.ndarray, inputs: dict[str, np.ndarray],
+                       scene: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The one-graph discriminator's inputs; the candidates (metres) as contiguous float32."""
+    feed = {k: inputs[k] for k in DISCRIMINATOR_INPUTS[1:-1]}
+    feed["trajectories"] = np.ascontiguousarray(trajectories, dtype=np.float32)
+    feed["bev_tokens"] = scene["bev_tokens"]
+    return feed
+
+
+def generate_in_one_call(backend: Backend, run_generator, x_init: np.ndarray, scene: dict[str, Any],
+                         schedule: NoiseSchedule, spec: SamplerSpec, timings: dict[str, float] | None):
+    """:meth:`Backend.generate` of a backend with a single-call generator graph exported for
+    ``backend.sampler_spec``: ``run_generator(feed) -> x0`` when ``spec`` is that one (``timings`` gets
+    ``generate``), the step-by-step loop otherwise."""
+    if backend.sampler_spec != spec:
+        return Backend.generate(backend, x_init, scene, schedule, spec, timings)
+    t0 = time.perf_counter()
+    feed = {"x_init": np.ascontiguousarray(x_init, dtype=np.float32),
+            **{k: scene[k] for k in GENERATOR_INPUTS[1:]}}
+    x0 = run_generator(feed)
+    if timings is not None:
+        timings["generate"] = (time.perf_counter() - t0) * 1e3
+    return x0
 
 
 def make_backend(

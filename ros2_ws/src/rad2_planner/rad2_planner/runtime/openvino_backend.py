@@ -19,7 +19,6 @@ Calls are serialised per graph (an infer request is not reentrant); the planner 
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,15 +26,15 @@ import numpy as np
 
 from ..diffusion import NoiseSchedule, SamplerSpec
 from .base import (
-    CORRECTION_INPUTS,
-    DENOISER_INPUTS,
-    DISCRIMINATOR_INPUTS,
     DISCRIMINATOR_OUTPUTS,
-    GENERATOR_INPUTS,
     SCENE_INPUTS,
     SCENE_OUTPUTS,
     Backend,
     BackendUnavailableError,
+    correction_feed,
+    denoiser_feed,
+    discriminator_feed,
+    generate_in_one_call,
 )
 from .onnx_export import ensure_onnx
 
@@ -127,36 +126,21 @@ class OpenVinoBackend(Backend):
         return {k: outs[k] for k in SCENE_OUTPUTS}
 
     def denoise(self, x_t: np.ndarray, t: np.ndarray, scene: dict[str, Any]) -> np.ndarray:
-        feed = {"x_t": x_t, "t": t}
-        feed.update({k: scene[k] for k in DENOISER_INPUTS[2:]})
-        return self.networks["denoiser"].run(feed)["x0"]
+        return self.networks["denoiser"].run(denoiser_feed(x_t, t, scene))["x0"]
 
     def generate(self, x_init, scene, schedule: NoiseSchedule, spec: SamplerSpec, timings=None) -> np.ndarray:
-        if self.sampler_spec != spec:
-            return super().generate(x_init, scene, schedule, spec, timings)
-        t0 = time.perf_counter()
-        feed = {"x_init": np.asarray(x_init, dtype=np.float32)}
-        feed.update({k: scene[k] for k in GENERATOR_INPUTS[1:]})
-        x0 = self.networks["generator"].run(feed)["x0"]
-        if timings is not None:
-            timings["generate"] = (time.perf_counter() - t0) * 1e3
-        return x0
+        return generate_in_one_call(self, lambda feed: self.networks["generator"].run(feed)["x0"],
+                                    x_init, scene, schedule, spec, timings)
 
     def extend_scene(self, scene: dict[str, Any], trace: np.ndarray, mask: np.ndarray) -> dict[str, Any]:
         if "correction_encoder" not in self.networks:
             return super().extend_scene(scene, trace, mask)
-        values = (scene["scene_tokens"], scene["scene_bias"], np.asarray(trace, dtype=np.float32),
-                  np.asarray(mask, dtype=bool))
-        feed = dict(zip(CORRECTION_INPUTS, values))
-        outs = self.networks["correction_encoder"].run(feed)
+        outs = self.networks["correction_encoder"].run(correction_feed(scene, trace, mask))
         return {**scene, "scene_tokens": outs["corrected_tokens"], "scene_bias": outs["corrected_bias"]}
 
     def score_logits(
         self, trajectories: np.ndarray, inputs: dict[str, np.ndarray], scene: dict[str, Any]
     ) -> tuple[np.ndarray, np.ndarray]:
-        feed = {k: inputs[k] for k in DISCRIMINATOR_INPUTS[1:-1]}
-        feed["trajectories"] = np.asarray(trajectories, dtype=np.float32)
-        feed["bev_tokens"] = scene["bev_tokens"]
-        outs = self.networks["discriminator"].run(feed)
+        outs = self.networks["discriminator"].run(discriminator_feed(trajectories, inputs, scene))
         logits, scores = (outs[k] for k in DISCRIMINATOR_OUTPUTS)
         return logits, scores

@@ -28,7 +28,6 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -38,16 +37,17 @@ import numpy as np
 
 from ..diffusion import NoiseSchedule, SamplerSpec
 from .base import (
-    DENOISER_INPUTS,
     DISCRIMINATOR_CONTEXT_INPUTS,
     DISCRIMINATOR_CONTEXT_OUTPUTS,
-    DISCRIMINATOR_INPUTS,
     DISCRIMINATOR_OUTPUTS,
-    GENERATOR_INPUTS,
     SCENE_INPUTS,
     SCENE_OUTPUTS,
     Backend,
     BackendUnavailableError,
+    correction_feed,
+    denoiser_feed,
+    discriminator_feed,
+    generate_in_one_call,
 )
 from .onnx_export import ensure_onnx
 
@@ -302,28 +302,16 @@ class OrtBackend(Backend):
         return dict(zip(DISCRIMINATOR_CONTEXT_OUTPUTS, outs))
 
     def denoise(self, x_t: np.ndarray, t: np.ndarray, scene: dict[str, Any]) -> np.ndarray:
-        feed = {"x_t": x_t, "t": t}
-        feed.update({k: scene[k] for k in DENOISER_INPUTS[2:]})
-        return self._run("denoiser", feed)[0]
+        return self._run("denoiser", denoiser_feed(x_t, t, scene))[0]
 
     def generate(self, x_init, scene, schedule: NoiseSchedule, spec: SamplerSpec, timings=None) -> np.ndarray:
-        if self.sampler_spec != spec:
-            return super().generate(x_init, scene, schedule, spec, timings)
-        t0 = time.perf_counter()
-        feed = {"x_init": np.ascontiguousarray(x_init, dtype=np.float32)}
-        feed.update({k: scene[k] for k in GENERATOR_INPUTS[1:]})
-        x0 = self._run("generator", feed)[0]
-        if timings is not None:
-            timings["generate"] = (time.perf_counter() - t0) * 1e3
-        return x0
+        return generate_in_one_call(self, lambda feed: self._run("generator", feed)[0], x_init, scene,
+                                    schedule, spec, timings)
 
     def extend_scene(self, scene: dict[str, Any], trace: np.ndarray, mask: np.ndarray) -> dict[str, Any]:
         if "correction_encoder" not in self.sessions:
             return super().extend_scene(scene, trace, mask)
-        feed = {"scene_tokens": scene["scene_tokens"], "scene_bias": scene["scene_bias"],
-                "correction_trace": np.ascontiguousarray(trace, dtype=np.float32),
-                "correction_mask": np.ascontiguousarray(mask, dtype=bool)}
-        tokens, bias = self.sessions["correction_encoder"].run(None, feed)
+        tokens, bias = self.sessions["correction_encoder"].run(None, correction_feed(scene, trace, mask))
         return {**scene, "scene_tokens": tokens, "scene_bias": bias}
 
     def score_logits(
@@ -336,8 +324,6 @@ class OrtBackend(Backend):
             feed = {"trajectories": traj, "bev_tokens": scene["bev_tokens"], **context}
             logits, scores = self._run("discriminator_head", feed, list(DISCRIMINATOR_OUTPUTS))
             return logits, scores
-        feed = {k: inputs[k] for k in DISCRIMINATOR_INPUTS[1:-1]}
-        feed["trajectories"] = traj
-        feed["bev_tokens"] = scene["bev_tokens"]
-        logits, scores = self._run("discriminator", feed, list(DISCRIMINATOR_OUTPUTS))
+        logits, scores = self._run("discriminator", discriminator_feed(traj, inputs, scene),
+                                   list(DISCRIMINATOR_OUTPUTS))
         return logits, scores

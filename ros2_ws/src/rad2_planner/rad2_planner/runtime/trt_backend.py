@@ -26,13 +26,13 @@ import numpy as np
 
 from ..config import writable_dir
 from .base import (
-    DENOISER_INPUTS,
-    DISCRIMINATOR_INPUTS,
     DISCRIMINATOR_OUTPUTS,
     SCENE_INPUTS,
     SCENE_OUTPUTS,
     Backend,
     BackendUnavailableError,
+    denoiser_feed,
+    discriminator_feed,
 )
 from .onnx_export import ensure_onnx
 
@@ -240,17 +240,13 @@ class TensorRTBackend(Backend):
         return {k: outs[k] for k in SCENE_OUTPUTS}
 
     def denoise(self, x_t: np.ndarray, t: np.ndarray, scene: dict[str, Any]) -> np.ndarray:
-        feed = {"x_t": x_t, "t": t}
-        feed.update({k: scene[k] for k in DENOISER_INPUTS[2:]})
-        return self.engines["denoiser"].run(feed)[0]
+        return self.engines["denoiser"].run(denoiser_feed(x_t, t, scene))[0]
 
     def score_logits(
         self, trajectories: np.ndarray, inputs: dict[str, np.ndarray], scene: dict[str, Any]
     ) -> tuple[np.ndarray, np.ndarray]:
         eng = self.engines["discriminator"]
-        feed = {k: inputs[k] for k in DISCRIMINATOR_INPUTS[1:-1]}
-        feed["trajectories"] = trajectories.astype(np.float32)
-        feed["bev_tokens"] = scene["bev_tokens"]
+        feed = discriminator_feed(trajectories, inputs, scene)
         # By name: the engine's I/O tensor order is TensorRT's, not necessarily the ONNX output order.
         outs = dict(zip(eng.outputs, eng.run(feed)))
         logits, scores = (outs[k] for k in DISCRIMINATOR_OUTPUTS)
