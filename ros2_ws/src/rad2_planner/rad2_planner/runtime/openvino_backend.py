@@ -11,13 +11,15 @@ the parity tests. ``bf16`` runs the matrix products in bfloat16 where the CPU ha
 (AVX512-BF16 or AMX: Zen 4/5, Sapphire Rapids and later), about 1.4-2.2x faster again on the
 generator, at about 3 significant digits: the outputs then differ from the FP32 ones by up to
 ~0.1 normalised units, like TensorRT's FP16 engines on a GPU. It is a deployment choice for a CPU
-that has it, never the default; a CPU without it falls back to f32 inside OpenVINO.
+that has it, never the default. A CPU without it runs f32: the backend's ``precision`` is what the
+plugin compiled (``requested_precision`` what was asked), and the fallback is logged.
 
 Calls are serialised per graph (an infer request is not reentrant); the planner calls from one thread.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,8 @@ from .base import (
     generate_in_one_call,
 )
 from .onnx_export import ensure_onnx
+
+log = logging.getLogger(__name__)
 
 PRECISIONS = ("f32", "bf16")
 # the graphs this backend runs; the split discriminator is ONNX Runtime's (it serves its shards)
@@ -108,6 +112,13 @@ class OpenVinoBackend(Backend):
         }
         self.paths = {g: Path(p) for g, p in onnx_paths.items() if g in _GRAPHS}
         self.networks = {g: _CompiledGraph(core, p, config) for g, p in self.paths.items()}
+        # what the plugin compiled: bf16 asked of a CPU without native bfloat16 runs in f32
+        self.requested_precision = self.precision
+        effective = {str(g.compiled.get_property("INFERENCE_PRECISION_HINT")) for g in self.networks.values()}
+        self.precision = "bf16" if effective == {"<Type: 'bfloat16'>"} else "f32"
+        if self.precision != self.requested_precision:
+            log.warning("openvino backend: runtime.openvino.precision %s is not available on this CPU; "
+                        "running in %s", self.requested_precision, self.precision)
         if "generator" in self.networks and sampler_spec is None:
             raise ValueError("openvino backend: a generator graph needs the sampler_spec it was exported for")
         self.sampler_spec = sampler_spec if "generator" in self.networks else None
