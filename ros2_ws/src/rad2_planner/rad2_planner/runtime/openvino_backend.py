@@ -1,10 +1,11 @@
 """OpenVINO backend: the same exported ONNX graphs as ONNX Runtime, compiled by OpenVINO's CPU plugin.
 
-Why a second CPU runtime: on the graphs of this planner (d = 128, a few hundred tokens, thousands of
-small operators) OpenVINO fuses more than ONNX Runtime does and spreads one call over the threads
-better. Measured on the shipped generator (AMD EPYC Zen 5, 2 vCPUs; README, session 40): the K = 4
-generator at M = 32 took 7.1 ms against ONNX Runtime's 8.2 ms at FP32 with identical outputs, and
-16 scenes x 32 candidates 110 against 149 ms.
+Why a second CPU runtime: on batched calls OpenVINO spreads one call over the threads better than
+ONNX Runtime does, and on CPUs with native bfloat16 it can run the matrix products in it. Measured on
+the shipped K = 4 generator (AMD EPYC Zen 5, 2 vCPUs; README "OpenVINO", session 40): 16 scenes x 32
+candidates took 110 ms in f32 and 67 ms in bf16 against ONNX Runtime's 149 ms (one call, 2 threads).
+In the planner's batch-1 cycle it is not faster: ONNX Runtime's candidate shards and pinned-shape
+sessions (ort_backend.py) fit that call better, so ONNX Runtime stays the default.
 
 Precision (``runtime.openvino.precision``): ``f32`` keeps every backend's outputs within the 1e-4 of
 the parity tests. ``bf16`` runs the matrix products in bfloat16 where the CPU has native support
