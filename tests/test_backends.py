@@ -337,7 +337,7 @@ def test_openvino_bfloat16_stays_close_to_float32(setup):
 def test_openvino_settings_are_checked(setup):
     _, _, paths = setup
     runtime = load_params("planner")["runtime"]
-    for key, bad in (("precision", "fp8"), ("threads", 0), ("threads", True)):
+    for key, bad in (("precision", "fp8"), ("threads", 0), ("threads", True), ("cpu_pinning", "yes")):
         with pytest.raises(ValueError, match=f"runtime.openvino.{key}"):
             OpenVinoBackend(paths, {**runtime, "openvino": {**runtime["openvino"], key: bad}})
 

@@ -48,9 +48,9 @@ PRECISIONS = ("f32", "bf16")
 _GRAPHS = ("scene_encoder", "denoiser", "generator", "discriminator", "correction_encoder")
 
 
-def openvino_settings(runtime_params: dict[str, Any]) -> tuple[str, int]:
-    """(precision, threads) of ``runtime.openvino``; params/ files are schema-checked at load, a dict
-    built in code is checked here."""
+def openvino_settings(runtime_params: dict[str, Any]) -> tuple[str, int, bool]:
+    """(precision, threads, cpu pinning) of ``runtime.openvino``; params/ files are schema-checked at
+    load, a dict built in code is checked here."""
     p = runtime_params.get("openvino") or {}
     precision = p.get("precision", "f32")
     if precision not in PRECISIONS:
@@ -58,7 +58,10 @@ def openvino_settings(runtime_params: dict[str, Any]) -> tuple[str, int]:
     threads = p.get("threads", runtime_params.get("ort_intra_op_threads", 1))
     if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or not 1 <= threads <= 256:
         raise ValueError(f"runtime.openvino.threads: must be an integer in [1, 256], got {threads!r}")
-    return str(precision), int(threads)
+    pinning = p.get("cpu_pinning", False)
+    if not isinstance(pinning, bool):
+        raise ValueError(f"runtime.openvino.cpu_pinning: must be true or false, got {pinning!r}")
+    return str(precision), int(threads), pinning
 
 
 def _import_openvino():
@@ -99,7 +102,7 @@ class OpenVinoBackend(Backend):
         """``onnx_paths``: graph name -> file; a ``generator`` graph must come with the
         ``sampler_spec`` it was exported for."""
         ov = _import_openvino()
-        self.precision, self.threads = openvino_settings(runtime_params)
+        self.precision, self.threads, pinning = openvino_settings(runtime_params)
         core = ov.Core()
         if "CPU" not in core.available_devices:
             raise BackendUnavailableError(f"openvino backend: no CPU device (has {core.available_devices})")
@@ -108,8 +111,8 @@ class OpenVinoBackend(Backend):
             "INFERENCE_NUM_THREADS": self.threads,
             "NUM_STREAMS": 1,
             "PERFORMANCE_HINT": "LATENCY",
-            # no thread pinning: the planner shares the CPU with the rest of the stack (and Ray workers)
-            "ENABLE_CPU_PINNING": bool(runtime_params.get("openvino", {}).get("cpu_pinning", False)),
+            # off by default: the planner shares the cores with the rest of the stack (workers: always)
+            "ENABLE_CPU_PINNING": pinning,
         }
         self.paths = {g: Path(p) for g, p in onnx_paths.items() if g in _GRAPHS}
         self.networks = {g: _CompiledGraph(core, p, config) for g, p in self.paths.items()}
