@@ -374,8 +374,10 @@ def bench_summary(out: Path, include_rollouts: bool = False, elapsed_s: float = 
         other = json.loads(path.read_text())
         orun = other["meta"]["run"]
         oload = _load_flag(orun["load_before"], orun["load_after"])
+        ran = other["meta"].get("precision", precision)  # what was compiled: f32 on a CPU without bf16
+        label = precision if ran == precision else f"{precision} asked, {ran} ran"
         for m, res in other["results"].items():
-            lines.append(f"| planning cycle, OpenVINO {precision}, {orun['threads']} threads, M = {m} | ms | "
+            lines.append(f"| planning cycle, OpenVINO {label}, {orun['threads']} threads, M = {m} | ms | "
                          f"{res['total']['median']:.1f} | {res['total']['p99']:.1f} | | {oload} |")
             lines.append(f"| … denoise_total | ms | {res['denoise_total']['median']:.2f} | "
                          f"{res['denoise_total']['p99']:.2f} | | |")
