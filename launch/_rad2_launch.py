@@ -1,7 +1,7 @@
 """Turn a graph of launch/graphs.yaml into a ROS 2 LaunchDescription (full ROS 2 installs only).
 
 The three launch files call ``generate(<graph>)``; tools/bringup.py reads the same graphs.yaml (both
-through ``rad2_planner.graphs``), so `ros2 launch` and the bring-up tool start the same executables
+through ``rad2_bringup.graphs``), so `ros2 launch` and the bring-up tool start the same executables
 with the same parameter files.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from launch.actions import DeclareLaunchArgument
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
-from rad2_planner import graphs as rad2_graph
+from rad2_bringup import graphs as rad2_graph
 
 from launch import LaunchDescription
 

@@ -4,7 +4,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-for pkg in ("rad2_planner", "bev_warp_sim"):
-    path = str(ROOT / "ros2_ws" / "src" / pkg)
+for pkg_dir in sorted((ROOT / "ros2_ws" / "src").glob("*/setup.py")):
+    path = str(pkg_dir.parent)
     if path not in sys.path:
         sys.path.insert(0, path)

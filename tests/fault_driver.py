@@ -25,6 +25,7 @@ import numpy as np
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
 from nav_msgs.msg import Odometry
+from rad2_core.clip import load_clip, read_index
 from rad2_msgs.msg import (
     BevFeatures,
     ControlCommand,
@@ -33,9 +34,8 @@ from rad2_msgs.msg import (
     SceneTokens,
     Trajectory,
 )
-from rad2_planner import ros_conversions as rc
-from rad2_planner.clip import load_clip, read_index
-from rad2_planner.nodes.common import command_qos, report_qos, sensor_qos
+from rad2_ros import conversions as rc
+from rad2_ros.nodes.common import command_qos, report_qos, sensor_qos
 
 DATASET, PLANNER_PID, PERCEPTION_PID = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 WINDOW_S = 1.3  # each fault, then good input until the next one

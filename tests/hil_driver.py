@@ -1,7 +1,7 @@
 """Driver of the HIL and planner-kill tests (run as its own process in the ROS environment).
 
 Starts the planner + controller (one tools/bringup.py group) and the BEV-Warp sim node (another
-group) of graph "simulation" on a one-clip dataset, watches the graph with rad2_planner.nodes.monitor.Monitor,
+group) of graph "simulation" on a one-clip dataset, watches the graph with rad2_ros.nodes.monitor.Monitor,
 and prints one line ``RESULT {json}``. Modes:
   nominal   drive the clip to its end
   kill      SIGKILL the planner after --kill-after planning cycles, watch --observe seconds more
@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from rad2_planner.bringup import Bringup
-from rad2_planner.nodes.monitor import Monitor
+from rad2_bringup.bringup import Bringup
+from rad2_ros.nodes.monitor import Monitor
 from ros_process import PRECONDITION_UNMET
 
 ROOT = Path(__file__).resolve().parents[1]

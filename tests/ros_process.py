@@ -4,10 +4,10 @@
   a missing build is a failure, because `make test` always bootstraps first.
 - ``unique_domain_id()``: a ROS_DOMAIN_ID derived from the pid, so parallel test runs (other
   checkouts, other helpers) never discover each other's nodes.
-- ``ros_env(domain_id)``: os.environ plus the rad2 ROS environment (rad2_planner/rosenv.py).
+- ``ros_env(domain_id)``: os.environ plus the rad2 ROS environment (rad2_ros/rosenv.py).
 - ``RosProcess``: a Python child with its log captured, ``wait``/``stop`` with timeouts everywhere
   and a SIGINT -> SIGTERM -> SIGKILL teardown; use it as a context manager.
-  (``unique_domain_id``, ``ros_env`` and ``RosProcess`` are defined in rad2_planner/rosenv.py.)
+  (``unique_domain_id``, ``ros_env`` and ``RosProcess`` are defined in rad2_ros/rosenv.py.)
 - ``import_ros_messages()``: put the built interface packages on sys.path of this process, for
   tests that build messages in-process (the shared libraries are found through their RUNPATH).
 """
@@ -18,8 +18,8 @@ import os
 import sys
 from pathlib import Path
 
-# The process helpers live in rad2_planner/rosenv.py (tools use them too); re-exported for the tests.
-from rad2_planner.rosenv import (  # noqa: F401
+# The process helpers live in rad2_ros/rosenv.py (tools use them too); re-exported for the tests.
+from rad2_ros.rosenv import (  # noqa: F401
     RosProcess,
     RosProcessError,
     install_dir,

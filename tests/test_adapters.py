@@ -4,15 +4,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rad2_planner.adapters.av2 import load_av2_scenario
-from rad2_planner.adapters.commonroad import (
+from rad2_core.clip import AGENT_OTHER, AGENT_PEDESTRIAN, AGENT_VEHICLE, load_clip, save_clip
+from rad2_core.config import load_params
+from rad2_core.tokens import project_onto_polyline
+from rad2_datasets.adapters.av2 import load_av2_scenario
+from rad2_datasets.adapters.commonroad import (
     CommonRoadAdapterError,
     commonroad_ego_candidates,
     load_commonroad_scenario,
 )
-from rad2_planner.clip import AGENT_OTHER, AGENT_PEDESTRIAN, AGENT_VEHICLE, load_clip, save_clip
-from rad2_planner.config import load_params
-from rad2_planner.tokens import project_onto_polyline
 
 FIXTURES = Path(__file__).parent / "fixtures"
 AV2_DIR = FIXTURES / "av2" / "0a1e6f0a-1817-4a98-b02e-db8c9327d151"
@@ -160,7 +160,7 @@ def test_av2_map_without_centerlines_and_errors_naming_file_and_field(tmp_path):
     import json
     import shutil
 
-    from rad2_planner.adapters.av2 import AV2FormatError, find_scenario_files, load_av2_map
+    from rad2_datasets.adapters.av2 import AV2FormatError, find_scenario_files, load_av2_map
 
     _, map_json = find_scenario_files(AV2_DIR)
     full, _ = load_av2_map(map_json)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from rad2_planner.config import load_params
+from rad2_core.config import load_params
 from rad2_planner.diffusion import NoiseSchedule, SamplerSpec
 from rad2_planner.networks import PlannerModel
 from rad2_planner.policy import Rad2Policy, stack_discriminator_inputs
@@ -437,7 +437,7 @@ def test_shapes_for_m_and_k(setup, m, k):
 
 def test_impossible_m_and_k_are_refused_not_defaulted(setup):
     """0 used to fall back silently to the configured M / K; the schema's bounds apply per call too."""
-    from rad2_planner.config import ParameterError
+    from rad2_core.config import ParameterError
 
     model, onnx_dir, _ = setup
     with pytest.raises(ParameterError, match=r"planner.num_denoise_steps = 0 is below"):
@@ -661,7 +661,7 @@ def test_operator_profile_counts_the_cycle_flops_and_plans_unchanged(setup, tmp_
     """runtime.ort_profile_prefix: every session writes ONNX Runtime's operator trace; the profile's
     matrix-product FLOPs, counted from the recorded shapes, agree with PyTorch's FLOP counter of the
     same networks, and profiling changes no plan."""
-    from rad2_planner.benchmarking import MATRIX_OPS, operator_profile, planning_cycle_flops
+    from rad2_evaluation.benchmarking import MATRIX_OPS, operator_profile, planning_cycle_flops
 
     model, onnx_dir, _ = setup
     params = _argmax_params()
@@ -718,7 +718,7 @@ def test_the_evaluated_rad2_policy_runs_on_the_backend_asked_for():
 
 
 def test_runtime_overrides_update_one_key_of_a_block_and_are_checked():
-    from rad2_planner.config import ParameterError, merge_runtime_overrides
+    from rad2_core.config import ParameterError, merge_runtime_overrides
 
     runtime = copy.deepcopy(load_params("planner")["runtime"])
     merge_runtime_overrides(runtime, {"openvino": {"precision": "bf16"}, "ort_intra_op_threads": 1})

@@ -1,4 +1,4 @@
-"""Bag I/O (rad2_planner.bags) and the bag tools: clip_to_bag, record_bag, latency_report.
+"""Bag I/O (rad2_datasets.bags) and the bag tools: clip_to_bag, record_bag, latency_report.
 
 Real MCAP files throughout; the record test runs a real rclpy publisher process over DDS.
 """
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rad2_planner import bags, input_bags
-from rad2_planner.clip import save_clip
-from rad2_planner.geometry import wrap_angle
-from rad2_planner.latency import records_from_bag, summarise
+from rad2_core.clip import save_clip
+from rad2_core.geometry import wrap_angle
+from rad2_datasets import bags, input_bags
+from rad2_ros.latency import records_from_bag, summarise
 from synthetic_scenes import make_clip
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -254,7 +254,7 @@ _PUBLISHER = textwrap.dedent("""
 
 
 def _ros_env(domain_id: int) -> dict[str, str]:
-    from rad2_planner.rosenv import ros_environment
+    from rad2_ros.rosenv import ros_environment
 
     return ros_environment(domain_id, require_build=True)
 
@@ -429,8 +429,8 @@ def test_repair_bag_cli(tmp_path):
 
 _KILLED_WRITER = textwrap.dedent("""
     import sys, time
-    from rad2_planner import bags
-    from rad2_planner.nodes.recording import chunk_duration_s, open_writer
+    from rad2_datasets import bags
+    from rad2_ros.nodes.recording import chunk_duration_s, open_writer
     period = float(sys.argv[2])
     writer = open_writer(sys.argv[1])  # chunk duration from params/nodes.yaml, like record_bag.py
     writer.open()
@@ -461,7 +461,8 @@ def test_sigkilled_writer_loses_at_most_one_chunk(tmp_path):
     script = tmp_path / "writer.py"
     script.write_text(_KILLED_WRITER)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(ROOT / "ros2_ws" / "src" / "rad2_planner"), os.environ.get("PYTHONPATH", "")]))
+        [*(str(p.parent) for p in sorted((ROOT / "ros2_ws" / "src").glob("*/setup.py"))),
+         os.environ.get("PYTHONPATH", "")]))
     child = subprocess.Popen([PY, str(script), str(tmp_path / "rec"), str(period)], env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -1,10 +1,10 @@
-"""The reproducibility record of every benchmark (rad2_planner.benchmarking): the matrix-product probe
+"""The reproducibility record of every benchmark (rad2_evaluation.benchmarking): the matrix-product probe
 behind the FLOP floors."""
 
 from __future__ import annotations
 
 import pytest
-from rad2_planner import benchmarking
+from rad2_evaluation import benchmarking
 
 
 def test_the_floor_is_taken_from_the_fastest_matrix_product_library(monkeypatch):

@@ -7,16 +7,16 @@ import cv2
 import numpy as np
 import pytest
 from bev_warp_sim.warp import BevWarper
-from rad2_planner.adapters.av2 import load_av2_scenario
-from rad2_planner.bev import BevError, get_config, rasterize_bev, snapshot_from_clip
-from rad2_planner.config import load_params
-from rad2_planner.geometry import relative_pose, se2_compose
-from rad2_planner.observation import (
+from rad2_core.bev import BevError, get_config, rasterize_bev, snapshot_from_clip
+from rad2_core.config import load_params
+from rad2_core.geometry import relative_pose, se2_compose
+from rad2_core.observation import (
     ObservationError,
     build_observation,
     stack_observations,
     transform_tokens,
 )
+from rad2_datasets.adapters.av2 import load_av2_scenario
 from synthetic_scenes import make_clip
 
 AV2_DIR = Path(__file__).parent / "fixtures" / "av2" / "0a1e6f0a-1817-4a98-b02e-db8c9327d151"

@@ -1,4 +1,4 @@
-"""The tools' value types (rad2_planner.cli_args): bad values are argparse errors that name the option
+"""The tools' value types (rad2_core.cli_args): bad values are argparse errors that name the option
 and the value, bounds of parameters come from their schema, input errors are messages, not tracebacks."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 import pytest
-from rad2_planner.cli_args import float_in, int_at_least, run_tool, schema_value, torch_device
+from rad2_core.cli_args import float_in, int_at_least, run_tool, schema_value, torch_device
 
 
 def _parse(type_, text):
@@ -35,8 +35,8 @@ def test_values_within_bounds_parse_and_others_name_the_value(type_, good, bad):
 
 
 def test_run_tool_reports_input_errors_and_reraises_the_rest(capsys):
-    from rad2_planner.clip import iter_dataset
-    from rad2_planner.config import ParameterError
+    from rad2_core.clip import iter_dataset
+    from rad2_core.config import ParameterError
 
     def bad_dataset():
         next(iter_dataset("nowhere_dataset"))

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from rad2_planner.config import load_params
+from rad2_core.config import load_params
 from rad2_planner.networks.critic import (
     CRITIC_INPUTS,
     CollisionCritic,
@@ -26,7 +26,7 @@ from rad2_planner.networks.critic import (
 from rad2_planner.policy import Rad2Policy, SafetyLayerParams, next_round_fits
 from rad2_planner.runtime.base import SCENE_INPUTS
 from rad2_planner.runtime.onnx_export import example_inputs
-from rad2_rl.critic_data import CriticDataset, label_candidates, warning_statistics
+from rad2_training.critic_data import CriticDataset, label_candidates, warning_statistics
 from synthetic_scenes import make_clip
 from tiny_models import randomised_model, tiny_config
 
@@ -395,7 +395,7 @@ def planner_node(monkeypatch):
     require_ros_build()
     import_ros_messages()
     import rclpy
-    from rad2_planner.nodes.planner_node import PlannerNode
+    from rad2_ros.nodes.planner_node import PlannerNode
 
     monkeypatch.setenv("ROS_DOMAIN_ID", str(unique_domain_id()))
     overrides = {
@@ -419,9 +419,9 @@ def planner_node(monkeypatch):
 
 
 def test_planner_node_reports_the_safety_layer_in_its_diagnostics(planner_node):
-    from rad2_planner import ros_conversions as rc
-    from rad2_planner.bev import snapshot_from_clip
-    from rad2_planner.observation import build_observation
+    from rad2_core.bev import snapshot_from_clip
+    from rad2_core.observation import build_observation
+    from rad2_ros import conversions as rc
 
     node = planner_node
     assert node.policy.safety.mode == "rejection_sampling"  # safety_layer.* are node parameters

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from rad2_core.config import load_params
 from rad2_planner.comfort_limits import ComfortLimitParams, limit_acceleration
-from rad2_planner.config import load_params
 
 DT = 0.5
 LIMITS = ComfortLimitParams(enabled=True, max_accel=2.0, max_jerk=3.0, step_s=0.05)

@@ -1,4 +1,4 @@
-"""tools/compose_checkpoint.py (rad2_rl.compose): the generator of one checkpoint with the trained
+"""tools/compose_checkpoint.py (rad2_training.compose): the generator of one checkpoint with the trained
 discriminator of another, both runs' records kept, mismatched or untrained inputs refused by name."""
 
 from __future__ import annotations

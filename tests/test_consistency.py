@@ -11,7 +11,7 @@ import importlib.util
 
 import numpy as np
 import pytest
-from rad2_planner.config import load_params
+from rad2_core.config import load_params
 from rad2_planner.policy import Rad2Policy
 from rad2_planner.runtime import BackendUnavailableError
 from rad2_planner.runtime.base import SCENE_INPUTS

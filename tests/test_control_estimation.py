@@ -1,4 +1,4 @@
-"""The controller's state estimation (rad2_planner.control.estimation), checked against hand computations.
+"""The controller's state estimation (rad2_control.estimation), checked against hand computations.
 
 No ROS: odometry samples are a small stand-in with the fields of ``ros_conversions.EgoMotion``, and
 the vehicle is spelled out here so every expectation can be computed by hand.
@@ -10,8 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from rad2_planner.control.bicycle import VehicleParams, propagate, slip_and_curvature
-from rad2_planner.control.estimation import (
+from rad2_control.estimation import (
     CommandHistory,
     OdometryHistory,
     StateEstimator,
@@ -19,6 +18,7 @@ from rad2_planner.control.estimation import (
     odometry_jump,
     steps_advance,
 )
+from rad2_core.bicycle import VehicleParams, propagate, slip_and_curvature
 
 MS = 1_000_000  # ns per ms
 STEP = 0.1  # controller step (s)

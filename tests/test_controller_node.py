@@ -23,8 +23,8 @@ DRIVER = textwrap.dedent("""
     from nav_msgs.msg import Odometry
     from rad2_msgs.msg import ControlCommand, Trajectory
     from rclpy.qos import QoSProfile, ReliabilityPolicy
-    from rad2_planner import ros_conversions as rc
-    from rad2_planner.control.bicycle import VehicleParams, step
+    from rad2_ros import conversions as rc
+    from rad2_core.bicycle import VehicleParams, step
 
     rclpy.init()
     node = rclpy.create_node("controller_test_driver")
@@ -111,12 +111,12 @@ DRIVER = textwrap.dedent("""
 
 def test_controller_node_tracks_and_falls_back(tmp_path):
     require_ros_build()
-    from rad2_planner.config import load_params
+    from rad2_core.config import load_params
 
     cfg = load_params("controller")["controller"]["node"]
     rate, stale = float(cfg["rate_hz"]), float(cfg["stale_timeout_s"])
     env = ros_env()
-    exe = ROOT / "ros2_ws" / "install" / "rad2_planner" / "lib" / "rad2_planner" / "controller_node"
+    exe = ROOT / "ros2_ws" / "install" / "rad2_ros" / "lib" / "rad2_ros" / "controller_node"
     args = [str(exe), "--ros-args", "--params-file", str(ROOT / "params" / "controller.yaml"),
             "--params-file", str(ROOT / "params" / "vehicle.yaml")]
     script = tmp_path / "driver.py"
@@ -175,7 +175,7 @@ def controller():
 
     import_ros_messages()
     import rclpy
-    from rad2_planner.nodes.controller_node import ControllerNode
+    from rad2_ros.nodes.controller_node import ControllerNode
 
     ctx = rclpy.Context()
     rclpy.init(context=ctx)
@@ -190,7 +190,7 @@ def controller():
 
 
 def _odom(x, y, yaw, speed, stamp_ns, yaw_rate=0.0):
-    from rad2_planner import ros_conversions as rc
+    from rad2_ros import conversions as rc
 
     return rc.odometry_to_msg(rc.EgoMotion(x, y, yaw, speed, yaw_rate, stamp_ns))
 
@@ -205,7 +205,7 @@ def _commands(node):
 def test_reference_and_state_are_time_aligned(controller):
     """Odometry 80 ms old, ego exactly on a 10 m/s straight plan: the command must not chase the
     reference (the old behaviour solved from the stamp's state against the reference at `now`)."""
-    from rad2_planner import ros_conversions as rc
+    from rad2_ros import conversions as rc
 
     node = controller
     sent = _commands(node)
@@ -225,7 +225,7 @@ def test_reference_and_state_are_time_aligned(controller):
 
 
 def test_odometry_jump_drops_the_plan_and_older_trajectories(controller):
-    from rad2_planner import ros_conversions as rc
+    from rad2_ros import conversions as rc
 
     node = controller
     sent = _commands(node)

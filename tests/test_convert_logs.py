@@ -1,4 +1,4 @@
-"""Real logs of any supported format -> one clip dataset (rad2_planner/adapters/logs.py,
+"""Real logs of any supported format -> one clip dataset (rad2_datasets/adapters/logs.py,
 tools/convert_logs.py): formats recognised from what is on disk, several promoted egos per NGSIM scene,
 bad logs named and skipped on request, and the dataset evaluable like the bundled ones."""
 
@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from rad2_planner.adapters.logs import LogFormatError, convert_logs, find_logs, load_log, log_format
-from rad2_planner.clip import iter_dataset, read_index
+from rad2_core.clip import iter_dataset, read_index
+from rad2_datasets.adapters.logs import LogFormatError, convert_logs, find_logs, load_log, log_format
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"

@@ -1,4 +1,4 @@
-"""Closed-loop fine-tuning of the self-correcting generator (rad2_rl.correction_rl): which decisions
+"""Closed-loop fine-tuning of the self-correcting generator (rad2_training.correction_rl): which decisions
 become samples with which target and weight, the weighted / KL-regularised loss, and one real
 iteration from the shipped checkpoints."""
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 from bev_warp_sim.trace import DecisionPoint
-from rad2_rl.correction_rl import CorrectionRLConfig, correction_samples, normalised_advantages
-from rad2_rl.ogo import OGOConfig, raw_segment, retime
+from rad2_training.correction_rl import CorrectionRLConfig, correction_samples, normalised_advantages
+from rad2_training.ogo import OGOConfig, raw_segment, retime
 
 T, PLAN_DT = 8, 0.5
 OGO = OGOConfig(gamma_safe_s=2.0, decel_ratio=0.8, accel_ratio=1.15, lag_m=2.0, segment="executed")
@@ -86,8 +86,8 @@ def test_samples_follow_the_outcome_of_each_corrected_decision():
 
 def test_weighted_loss_and_kl_term():
     from rad2_planner.diffusion import NoiseSchedule
-    from rad2_planner.training.correction import self_correcting_copy
-    from rad2_planner.training.imitation import diffusion_loss
+    from rad2_training.correction import self_correcting_copy
+    from rad2_training.imitation import diffusion_loss
     from tiny_models import randomised_model, tiny_config
 
     torch.manual_seed(0)
@@ -116,7 +116,7 @@ def test_weighted_loss_and_kl_term():
 
 
 def test_config_comes_from_params_and_refuses_unknown_keys():
-    from rad2_planner.config import load_params
+    from rad2_core.config import load_params
 
     block = load_params("training")["self_correction_rl"]
     cfg = CorrectionRLConfig.from_params(block, iterations=2)
@@ -129,11 +129,11 @@ def test_config_comes_from_params_and_refuses_unknown_keys():
 def test_one_closed_loop_iteration_from_the_shipped_checkpoints(tmp_path):
     """One iteration on one training clip: the corrector's denoiser / correction encoder change, its
     scene encoder does not (the planner still accepts it), and the run writes its history and figure."""
-    from rad2_planner.config import load_params
+    from rad2_core.config import load_params
     from rad2_planner.networks import PlannerModel
+    from rad2_planner.networks.model import same_scene_encoder
     from rad2_planner.policy import Rad2Policy, SafetyLayerParams
-    from rad2_planner.training.correction import same_scene_encoder
-    from rad2_rl.correction_rl import finetune
+    from rad2_training.correction_rl import finetune
 
     block = load_params("training")["self_correction_rl"]
     cfg = CorrectionRLConfig.from_params(block, iterations=1, clips_per_iteration=1, group_size=1,

@@ -1,11 +1,11 @@
-"""The side-by-side table of `make demo` (bev_warp_sim.nodes.demo): one value per run and metric, as
+"""The side-by-side table of `make demo` (rad2_bringup.demo): one value per run and metric, as
 measured, and its figure."""
 
 from __future__ import annotations
 
 import math
 
-from bev_warp_sim.nodes.demo import COMPARED_METRICS, comparison_rows, plot_comparison
+from rad2_bringup.demo import COMPARED_METRICS, comparison_rows, plot_comparison
 
 
 def _report(cr: float, ep: float, p50: float, misses: float) -> dict:

@@ -27,7 +27,7 @@ SLACK_S = 0.25  # DDS delivery and scheduling on a loaded 2-core host, on top of
 
 def _straight_clip(num_steps: int = 900, speed: float = 10.0):
     """A two-lane straight road (2 km), the ego at ``speed`` in the right lane, a few agents."""
-    from rad2_planner.clip import LaneMap
+    from rad2_core.clip import LaneMap
     from synthetic_scenes import LANE_WIDTH, _offset, make_clip
 
     def line(x0, x1, y):
@@ -46,8 +46,8 @@ def _straight_clip(num_steps: int = 900, speed: float = 10.0):
 @pytest.fixture(scope="module")
 def fault_run(tmp_path_factory):
     require_ros_build()
-    from rad2_planner.bringup import Bringup
-    from rad2_planner.clip import save_dataset
+    from rad2_bringup.bringup import Bringup
+    from rad2_core.clip import save_dataset
 
     tmp = tmp_path_factory.mktemp("fault_injection")
     save_dataset([_straight_clip()], tmp / "ds")
@@ -179,7 +179,7 @@ def test_planner_kill_stop_within_300_ms_of_the_last_trajectory(fault_run):
 
 
 def test_no_command_beyond_vehicle_limits(fault_run):
-    from rad2_planner.control.bicycle import VehicleParams
+    from rad2_core.bicycle import VehicleParams
 
     veh = VehicleParams.from_params()
     cmds = np.array([c[1:5] for c in fault_run["commands"]], dtype=float)

@@ -72,11 +72,11 @@ PLANNER_DRIVER = textwrap.dedent(r"""
     sys.path.insert(0, sys.argv[2])
     from synthetic_scenes import make_clip
     from rad2_msgs.msg import BevFeatures, CandidateSet, PlanningDiagnostics, SceneTokens, Trajectory
-    from rad2_planner import ros_conversions as rc
-    from rad2_planner.bev import snapshot_from_clip
-    from rad2_planner.config import load_params
-    from rad2_planner.nodes.common import command_qos, report_qos
-    from rad2_planner.observation import build_observation
+    from rad2_ros import conversions as rc
+    from rad2_core.bev import snapshot_from_clip
+    from rad2_core.config import load_params
+    from rad2_ros.nodes.common import command_qos, report_qos
+    from rad2_core.observation import build_observation
 
     planner_pid = int(sys.argv[1])
     params = {**load_params("bev"), **load_params("vehicle")}
@@ -190,7 +190,7 @@ PLANNER_DRIVER = textwrap.dedent(r"""
 @pytest.fixture(scope="module")
 def planner_fault_run(tmp_path_factory):
     require_ros_build()
-    from rad2_planner.bringup import Bringup
+    from rad2_bringup.bringup import Bringup
 
     tmp = tmp_path_factory.mktemp("planner_faults")
     domain = unique_domain_id()
@@ -306,8 +306,8 @@ PERCEPTION_DRIVER = textwrap.dedent(r"""
     from synthetic_scenes import make_clip
     from nav_msgs.msg import Odometry
     from rad2_msgs.msg import BevFeatures, PerceptionInputs, SceneTokens
-    from rad2_planner import ros_conversions as rc
-    from rad2_planner.nodes.common import command_qos, sensor_qos
+    from rad2_ros import conversions as rc
+    from rad2_ros.nodes.common import command_qos, sensor_qos
 
     clip = make_clip(num_steps=60)
     rclpy.init()
@@ -357,8 +357,8 @@ PERCEPTION_DRIVER = textwrap.dedent(r"""
 
 def test_perception_node_rejects_malformed_inputs_and_keeps_running(tmp_path):
     require_ros_build()
-    from rad2_planner.bringup import Bringup
-    from rad2_planner.clip import save_dataset
+    from rad2_bringup.bringup import Bringup
+    from rad2_core.clip import save_dataset
     from synthetic_scenes import make_clip
 
     save_dataset([make_clip(num_steps=60)], tmp_path / "ds")
@@ -398,8 +398,8 @@ KILL_CLIP = ("data/eval_efficiency", "sumo_free_road_20350103")
 
 def test_planner_killed_mid_clip_controller_stops(tmp_path):
     require_ros_build()
-    from rad2_planner.clip import load_clip, read_index, save_dataset
-    from rad2_planner.config import load_params
+    from rad2_core.clip import load_clip, read_index, save_dataset
+    from rad2_core.config import load_params
     from test_hil import _driver_args, _result
 
     split = ROOT / KILL_CLIP[0]

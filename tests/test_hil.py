@@ -32,7 +32,7 @@ MIN_CONTROL_RATE_SHARE = 0.66
 
 
 def _checkpoint_ready() -> bool:
-    from rad2_planner.config import load_params
+    from rad2_core.config import load_params
     from rad2_planner.policy import resolve_path
 
     return (resolve_path(load_params("planner")["planner"]["checkpoint_dir"]) / "config.json").is_file()
@@ -51,7 +51,7 @@ def _overrides(planner: dict | None = None) -> dict:
 
 @pytest.fixture(scope="module")
 def one_clip(tmp_path_factory):
-    from rad2_planner.clip import load_clip, read_index, save_dataset
+    from rad2_core.clip import load_clip, read_index, save_dataset
 
     split = ROOT / CLIP[0]
     entry = next(e for e in read_index(split)["clips"] if e["clip_id"] == CLIP[1])
@@ -124,7 +124,7 @@ def _check_closed_loop(res: dict, clip, require_safe: bool) -> dict:
     # on a loaded host can be seconds after the sim began stepping (CI: 12.9 s for 149 steps)
     assert ep["wall_s"] >= 0.9 * steps * clip.dt, (ep["wall_s"], wall, steps)
     # control commands at (about) the controller's configured rate
-    from rad2_planner.config import load_params
+    from rad2_core.config import load_params
 
     rate_hz = float(load_params("controller")["controller"]["node"]["rate_hz"])
     assert rate >= MIN_CONTROL_RATE_SHARE * rate_hz, (rate, rate_hz)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from rad2_planner.control import ReferenceError, TrackingController, build_reference, shift_controls
-from rad2_planner.control.bicycle import VehicleParams, clamp_controls, jacobians, step
+from rad2_control import ReferenceError, TrackingController, build_reference, shift_controls
+from rad2_core.bicycle import VehicleParams, clamp_controls, jacobians, step
 
 PLAN_DT = 0.5
 T_PLAN = 8

@@ -1,4 +1,4 @@
-"""Lanelet2 maps (rad2_planner.adapters.lanelet2_map) and routes that follow lane changes.
+"""Lanelet2 maps (rad2_datasets.adapters.lanelet2_map) and routes that follow lane changes.
 
 The map is tests/fixtures/lanelet2/two_lane_road.osm, written by hand (its header comment draws it):
 a 100 m two-lane one-way road heading east, right lane 1001 -> 1002, left lane 1011 -> 1012, a
@@ -18,17 +18,17 @@ import pytest
 lanelet2 = pytest.importorskip(
     "lanelet2", reason="the lanelet2 package is not installed (tools/requirements.txt pins lanelet2==1.2.3)")
 
-from rad2_planner.adapters import build_route  # noqa: E402
-from rad2_planner.adapters.lanelet2_map import (  # noqa: E402
+from rad2_core.clip import NO_LANE, LaneMap  # noqa: E402
+from rad2_core.config import load_params  # noqa: E402
+from rad2_core.tokens import project_onto_polyline  # noqa: E402
+from rad2_datasets.adapters import build_route  # noqa: E402
+from rad2_datasets.adapters.lanelet2_map import (  # noqa: E402
     Lanelet2MapError,
     load_lanelet2,
     load_lanelet2_map,
     mission_route,
 )
-from rad2_planner.clip import NO_LANE, LaneMap  # noqa: E402
-from rad2_planner.config import load_params  # noqa: E402
-from rad2_planner.live_scene import LiveScene, LiveSceneError, load_map_and_route  # noqa: E402
-from rad2_planner.tokens import project_onto_polyline  # noqa: E402
+from rad2_datasets.live_scene import LiveScene, LiveSceneError, load_map_and_route  # noqa: E402
 
 MAP = Path(__file__).parent / "fixtures" / "lanelet2" / "two_lane_road.osm"
 KMH = 1 / 3.6

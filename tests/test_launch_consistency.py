@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from rad2_planner import graphs as rad2_graph
+from rad2_bringup import graphs as rad2_graph
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCH = ROOT / "launch"
@@ -149,7 +149,7 @@ def _run_launch_file(graph: str, monkeypatch) -> _Recorder:
 
 @pytest.mark.parametrize("graph", sorted(LAUNCH_FILES))
 def test_launch_file_and_bringup_start_the_same_nodes(graph, monkeypatch):
-    bringup = pytest.importorskip("rad2_planner.bringup")
+    bringup = pytest.importorskip("rad2_bringup.bringup")
     rec = _run_launch_file(graph, monkeypatch)
     spec = rad2_graph.load_graph(graph)
     assert set(rec.arguments) >= set(spec.arguments)
@@ -208,7 +208,7 @@ _FAILING_CALLBACK_NODE = """
 import sys, threading, time
 import rclpy
 from rclpy.node import Node
-from rad2_planner.nodes.common import run_node
+from rad2_ros.nodes.common import run_node
 
 SHUT_DOWN_AFTER_S = float(sys.argv[1])  # < 0: nobody shuts the context down
 
@@ -250,7 +250,7 @@ def test_bringup_starts_the_graph_and_stops_cleanly(composed, tmp_path):
     from ros_process import require_ros_build, unique_domain_id
 
     require_ros_build()
-    from rad2_planner import bringup
+    from rad2_bringup import bringup
 
     overrides = {"planner": {"planner_node.random_init_if_missing": True, "planner.backend": "pytorch"}}
     b = bringup.Bringup("vehicle", domain_id=unique_domain_id(), log_dir=tmp_path, overrides=overrides,

@@ -1,15 +1,15 @@
-"""The perception-features node's core (rad2_planner.live_scene): object lists + odometry streamed
+"""The perception-features node's core (rad2_datasets.live_scene): object lists + odometry streamed
 one step at a time give the same BEV and tokens as the offline pipeline on the logged clip."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from rad2_planner.bev import AgentFrame, snapshot_from_clip
-from rad2_planner.clip import save_dataset
-from rad2_planner.config import load_params
-from rad2_planner.live_scene import LiveScene, LiveSceneError, load_map_and_route
-from rad2_planner.observation import build_observation
+from rad2_core.bev import AgentFrame, snapshot_from_clip
+from rad2_core.clip import save_dataset
+from rad2_core.config import load_params
+from rad2_core.observation import build_observation
+from rad2_datasets.live_scene import LiveScene, LiveSceneError, load_map_and_route
 from synthetic_scenes import make_clip
 
 

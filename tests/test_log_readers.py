@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rad2_planner.clip import (
+from rad2_core.clip import (
     AGENT_PEDESTRIAN,
     AGENT_VEHICLE,
     NO_LANE,
@@ -21,7 +21,7 @@ from rad2_planner.clip import (
     SIGNAL_RED,
     load_dataset,
 )
-from rad2_planner.config import load_params
+from rad2_core.config import load_params
 
 FIXTURES = Path(__file__).parent / "fixtures"
 AV2_DIR = FIXTURES / "av2" / "0a1e6f0a-1817-4a98-b02e-db8c9327d151"
@@ -47,7 +47,7 @@ def _straight(x0, x1, y, step=2.0):
 
 
 def make_scenario(times=None, scenario_id="synthetic-0001"):
-    from rad2_planner.adapters.womd import womd_messages
+    from rad2_datasets.adapters.womd import womd_messages
 
     M = womd_messages()
     times = np.arange(STEPS) * 0.1 if times is None else np.asarray(times)
@@ -116,7 +116,7 @@ def make_scenario(times=None, scenario_id="synthetic-0001"):
 
 @pytest.fixture(scope="module")
 def womd_file(tmp_path_factory):
-    from rad2_planner.adapters.womd import write_tfrecord
+    from rad2_datasets.adapters.womd import write_tfrecord
 
     path = tmp_path_factory.mktemp("womd") / "synthetic.tfrecord-00000-of-00001"
     second = make_scenario(scenario_id="synthetic-0002")
@@ -125,7 +125,7 @@ def womd_file(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def womd_clip(womd_file):
-    from rad2_planner.adapters.womd import load_womd_scenario
+    from rad2_datasets.adapters.womd import load_womd_scenario
 
     return load_womd_scenario(womd_file, 0)
 
@@ -134,7 +134,7 @@ def womd_clip(womd_file):
 # TFRecord / CRC32C / protobuf wire format
 # ---------------------------------------------------------------------------------------------------------
 def test_crc32c_known_values_and_vectorised_path():
-    from rad2_planner.adapters import womd
+    from rad2_datasets.adapters import womd
 
     assert womd.crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
     assert womd.crc32c(bytes(32)) == 0x8A9136AA  # RFC 3720 B.4: 32 bytes of zeros
@@ -176,7 +176,7 @@ def _int(field: int, v: int) -> bytes:
 def test_field_numbers_follow_the_public_protos():
     """Bytes encoded by hand from the public scenario.proto / map.proto field numbers decode to the right
     fields: a typo in the runtime declaration would misplace or drop them."""
-    from rad2_planner.adapters.womd import parse_scenario
+    from rad2_datasets.adapters.womd import parse_scenario
 
     state = (
         _f64(2, 1.5)
@@ -264,7 +264,7 @@ def test_field_numbers_follow_the_public_protos():
 def test_tfrecord_framing_round_trip_and_gzip(tmp_path):
     import gzip
 
-    from rad2_planner.adapters.womd import count_tfrecords, iter_tfrecord, write_tfrecord
+    from rad2_datasets.adapters.womd import count_tfrecords, iter_tfrecord, write_tfrecord
 
     payloads = [b"", b"x", os.urandom(10_000)]
     path = write_tfrecord(tmp_path / "a.tfrecord", payloads)
@@ -337,7 +337,7 @@ def test_womd_signal_states(womd_clip):
 
 
 def test_a_corrupt_record_is_named(womd_file, tmp_path):
-    from rad2_planner.adapters.womd import WOMDFormatError, iter_womd_clips
+    from rad2_datasets.adapters.womd import WOMDFormatError, iter_womd_clips
 
     raw = bytearray(womd_file.read_bytes())
     first_len = struct.unpack("<Q", raw[:8])[0]
@@ -362,7 +362,7 @@ def test_a_corrupt_record_is_named(womd_file, tmp_path):
 
 
 def test_wrong_timestamp_spacing_is_resampled_or_refused(tmp_path):
-    from rad2_planner.adapters.womd import WOMDFormatError, load_womd_scenario, write_tfrecord
+    from rad2_datasets.adapters.womd import WOMDFormatError, load_womd_scenario, write_tfrecord
 
     # the same scene declared at 5 Hz: twice as long, resampled to the simulator's step
     slow = write_tfrecord(
@@ -390,7 +390,7 @@ def test_wrong_timestamp_spacing_is_resampled_or_refused(tmp_path):
 
 
 def test_bad_fields_are_named(tmp_path):
-    from rad2_planner.adapters.womd import WOMDFormatError, iter_womd_clips, write_tfrecord
+    from rad2_datasets.adapters.womd import WOMDFormatError, iter_womd_clips, write_tfrecord
 
     sc = make_scenario()
     sc.sdc_track_index = 9
@@ -408,7 +408,7 @@ def test_bad_fields_are_named(tmp_path):
 
 
 def test_the_clip_spans_the_valid_sdc_states(tmp_path):
-    from rad2_planner.adapters.womd import load_womd_scenario, write_tfrecord
+    from rad2_datasets.adapters.womd import load_womd_scenario, write_tfrecord
 
     sc = make_scenario()
     sdc = sc.tracks[sc.sdc_track_index].states
@@ -468,7 +468,7 @@ def sensor_log(tmp_path_factory):
     """A sensor log along the fixture scenario's ego path: poses at 20 Hz, annotation sweeps at 10 Hz with
     a few ms of jitter; a car 10 m ahead of the ego and a pedestrian standing still in sweeps 10..40."""
     import pandas as pd
-    from rad2_planner.adapters.av2 import find_scenario_files
+    from rad2_datasets.adapters.av2 import find_scenario_files
 
     parquet, map_json = find_scenario_files(AV2_DIR)
     df = pd.read_parquet(parquet)
@@ -523,7 +523,7 @@ def sensor_log(tmp_path_factory):
 
 
 def test_av2_sensor_log_agents_in_city_frame(sensor_log):
-    from rad2_planner.adapters.av2_sensor import load_av2_sensor_log
+    from rad2_datasets.adapters.av2_sensor import load_av2_sensor_log
 
     log, (x, y, yaw), ped_city, ped_yaw = sensor_log
     c = load_av2_sensor_log(log).validate()
@@ -559,7 +559,7 @@ def test_av2_sensor_log_agents_in_city_frame(sensor_log):
 
 def test_av2_sensor_log_errors_name_file_and_column(sensor_log, tmp_path):
     import pandas as pd
-    from rad2_planner.adapters.av2_sensor import AV2SensorFormatError, load_av2_sensor_log
+    from rad2_datasets.adapters.av2_sensor import AV2SensorFormatError, load_av2_sensor_log
 
     log = tmp_path / "log"
     shutil.copytree(sensor_log[0], log)
@@ -583,7 +583,7 @@ def test_av2_sensor_log_errors_name_file_and_column(sensor_log, tmp_path):
 # Argoverse 2 map adjacency
 # ---------------------------------------------------------------------------------------------------------
 def test_av2_map_adjacency_from_the_real_archive(tmp_path):
-    from rad2_planner.adapters.av2 import AV2FormatError, find_scenario_files, load_av2_map
+    from rad2_datasets.adapters.av2 import AV2FormatError, find_scenario_files, load_av2_map
 
     _, map_json = find_scenario_files(AV2_DIR)
     m, _ = load_av2_map(map_json)

@@ -1,7 +1,7 @@
 """Two separate processes exchange every rad2_msgs message over real Fast DDS (loopback only).
 
 The echo process republishes whatever it receives; the probe process publishes content built with
-rad2_planner.ros_conversions (including a 10x128x128 BEV tensor), decodes the echoes and dumps them.
+rad2_ros.conversions (including a 10x128x128 BEV tensor), decodes the echoes and dumps them.
 This test compares the dump with content it generates itself, exactly (float rounding only where a
 heading passes through atan2/cos/sin).
 """
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rad2_planner import msg_roundtrip
-from rad2_planner.rosenv import rad2_variables
+from rad2_ros import msg_roundtrip
+from rad2_ros.rosenv import rad2_variables
 from ros_process import ROOT, RosProcess, require_ros_build, ros_env, unique_domain_id
 
 SMOKE = str(ROOT / "tools" / "smoke_graph.py")

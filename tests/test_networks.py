@@ -5,15 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from rad2_planner.diffusion import NoiseSchedule, initial_noise, sample
-from rad2_planner.geometry import box_corners, boxes_overlap
-from rad2_planner.networks import PlannerModel, TrajectoryNormalizer
-from rad2_planner.open_loop_metrics import (
+from rad2_core.geometry import box_corners, boxes_overlap
+from rad2_core.open_loop_metrics import (
     OpenLoopAccumulator,
     displacement_errors,
     logged_future,
     plan_collisions,
 )
+from rad2_planner.diffusion import NoiseSchedule, initial_noise, sample
+from rad2_planner.networks import PlannerModel, TrajectoryNormalizer
 from rad2_planner.policy import ObservationError, medoid_index, observation_inputs
 from rad2_planner.runtime.base import DISCRIMINATOR_INPUTS, SCENE_INPUTS
 from rad2_planner.runtime.onnx_export import example_inputs
@@ -272,7 +272,7 @@ def test_tracks_overlap_equals_the_exhaustive_pairwise_test():
     """The broad phase of tracks_overlap drops only pairs that cannot touch: on random scenes (agents
     clustered near the tracks and scattered far, some invalid, some undefined) it equals the exhaustive
     M x N x T boxes_overlap."""
-    from rad2_planner.geometry import tracks_overlap
+    from rad2_core.geometry import tracks_overlap
 
     rng = np.random.default_rng(11)
     for trial in range(40):
@@ -300,7 +300,7 @@ def test_box_overlap_and_collisions():
     assert not boxes_overlap(a, (4.2, 0, 0, 4.0, 2.0))
     assert not boxes_overlap(a, (0, 2.1, 0, 4.0, 2.0))
     assert boxes_overlap(a, (2.5, 1.5, np.pi / 4, 2.0, 1.0))
-    from rad2_planner.open_loop_metrics import LoggedFuture
+    from rad2_core.open_loop_metrics import LoggedFuture
 
     times = (np.arange(8) + 1) * 0.5
     plans = np.stack([np.stack([10 * times, np.zeros(8)], -1), np.stack([10 * times, np.full(8, 4.0)], -1)])
@@ -338,7 +338,7 @@ def test_logged_future_and_recovery_target():
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from rad2_planner.training.imitation import recovery_target, sample_steps
+    from rad2_training.imitation import recovery_target, sample_steps
     from synthetic_scenes import make_clip
 
     clip = make_clip(num_steps=81)
@@ -371,7 +371,7 @@ def test_observation_shape_errors_name_the_field():
 
 
 def test_il_loss_decreases_on_a_fixed_batch():
-    from rad2_planner.training.imitation import diffusion_loss
+    from rad2_training.imitation import diffusion_loss
 
     cfg = tiny_config(bev_hw=(16, 16), bev_stages=[8])
     torch.manual_seed(0)
@@ -393,8 +393,8 @@ def test_il_loss_decreases_on_a_fixed_batch():
 
 
 def test_safe_medoid_avoids_an_extrapolated_agent():
-    from rad2_planner.control.bicycle import VehicleParams
-    from rad2_planner.open_loop_metrics import vehicle_max_curvature
+    from rad2_core.bicycle import VehicleParams
+    from rad2_core.open_loop_metrics import vehicle_max_curvature
     from rad2_planner.policy import safe_medoid_index
 
     vehicle = VehicleParams.from_params()  # ego box and tightest turn of params/vehicle.yaml
@@ -415,10 +415,10 @@ def test_safe_medoid_avoids_an_extrapolated_agent():
 
 
 def test_safe_medoid_progress_quantile_keeps_the_faster_safe_candidates_along_the_route():
-    from rad2_planner.control.bicycle import VehicleParams
-    from rad2_planner.open_loop_metrics import vehicle_max_curvature
+    from rad2_core.bicycle import VehicleParams
+    from rad2_core.open_loop_metrics import vehicle_max_curvature
+    from rad2_core.route_path import observation_route
     from rad2_planner.policy import safe_medoid_index
-    from rad2_planner.route_path import observation_route
 
     vehicle = VehicleParams.from_params()
     limits = ((vehicle.length, vehicle.width), vehicle_max_curvature())
@@ -474,7 +474,7 @@ def test_discriminator_candidates_safe_ranks_and_samples_the_safe_set_only():
     """planner.discriminator_candidates: safe -> the argmax of a trained discriminator and the RL draw
     are taken among safe_candidates (the safe set of safe_medoid), even where the discriminator
     prefers a candidate that runs into an agent."""
-    from rad2_planner.config import load_params
+    from rad2_core.config import load_params
     from rad2_planner.policy import Rad2Policy, safe_candidates
     from rad2_planner.selection import CandidateDistribution
 
@@ -509,7 +509,7 @@ def test_consensus_prior_leans_selection_to_the_medoid_of_the_allowed_set():
     """planner.discriminator_prior_weight κ: softmax(l + κ·prior). With flat logits (an untrained head)
     the argmax is the medoid of the allowed candidates; a discriminator that prefers another candidate by
     more than the prior's margin still gets its way; a negative or non-number κ is refused by name."""
-    from rad2_planner.config import load_params
+    from rad2_core.config import load_params
     from rad2_planner.policy import Rad2Policy, consensus_prior, medoid_index
 
     times = (np.arange(8) + 1.0)[:, None]

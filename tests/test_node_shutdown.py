@@ -19,7 +19,7 @@ import sys, time
 import rclpy
 import rclpy.signals
 from rclpy.node import Node
-from rad2_planner.nodes.common import run_node
+from rad2_ros.nodes.common import run_node
 
 MODE = sys.argv[1]
 
@@ -97,7 +97,7 @@ def test_bringup_reports_seconds_to_stop(tmp_path):
     from ros_process import require_ros_build, unique_domain_id
 
     require_ros_build()
-    from rad2_planner import bringup
+    from rad2_bringup import bringup
 
     b = bringup.Bringup("vehicle", domain_id=unique_domain_id(), log_dir=tmp_path, only=["supervisor"])
     with b:

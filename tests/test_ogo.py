@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from bev_warp_sim.rollout import PerRowPlanners, run_rollouts
 from bev_warp_sim.simulator import Simulator
-from rad2_planner.geometry import world_to_ego
-from rad2_planner.tokens import project_onto_polyline
-from rad2_rl.ogo import OGOConfig, OGOTarget, decide, minibatch, ogo_targets, raw_segment, retime
+from rad2_core.geometry import world_to_ego
+from rad2_core.tokens import project_onto_polyline
+from rad2_training.ogo import OGOConfig, OGOTarget, decide, minibatch, ogo_targets, raw_segment, retime
 from synthetic_scenes import make_clip
 
 
@@ -94,7 +94,7 @@ def test_the_plan_segment_is_the_committed_plan_and_ignores_what_the_tracker_did
     """With ``segment: plan`` a decision's raw segment is its committed plan even where the drive that
     followed braked at the tracker's limit (a stitched, jerky profile); a decision without a plan of the
     generator's shape falls back to the drive."""
-    from rad2_rl.ogo import segment
+    from rad2_training.ogo import segment
 
     plan = np.stack([np.arange(1, 9) * 4.0, np.zeros(8)], -1)  # 8 m/s held
     t = np.arange(0, 60)
@@ -135,7 +135,7 @@ class _Straight:
         pass
 
     def plan(self, obs):
-        from rad2_planner.planning_interface import PlanResult
+        from rad2_core.planning_interface import PlanResult
 
         t = np.arange(1, 9) * 0.5
         v = float(obs.ego_state[0]) * self.speed_factor
@@ -210,12 +210,12 @@ def test_follower_aware_decisions():
 def test_generator_fine_tuning_moves_towards_the_targets():
     """A few Eq. 19 steps on real OGO targets lower the generator's loss on them (same noise draws)."""
     import torch
-    from rad2_planner.config import load_params
+    from rad2_core.config import load_params
     from rad2_planner.diffusion import NoiseSchedule
     from rad2_planner.networks import PlannerModel
     from rad2_planner.policy import resolve_path
-    from rad2_planner.training.imitation import diffusion_loss, to_torch
-    from rad2_rl.ogo import generator_batch, generator_step
+    from rad2_training.imitation import diffusion_loss, to_torch
+    from rad2_training.ogo import generator_batch, generator_step
 
     sim = Simulator()
     clip = make_clip(num_steps=200)
@@ -254,8 +254,8 @@ def test_imitation_mix_uses_logged_futures_and_adds_its_weighted_loss():
     from rad2_planner.diffusion import NoiseSchedule
     from rad2_planner.networks import PlannerModel
     from rad2_planner.policy import resolve_path
-    from rad2_planner.training.imitation import diffusion_loss, to_torch
-    from rad2_rl.ogo import generator_batch, generator_step, imitation_batch, imitation_samples
+    from rad2_training.imitation import diffusion_loss, to_torch
+    from rad2_training.ogo import generator_batch, generator_step, imitation_batch, imitation_samples
 
     sim = Simulator()
     clips = [make_clip(num_steps=200), make_clip(num_steps=30, clip_id="synthetic_short")]  # too short
@@ -308,8 +308,8 @@ def test_a_retiming_that_hits_a_logged_agent_the_plan_missed_is_rejected():
     """Compressing the logged drive with a follower 2.2 m behind backs the ego into it; extending it runs
     the ego into the slower leader ahead; a mild compression hits neither and is kept; a target that
     hits only what its raw segment already hits is kept."""
-    from rad2_planner.open_loop_metrics import logged_future
-    from rad2_rl.ogo import OGOTarget, agents_hit, reject_new_collisions
+    from rad2_core.open_loop_metrics import logged_future
+    from rad2_training.ogo import OGOTarget, agents_hit, reject_new_collisions
 
     clip = _clip_with_follower()
     step = 50

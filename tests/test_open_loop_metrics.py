@@ -1,8 +1,8 @@
-"""Hand-made cases for rad2_planner.open_loop_metrics (ego box headings, offroad, collisions)."""
+"""Hand-made cases for rad2_core.open_loop_metrics (ego box headings, offroad, collisions)."""
 
 import numpy as np
 import pytest
-from rad2_planner.open_loop_metrics import (
+from rad2_core.open_loop_metrics import (
     LoggedFuture,
     OpenLoopAccumulator,
     offroad,

@@ -14,18 +14,18 @@ from pathlib import Path
 
 import pytest
 import yaml
-from rad2_planner import config
-from rad2_planner.config import ParameterError, load_params, load_schema, params_dir, validate_overrides
+from rad2_core import config
+from rad2_core.config import ParameterError, load_params, load_schema, params_dir, validate_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = sorted(p.stem for p in params_dir().glob("*.yaml") if not p.stem.endswith(".schema"))
 # module -> the node it defines; each module's PARAM_FILES / PREFIXES are what its node declares
 NODE_MODULES = (
-    "rad2_planner.nodes.perception_node",
-    "rad2_planner.nodes.planner_node",
-    "rad2_planner.nodes.controller_node",
-    "rad2_planner.nodes.supervisor_node",
-    "bev_warp_sim.nodes.sim_node",
+    "rad2_ros.nodes.perception_node",
+    "rad2_ros.nodes.planner_node",
+    "rad2_ros.nodes.controller_node",
+    "rad2_ros.nodes.supervisor_node",
+    "rad2_ros.nodes.sim_node",
 )
 
 
@@ -113,7 +113,7 @@ def test_overrides_are_checked_like_the_files():
 
 
 def test_key_value_overrides_change_only_their_keys_and_bad_ones_name_the_option():
-    from rad2_planner.config import load_params, params_with_overrides
+    from rad2_core.config import load_params, params_with_overrides
 
     base = load_params("sim")
     params, applied = params_with_overrides("sim", ["sim.reactive_agents=true", "reactive.time_headway=1.0"],
@@ -132,7 +132,7 @@ def test_key_value_overrides_change_only_their_keys_and_bad_ones_name_the_option
 
 
 def test_scenario_presets_and_kinds_are_checked():
-    from rad2_planner.scenarios.generate import load_config
+    from rad2_datasets.scenarios.generate import load_config
 
     cfg = load_config()[0]  # validated against params/scenarios.schema.yaml
     assert cfg["presets"]["eval_signals"]["network"] == "grid"
@@ -155,7 +155,7 @@ def _ros():
 
     require_ros_build()
     import_ros_messages()
-    from rad2_planner.nodes import common
+    from rad2_ros.nodes import common
 
     return common
 
@@ -253,36 +253,36 @@ def test_declared_parameters_carry_the_schema_and_bad_overrides_fail(probe_node)
 
 
 # --------------------------------------------------------------------------------------------------
-# params/ installed with rad2_planner (share/rad2_planner/params) and found through the ament index
+# params/ installed with rad2_planner (share/rad2_bringup/params) and found through the ament index
 # --------------------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def prefix(tmp_path_factory) -> Path:
-    """An install prefix with rad2_planner's data files, as a build without --symlink-install makes
+    """An install prefix with rad2_bringup's data files, as a build without --symlink-install makes
     them (colcon runs ``setup.py ... install_data`` from the package source)."""
     prefix = tmp_path_factory.mktemp("install")
-    pkg = ROOT / "ros2_ws" / "src" / "rad2_planner"
+    pkg = ROOT / "ros2_ws" / "src" / "rad2_bringup"
     subprocess.run([sys.executable, "setup.py", "-q", "install_data", "--install-dir", str(prefix)],
                    cwd=pkg, check=True, capture_output=True, timeout=120)
     return prefix
 
 
 def test_setup_installs_every_params_file_into_the_package_share(prefix):
-    installed = prefix / "share" / "rad2_planner" / "params"
+    installed = prefix / "share" / "rad2_bringup" / "params"
     shipped = sorted(p.name for p in params_dir().glob("*.yaml"))
     assert sorted(p.name for p in installed.glob("*.yaml")) == shipped
     for name in shipped:
         assert (installed / name).read_bytes() == (params_dir() / name).read_bytes(), name
-    assert (prefix / "share" / "ament_index" / "resource_index" / "packages" / "rad2_planner").is_file()
+    assert (prefix / "share" / "ament_index" / "resource_index" / "packages" / "rad2_bringup").is_file()
 
 
 def _run_outside_checkout(tmp_path: Path, ament_prefix_path: str, code: str) -> subprocess.CompletedProcess:
-    """``code`` run with rad2_planner.config copied out of the checkout (as an install puts it), from
+    """``code`` run with rad2_core.config copied out of the checkout (as an install puts it), from
     another working directory, with only the given AMENT_PREFIX_PATH."""
-    site = tmp_path / "site" / "rad2_planner"
+    site = tmp_path / "site" / "rad2_core"
     site.mkdir(parents=True)
-    src = ROOT / "ros2_ws" / "src" / "rad2_planner" / "rad2_planner"
+    src = ROOT / "ros2_ws" / "src" / "rad2_core" / "rad2_core"
     for name in ("__init__.py", "config.py"):
         shutil.copy(src / name, site / name)
     env = {k: v for k, v in os.environ.items() if k not in ("RAD2_PARAMS_DIR", "PYTHONPATH")}
@@ -294,18 +294,18 @@ def _run_outside_checkout(tmp_path: Path, ament_prefix_path: str, code: str) -> 
 
 
 def test_params_found_through_the_ament_index_away_from_the_checkout(prefix, tmp_path):
-    code = ("from rad2_planner import config\n"
+    code = ("from rad2_core import config\n"
             "print(config.params_dir())\n"
             f"for name in {NAMES!r}:\n"
             "    config.load_params(name)  # validated against the installed schema\n")
     res = _run_outside_checkout(tmp_path, str(prefix), code)
     assert res.returncode == 0, res.stderr
-    assert Path(res.stdout.strip()) == prefix / "share" / "rad2_planner" / "params"
+    assert Path(res.stdout.strip()) == prefix / "share" / "rad2_bringup" / "params"
 
 
 def test_params_dir_without_source_tree_or_install_says_where_it_looked(tmp_path):
     res = _run_outside_checkout(tmp_path, str(tmp_path / "nothing"),
-                                "from rad2_planner import config\nconfig.params_dir()\n")
+                                "from rad2_core import config\nconfig.params_dir()\n")
     assert res.returncode != 0
     assert "cannot find the params/ directory" in res.stderr and "RAD2_PARAMS_DIR" in res.stderr
 
@@ -315,4 +315,4 @@ def test_the_source_tree_wins_over_an_install(prefix, monkeypatch):
     monkeypatch.delenv("RAD2_PARAMS_DIR", raising=False)
     monkeypatch.setenv("AMENT_PREFIX_PATH", str(prefix))
     assert params_dir() == ROOT / "params"
-    assert config._installed_params_dir() == prefix / "share" / "rad2_planner" / "params"
+    assert config._installed_params_dir() == prefix / "share" / "rad2_bringup" / "params"

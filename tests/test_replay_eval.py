@@ -11,14 +11,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rad2_planner import bags, replay
-from rad2_planner.clip import save_clip
+from rad2_core.clip import save_clip
+from rad2_datasets import bags
+from rad2_evaluation import replay
 from synthetic_scenes import make_clip
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ROOT / "tools"
-NODES = ROOT / "ros2_ws" / "src" / "rad2_planner" / "rad2_planner" / "nodes"
-INSTALL_LIB = ROOT / "ros2_ws" / "install" / "rad2_planner" / "lib" / "rad2_planner"
+NODES = ROOT / "ros2_ws" / "src" / "rad2_ros" / "rad2_ros" / "nodes"
+INSTALL_LIB = ROOT / "ros2_ws" / "install" / "rad2_ros" / "lib" / "rad2_ros"
 DATASET = ROOT / "data" / "eval_efficiency"
 STEPS = 32
 
@@ -26,7 +27,7 @@ _missing = [p.name for p in (NODES / "perception_node.py", NODES / "planner_node
 if not _missing and not (INSTALL_LIB / "planner_node").exists():
     _missing = [f"{INSTALL_LIB}/planner_node (run tools/bootstrap.sh)"]
 if not _missing:
-    from rad2_planner.config import load_params
+    from rad2_core.config import load_params
 
     _ckpt = ROOT / load_params("planner")["planner"]["checkpoint_dir"]
     if not _ckpt.is_dir() or not any(_ckpt.iterdir()):
@@ -119,7 +120,7 @@ def test_lock_step_resends_a_step_without_plan_and_keeps_its_first_plan(tmp_path
     res = subprocess.run([sys.executable, str(TOOLS / "replay_eval.py"), "--bag", str(tmp_path / "in"),
                           "--out", str(tmp_path / "bad"), "--resend-after", "0"],
                          capture_output=True, text=True, timeout=60)
-    # refused where the option is parsed (rad2_planner.cli_args), naming it and the value; the player
+    # refused where the option is parsed (rad2_core.cli_args), naming it and the value; the player
     # itself refuses the same values from other callers (replay_player.py)
     assert res.returncode == 2 and "--resend-after" in res.stderr and "'0'" in res.stderr, res.stderr[-2000:]
     for bad in ("nan", "inf"):
@@ -143,7 +144,7 @@ def synthetic_bag(tmp_path_factory):
 
 def _log_cycles(clip, scene, noise: float = 0.0):
     """Cycles whose selected candidate is the logged ego future (plus a shifted second candidate)."""
-    from rad2_planner.open_loop_metrics import logged_future
+    from rad2_core.open_loop_metrics import logged_future
 
     cycles = []
     for k in range(len(scene.stamps_ns)):

@@ -1,5 +1,5 @@
 """Issue 11: an install copied away from the checkout is self-contained. ``setup.py`` installs the shipped
-checkpoints and the demo's evaluation splits into share/rad2_planner; ``config.resource_path`` resolves a
+checkpoints and the demo's evaluation splits into share/rad2_bringup; ``config.resource_path`` resolves a
 repository-relative path in the checkout, else in that share (through the ament index), else fails
 naming the path and both places; an ONNX export that would go into a read-only checkpoint directory
 goes to the user's cache instead (``config.writable_dir``)."""
@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from rad2_planner import config
-from rad2_planner.config import ResourceNotFoundError, resource_path, writable_dir
+from rad2_core import config
+from rad2_core.config import ResourceNotFoundError, resource_path, writable_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = {  # what setup.py installs besides params/ (weights and config only: no onnx/ caches)
@@ -30,16 +30,16 @@ SPLITS = ("data/eval_efficiency", "data/eval_safety")  # the demo's default spli
 
 @pytest.fixture(scope="module")
 def prefix(tmp_path_factory) -> Path:
-    """An install prefix with rad2_planner's data files, as a build without --symlink-install makes them."""
+    """An install prefix with rad2_bringup's data files, as a build without --symlink-install makes them."""
     prefix = tmp_path_factory.mktemp("install")
     subprocess.run([sys.executable, "setup.py", "-q", "install_data", "--install-dir", str(prefix)],
-                   cwd=ROOT / "ros2_ws" / "src" / "rad2_planner", check=True, capture_output=True,
+                   cwd=ROOT / "ros2_ws" / "src" / "rad2_bringup", check=True, capture_output=True,
                    timeout=120)
     return prefix
 
 
 def test_setup_installs_the_shipped_checkpoints_and_the_demo_splits(prefix):
-    share = prefix / "share" / "rad2_planner"
+    share = prefix / "share" / "rad2_bringup"
     for folder, names in SHIPPED.items():
         assert sorted(p.name for p in (share / folder).iterdir()) == sorted(names), folder
         for name in names:
@@ -62,19 +62,19 @@ def test_resource_path_prefers_the_source_tree(prefix, monkeypatch):
 
 
 def test_resource_path_falls_back_to_the_installed_share_away_from_the_checkout(prefix, tmp_path):
-    """rad2_planner.config copied out of the checkout (as an install puts it), run from another working
+    """rad2_core.config copied out of the checkout (as an install puts it), run from another working
     directory with only the install on AMENT_PREFIX_PATH: the demo's checkpoint and splits load from
     the share, and a missing resource names both places."""
-    site = tmp_path / "site" / "rad2_planner"
+    site = tmp_path / "site" / "rad2_core"
     site.mkdir(parents=True)
     for name in ("__init__.py", "config.py"):
-        shutil.copy(ROOT / "ros2_ws" / "src" / "rad2_planner" / "rad2_planner" / name, site / name)
+        shutil.copy(ROOT / "ros2_ws" / "src" / "rad2_core" / "rad2_core" / name, site / name)
     env = {k: v for k, v in os.environ.items() if k not in ("RAD2_PARAMS_DIR", "PYTHONPATH")}
     env.update(PYTHONPATH=str(site.parent), AMENT_PREFIX_PATH=str(prefix))
     work = tmp_path / "elsewhere"
     work.mkdir()
     wanted = [*SHIPPED, *SPLITS]
-    code = ("from rad2_planner.config import resource_path, ResourceNotFoundError\n"
+    code = ("from rad2_core.config import resource_path, ResourceNotFoundError\n"
             f"for p in {wanted!r}:\n"
             "    print(resource_path(p))\n"
             "try:\n"
@@ -85,7 +85,7 @@ def test_resource_path_falls_back_to_the_installed_share_away_from_the_checkout(
                          timeout=120)
     assert res.returncode == 0, res.stderr
     lines = res.stdout.strip().splitlines()
-    share = prefix / "share" / "rad2_planner"
+    share = prefix / "share" / "rad2_bringup"
     assert [Path(x) for x in lines[:-1]] == [share / p for p in wanted]
     assert "data/train not found" in lines[-1] and str(share / "data" / "train") in lines[-1]
     assert "source checkout (none: no params/ above" in lines[-1]
@@ -94,18 +94,18 @@ def test_resource_path_falls_back_to_the_installed_share_away_from_the_checkout(
 def test_a_resource_in_neither_place_names_the_path_and_both_places(tmp_path, monkeypatch):
     empty = tmp_path / "prefix"
     (empty / "share" / "ament_index" / "resource_index" / "packages").mkdir(parents=True)
-    (empty / "share" / "ament_index" / "resource_index" / "packages" / "rad2_planner").touch()
-    (empty / "share" / "rad2_planner").mkdir()
+    (empty / "share" / "ament_index" / "resource_index" / "packages" / "rad2_bringup").touch()
+    (empty / "share" / "rad2_bringup").mkdir()
     monkeypatch.setenv("AMENT_PREFIX_PATH", str(empty))
     with pytest.raises(ResourceNotFoundError) as info:
         resource_path("checkpoints/missing_run")
     msg = str(info.value)
     assert msg.startswith("checkpoints/missing_run not found")
     assert str(ROOT / "checkpoints" / "missing_run") in msg
-    assert str(empty / "share" / "rad2_planner" / "checkpoints" / "missing_run") in msg
+    assert str(empty / "share" / "rad2_bringup" / "checkpoints" / "missing_run") in msg
     assert isinstance(info.value, config.ParameterError)  # the CLIs print ParameterErrors cleanly
     monkeypatch.setenv("AMENT_PREFIX_PATH", "")
-    with pytest.raises(ResourceNotFoundError, match="rad2_planner is not in the ament index"):
+    with pytest.raises(ResourceNotFoundError, match="rad2_bringup is not in the ament index"):
         resource_path("checkpoints/missing_run")
 
 

@@ -1,4 +1,4 @@
-"""The RL training loop (rad2_rl/train.py) on the real simulator and the shipped IL checkpoint: a run
+"""The RL training loop (rad2_training/train.py) on the real simulator and the shipped IL checkpoint: a run
 interrupted after a checkpoint and resumed in a new process state ends bit-identical to an
 uninterrupted run (weights, buffer, optimiser, entropy temperature, random generators), and the CLI's
 errors name the bad setting."""
@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 from bev_warp_sim.simulator import Simulator
-from rad2_planner.clip import load_dataset
-from rad2_planner.config import load_params
+from rad2_core.clip import load_dataset
+from rad2_core.config import load_params
 from rad2_planner.networks.model import PlannerModel
 from rad2_planner.policy import resolve_path
-from rad2_rl.train import RLRun, config_from_params, train
+from rad2_training.train import RLRun, config_from_params, train
 
 CHECKPOINT = resolve_path("checkpoints/rad2_il")
 SMALL = dict(iterations=3, clips_per_iteration=2, group_size=2, batch_size=4, num_candidates=6, ogo_every=2,
@@ -122,7 +122,7 @@ def test_best_is_the_starting_planner_when_no_round_validates_better(clips, tmp_
 def test_a_run_started_from_an_rl_checkpoint_keeps_that_runs_record():
     from types import SimpleNamespace
 
-    from rad2_rl.session import stamp_rl_run
+    from rad2_training.session import stamp_rl_run
 
     first = {"rl_command": "train_rl.py --out a", "rl_seed": 1, "rl": {"iteration": 5}}
     model = SimpleNamespace(training_info={"command": "train_il.py", **first,
@@ -144,7 +144,7 @@ def test_a_run_that_freezes_the_discriminator_exports_it_as_it_started(start, tr
     the planner would ignore a trained one (and use an untrained one's scores)."""
     from types import SimpleNamespace
 
-    from rad2_rl.session import export_final
+    from rad2_training.session import export_final
 
     cfg, _, _ = config_from_params(load_params("training"), train_discriminator=False)
     model = PlannerModel.load(resolve_path(start))
@@ -158,7 +158,7 @@ def test_a_run_that_freezes_the_discriminator_exports_it_as_it_started(start, tr
 def test_validation_clips_are_held_out_of_every_training_set_in_proportion():
     from types import SimpleNamespace
 
-    from rad2_rl.session import split_clips
+    from rad2_training.session import split_clips
 
     cfg = SimpleNamespace(seed=0, validation_clips=16, clips_per_iteration=12)
     sizes = {"old_safety": 48, "old_efficiency": 29, "rich_safety": 40, "rich_efficiency": 33}
@@ -224,7 +224,7 @@ def test_window_steps_start_groups_at_a_common_logged_step_and_stop_after_the_wi
 
 
 def test_experiment_arms_parse_the_discriminator_candidates_option():
-    from rad2_rl.experiments import parse_arm, policy_spec
+    from rad2_evaluation.experiments import parse_arm, policy_spec
 
     arm = parse_arm("il:uniform@D=safe@M=16", str(CHECKPOINT))
     assert (arm.rule, arm.m, arm.discriminator_candidates) == ("uniform", 16, "safe")
@@ -246,7 +246,7 @@ def test_experiment_arms_parse_the_discriminator_candidates_option():
 def test_rule_arms_on_an_rl_checkpoint_never_select_by_its_discriminator():
     """il:RULE --il-checkpoint <RL checkpoint>: the rule, in this process and in every Ray worker (each
     builds its decider from the spec); before session 37 the workers used the trained discriminator."""
-    from rad2_rl.experiments import parse_arm, policy_spec
+    from rad2_evaluation.experiments import parse_arm, policy_spec
 
     rl_ckpt = str(resolve_path("checkpoints/rad2_rl"))
     assert PlannerModel.load(rl_ckpt).discriminator_trained
@@ -261,7 +261,7 @@ def test_experiment_results_of_separate_runs_merge_into_one_table(tmp_path):
     run over all seeds gives; unequal run counts are refused rather than averaged."""
     import json
 
-    from rad2_rl.experiments import Arm, experiments_table, merge_results, policy_spec
+    from rad2_evaluation.experiments import Arm, experiments_table, merge_results, policy_spec
 
     def run(cr, ep, where):
         return {"il:safe_medoid": {
@@ -292,7 +292,7 @@ def test_runs_of_one_planner_under_two_labels_merge_into_one_arm(tmp_path):
     renames apply to every file before pooling, so their seeds form one arm; an unknown label is named."""
     import json
 
-    from rad2_rl.experiments import merge_results
+    from rad2_evaluation.experiments import merge_results
 
     def seed(label, cr):
         return {label: {"/x/data/eval_safety": [{"CR": cr, "AF-CR": 0.0, "Safety@1": 1 - cr,
@@ -318,7 +318,7 @@ def test_runs_of_one_planner_under_two_labels_merge_into_one_arm(tmp_path):
 def test_a_mixed_split_is_reported_on_both_collisions_and_progress(tmp_path):
     """A set of both kinds of clip (eval_rich) is judged on CR and EP together: its table has both,
     a metric missing from an older results.json shows as a dash, and the plot has a panel for each."""
-    from rad2_rl.experiments import experiments_table, plot_experiments
+    from rad2_evaluation.experiments import experiments_table, plot_experiments
 
     split = "/x/data/eval_rich"
     runs = [{"CR": cr, "AF-CR": 0.0, "EP-Mean": ep, "EP@1.0": 0.4, "comfort_violation_steps": 0.2}
@@ -338,7 +338,7 @@ def test_experiment_results_keep_each_clips_outcome(tmp_path):
     """results.json holds, per seed, one record per clip whose collisions add up to the seed's CR."""
     import json
 
-    from rad2_rl.experiments import parse_arm, run_experiments
+    from rad2_evaluation.experiments import parse_arm, run_experiments
 
     torch.set_num_threads(1)
     arm = parse_arm("il:safe_medoid@M=4@H=8", str(CHECKPOINT))
@@ -359,7 +359,7 @@ def test_resuming_with_an_optimiser_over_other_parameters_names_the_setting():
     """A run saved with OGO updating the scene encoder cannot silently resume without it: the error says
     which setting to restore instead of torch's parameter-group mismatch."""
     import torch
-    from rad2_rl.train import _optimizer_arrays, _optimizer_meta, _restore_optimizer
+    from rad2_training.train import _optimizer_arrays, _optimizer_meta, _restore_optimizer
 
     enc, den = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
     started = torch.optim.AdamW([*enc.parameters(), *den.parameters()], lr=1e-3)

@@ -5,16 +5,10 @@ returns (a real local Ray instance with 2 workers)."""
 import numpy as np
 import pytest
 from bev_warp_sim.reference_policies import make_policy
-from bev_warp_sim.rollout import (
-    PerRowPlanners,
-    chunk_rows,
-    decision_seed,
-    expand_rows,
-    run_rollouts,
-)
+from bev_warp_sim.rollout import PerRowPlanners, chunk_rows, decision_seed, expand_rows, run_rollouts
 from bev_warp_sim.simulator import Simulator
 from bev_warp_sim.trace import decision_intervals
-from rad2_planner.clip import load_dataset
+from rad2_core.clip import load_dataset
 from rad2_planner.policy import resolve_path
 
 CHECKPOINT = str(resolve_path("checkpoints/rad2_il"))
@@ -59,7 +53,7 @@ def test_reference_policy_rollouts_do_not_depend_on_batch_size(sim, clips):
 
 @pytest.fixture(scope="module")
 def uniform_spec():
-    from rad2_rl.workers import PolicySpec
+    from rad2_training.workers import PolicySpec
 
     return PolicySpec(name="rad2", checkpoint_dir=CHECKPOINT, backend="onnxruntime", selection="sample",
                       distribution="uniform", record_discriminator_inputs=True, threads=1)
@@ -80,7 +74,7 @@ def test_sampled_group_members_diverge_and_decisions_hold_what_rl_needs(sim, cli
         for d in r.trace.decisions:
             assert d.candidates.shape == (m, 8, 2) and 0 <= d.selected < m
             # executed: the selected candidate, or its comfort re-timing along the same path (never ahead)
-            from rad2_planner.tokens import project_onto_polyline
+            from rad2_core.tokens import project_onto_polyline
 
             path = np.vstack([[0.0, 0.0], d.candidates[d.selected]])
             assert max(project_onto_polyline(path, q)[1] for q in d.trajectory) < 1e-3
@@ -93,7 +87,7 @@ def test_sampled_group_members_diverge_and_decisions_hold_what_rl_needs(sim, cli
 
 def test_ray_workers_match_the_single_process_engine(sim, clips, uniform_spec):
     pytest.importorskip("ray")
-    from rad2_rl.workers import RolloutPool
+    from rad2_training.workers import RolloutPool
 
     kwargs = dict(batch_size=4, seed=3, max_steps=20, rewards=["rad2"])
     local, local_stats = run_rollouts(sim, uniform_spec.build(), clips, 2, **kwargs)
@@ -112,8 +106,8 @@ def test_ray_workers_simulate_with_the_settings_they_are_given(clips, uniform_sp
     """--sim-set of train_rl / rl_experiments reaches the workers: they must not reload params/sim.yaml."""
     pytest.importorskip("ray")
     from bev_warp_sim.simulator import Simulator
-    from rad2_planner.config import params_with_overrides
-    from rad2_rl.workers import RolloutPool
+    from rad2_core.config import params_with_overrides
+    from rad2_training.workers import RolloutPool
 
     sim_params, _ = params_with_overrides("sim", ["sim.max_steps=7", "sim.reactive_agents=true"])
     kwargs = dict(batch_size=4, seed=3, rewards=["rad2"])
@@ -126,8 +120,8 @@ def test_ray_workers_simulate_with_the_settings_they_are_given(clips, uniform_sp
 
 
 def test_curation_keeps_hard_clips_and_refuses_overlap_with_evaluation_sets(sim, tmp_path):
-    from rad2_planner.config import load_params
-    from rad2_rl.curation import CurationError, composition, judge, overlapping, write_sets
+    from rad2_core.config import load_params
+    from rad2_training.curation import CurationError, composition, judge, overlapping, write_sets
 
     pool = load_dataset(resolve_path("data/train"))
     pool = [c for c in pool if c.scenario_kind in ("hard_brake", "free_road")][:2] + pool[-1:]
@@ -155,10 +149,10 @@ def test_new_weights_reach_a_workers_openvino_backend(clips):
     """RolloutWorker.set_weights re-exports the graphs and compiles them again on the worker's backend:
     the plans follow the new weights and equal PyTorch's on them."""
     import torch
-    from rad2_planner.bev import snapshot_from_clip
-    from rad2_planner.observation import build_observation
+    from rad2_core.bev import snapshot_from_clip
+    from rad2_core.observation import build_observation
     from rad2_planner.policy import Rad2Policy
-    from rad2_rl.workers import PolicySpec, RolloutWorker
+    from rad2_training.workers import PolicySpec, RolloutWorker
 
     worker = RolloutWorker(PolicySpec(checkpoint_dir=CHECKPOINT, backend="openvino", threads=1))
     policy = worker.decider.policy

@@ -1,4 +1,4 @@
-"""rad2_planner.ros_conversions: round trips of every converter and rejection of malformed messages
+"""rad2_ros.conversions: round trips of every converter and rejection of malformed messages
 with errors that name the message, the field and the offending sizes/values."""
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ if _missing is not None:
 import_ros_messages()
 
 from geometry_msgs.msg import Point  # noqa: E402
+from rad2_core.config import load_params  # noqa: E402
 from rad2_msgs.msg import AgentState, MapPolyline, PlanningDiagnostics, SceneTokens, StageLatency  # noqa: E402
-from rad2_planner import msg_roundtrip  # noqa: E402
-from rad2_planner import ros_conversions as rc  # noqa: E402
-from rad2_planner.config import load_params  # noqa: E402
+from rad2_ros import conversions as rc  # noqa: E402
+from rad2_ros import msg_roundtrip  # noqa: E402
 
 BEV_PARAMS = load_params("bev")
 GRID = rc.BevGrid.from_params(BEV_PARAMS["bev"])

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 from bev_warp_sim import safety
-from rad2_planner.config import load_params
+from rad2_core.config import load_params
 
 PARAMS = load_params("sim")
 

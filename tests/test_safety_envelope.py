@@ -2,9 +2,9 @@
 
 import numpy as np
 import pytest
+from rad2_core.config import load_params
+from rad2_core.geometry import boxes_overlap
 from rad2_planner.comfort_limits import ComfortLimitParams, limit_acceleration
-from rad2_planner.config import load_params
-from rad2_planner.geometry import boxes_overlap
 from rad2_planner.safety_envelope import SafetyEnvelopeParams, apply_envelope, constant_velocity_boxes
 
 DT = 0.5

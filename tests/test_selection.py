@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from rad2_planner.config import load_params
+from rad2_core.config import load_params
 from rad2_planner.selection import (
     CandidateDistribution,
     adaptive_top_k,

@@ -8,10 +8,11 @@ import pytest
 import torch
 from rad2_planner.networks import PlannerModel
 from rad2_planner.networks.critic import CollisionCritic, CriticConfig
+from rad2_planner.networks.model import same_scene_encoder
 from rad2_planner.policy import Rad2Policy, SafetyLayerParams, correction_inputs
 from rad2_planner.runtime.base import SCENE_INPUTS
 from rad2_planner.runtime.onnx_export import example_inputs
-from rad2_planner.training.correction import draw_traces, same_scene_encoder, self_correcting_copy
+from rad2_training.correction import draw_traces, self_correcting_copy
 from tiny_models import randomised_model, tiny_config
 
 TRACE_LEN = 3
@@ -175,7 +176,7 @@ def test_training_traces_are_prefixes_of_mined_unsafe_proposals():
 
 
 def _synthetic_runs(modes, seeds=(0, 1, 2)):
-    from bev_warp_sim.safety_layer_eval import MODES
+    from rad2_evaluation.safety_layer import MODES
 
     runs = [{"mode": m, "split": f"data/eval_{kind}", "kind": kind, "seed": s, "CR": 0.1 * MODES.index(m),
              "AF-CR": 0.05, "Safety@1": 0.9, "EP-Mean": 0.8, "corrections_per_cycle": 0.5 * MODES.index(m),
@@ -187,7 +188,7 @@ def _synthetic_runs(modes, seeds=(0, 1, 2)):
 
 
 def test_safety_layer_table_reports_self_correction_and_both_latencies():
-    from bev_warp_sim.safety_layer_eval import MODES, summary_rows, table_lines
+    from rad2_evaluation.safety_layer import MODES, summary_rows, table_lines
 
     runs, latencies = _synthetic_runs(MODES)
     rows = summary_rows(runs, MODES, 3, latencies)
@@ -211,7 +212,7 @@ def test_shipped_self_correcting_generator_fits_the_shipped_planner(tmp_path):
 def test_safety_layer_runs_split_by_mode_merge_into_one_table(tmp_path):
     import json
 
-    from bev_warp_sim.safety_layer_eval import merge_results
+    from rad2_evaluation.safety_layer import merge_results
 
     dirs = []
     for name, modes, seeds in (("a", ("off", "self_correction"), (0, 1, 2)),

@@ -9,11 +9,11 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from rad2_planner.bev import SIGNAL_CHANNEL_VALUES, get_config, snapshot_from_clip, world_to_pixel_affine
-from rad2_planner.clip import SIGNAL_GREEN, SIGNAL_RED, SIGNAL_UNKNOWN, SIGNAL_YELLOW, LaneMap
-from rad2_planner.observation import ObservationError, build_observation
+from rad2_core.bev import SIGNAL_CHANNEL_VALUES, get_config, snapshot_from_clip, world_to_pixel_affine
+from rad2_core.clip import SIGNAL_GREEN, SIGNAL_RED, SIGNAL_UNKNOWN, SIGNAL_YELLOW, LaneMap
+from rad2_core.observation import ObservationError, build_observation
+from rad2_core.tokens import MAP_FEATURES, signal_features, signal_state_of_features
 from rad2_planner.policy import observation_inputs
-from rad2_planner.tokens import MAP_FEATURES, signal_features, signal_state_of_features
 from synthetic_scenes import make_map, make_signal_clip
 from tiny_models import randomised_model, tiny_config
 
@@ -151,7 +151,7 @@ def test_widening_a_checkpoint_keeps_what_it_computes_and_learns_the_new_inputs(
 
 
 def test_the_bev_validator_bounds_the_signal_channel(signal_clip):
-    from rad2_planner.validators import check_bev, load_limits
+    from rad2_core.validators import check_bev, load_limits
 
     limits = load_limits()
     obs = build_observation(snapshot_from_clip(signal_clip, 30))

@@ -79,12 +79,12 @@ DRIVER = textwrap.dedent("""
 
 def test_sim_node_closed_loop(tmp_path):
     require_ros_build()
-    from rad2_planner.clip import save_dataset
+    from rad2_core.clip import save_dataset
 
     data = tmp_path / "data"
     save_dataset([make_clip(num_steps=121)], data)
     env = ros_env()
-    exe = ROOT / "ros2_ws" / "install" / "bev_warp_sim" / "lib" / "bev_warp_sim" / "sim_node"
+    exe = ROOT / "ros2_ws" / "install" / "rad2_ros" / "lib" / "rad2_ros" / "sim_node"
     args = [str(exe), "--ros-args", "--params-file", str(ROOT / "params" / "sim.yaml"),
             "-p", f"node.dataset:={data}", "-p", "node.realtime_factor:=2.0", "-p", "sim.max_steps:=60",
             "-p", "node.exit_when_done:=true", "-p", "node.wait_for_first_command_s:=10.0"]

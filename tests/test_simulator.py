@@ -15,8 +15,8 @@ from bev_warp_sim.simulator import Controls, SimulationError, Simulator
 from bev_warp_sim.trace import EpisodeTrace, decision_intervals
 from hypothesis import given, settings
 from hypothesis import strategies as hs
-from rad2_planner.config import load_params
-from rad2_planner.route_path import RoutePath
+from rad2_core.config import load_params
+from rad2_core.route_path import RoutePath
 from synthetic_scenes import make_clip
 
 PARAMS = load_params("sim")
@@ -407,7 +407,7 @@ def test_a_lagging_ego_sees_a_rendered_bev_where_a_warp_would_be_blank(clip):
     warp (warp_max_uncovered 1.0, the paper's BEV-Warp) shows it a blank road; with 0.1 the scene is
     rendered at its pose, and its map layers equal the log's own at the step the log was there."""
     from bev_warp_sim.warp import view_uncovered_fraction
-    from rad2_planner.bev import get_config
+    from rad2_core.bev import get_config
 
     cfg = get_config(None)
     t_log, t_behind = 60, 40  # the log moves 10 m/s: 20 m behind

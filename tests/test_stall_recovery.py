@@ -9,9 +9,9 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from rad2_planner.bev import get_config
-from rad2_planner.config import load_params
-from rad2_planner.control.bicycle import VehicleParams
+from rad2_core.bev import get_config
+from rad2_core.bicycle import VehicleParams
+from rad2_core.config import load_params
 from rad2_planner.stall_recovery import (
     StallRecoveryParams,
     asks_for_reversing,

@@ -5,17 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from rad2_core.bicycle import VehicleParams
+from rad2_core.supervision import FaultLatch, HeartbeatMonitor, OdometryGate, Seen, explain_starvation
+from rad2_core.validators import load_limits
 from rad2_planner import planner_guard
-from rad2_planner.control.bicycle import VehicleParams
-from rad2_planner.ros_conversions import EgoMotion as Motion
-from rad2_planner.supervision import (
-    FaultLatch,
-    HeartbeatMonitor,
-    OdometryGate,
-    Seen,
-    explain_starvation,
-)
-from rad2_planner.validators import load_limits
+from rad2_ros.conversions import EgoMotion as Motion
 
 LIMITS = load_limits()
 VEHICLE = VehicleParams.from_params()
@@ -216,7 +210,7 @@ def test_plan_kinematics_judged_over_the_horizon_impossible_values_everywhere():
     hook = straight(10.0)
     hook[n:] = [[hook[n - 1, 0] + 0.5, 6.0 * k] for k in range(1, T - n + 1)]  # a hook after the horizon
     assert planner_guard.check_plan_kinematics(hook, DT, LIMITS, VEHICLE, 10.0) == []
-    from rad2_planner.validators import check_trajectory
+    from rad2_core.validators import check_trajectory
 
     whole = check_trajectory(hook, DT, LIMITS, VEHICLE)
     assert whole and all(int(v.field.split("[")[1][:-1]) >= n - 1 for v in whole), whole  # in the tail
@@ -235,7 +229,7 @@ def test_curvature_is_not_judged_across_a_standing_segment():
     """A plan that nearly stops and moves on: the heading of the near-standing segment is noise (here
     it points sideways), so the turn into and out of it is no curvature of the path (a false rejection
     the soak found at low speed); a real kink between two moving segments still is one."""
-    from rad2_planner.validators import check_trajectory
+    from rad2_core.validators import check_trajectory
 
     pts = np.cumsum([[5.0, 0.0], [5.0, 0.0], [4.0, 0.0], [3.0, 0.0], [2.0, 0.0], [0.0, 0.04], [0.6, 0.0],
                      [0.6, 0.0]], axis=0)
@@ -248,7 +242,7 @@ def test_curvature_is_not_judged_across_a_standing_segment():
 def test_first_interval_judges_braking_not_a_faster_start():
     """From the ego's speed to the plan's first interval: a plan starting 2.5 m/s faster (the generator's
     start offset) is tracked within the vehicle's limits, an all-zero plan at 10 m/s is rejected."""
-    from rad2_planner.validators import check_trajectory
+    from rad2_core.validators import check_trajectory
 
     faster = straight(12.5)
     found = check_trajectory(faster, DT, LIMITS, VEHICLE, ego_speed=10.0)

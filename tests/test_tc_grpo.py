@@ -9,7 +9,7 @@ import pytest
 import torch
 from bev_warp_sim.trace import DecisionPoint
 from rad2_planner.runtime.onnx_export import example_inputs
-from rad2_rl.tc_grpo import (
+from rad2_training.tc_grpo import (
     AdaptiveEntropy,
     TCGRPOConfig,
     Trainer,

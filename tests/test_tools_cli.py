@@ -104,7 +104,7 @@ def test_bad_arguments_are_named(tool, args, name, tmp_path):
 
 
 def test_merge_datasets_keeps_every_clip_and_refuses_repeated_ids(tmp_path):
-    from rad2_planner.clip import iter_dataset, read_index
+    from rad2_core.clip import iter_dataset, read_index
 
     data = TOOLS.parent / "data"
     merge = [sys.executable, str(TOOLS / "merge_datasets.py")]
@@ -210,7 +210,7 @@ def _tool_parser(tool: Path, monkeypatch) -> argparse.ArgumentParser:
 
 def test_every_numeric_option_of_every_tool_is_bounded(monkeypatch):
     """No tool takes a bare int/float: those accept nan, inf, 1e300 and negative counts, which then fail
-    deep inside (or silently run with nonsense). Each numeric option uses rad2_planner.cli_args, and
+    deep inside (or silently run with nonsense). Each numeric option uses rad2_core.cli_args, and
     each of those refuses a non-finite value."""
     bare, accepts_nan, checked = [], [], 0
     for tool in sorted(TOOLS.glob("*.py")):
@@ -219,7 +219,7 @@ def test_every_numeric_option_of_every_tool_is_bounded(monkeypatch):
         for action in _tool_parser(tool, monkeypatch)._actions:
             if action.type in (int, float):
                 bare.append(f"{tool.name} {action.option_strings}")
-            elif getattr(action.type, "__module__", "") == "rad2_planner.cli_args":
+            elif getattr(action.type, "__module__", "") == "rad2_core.cli_args":
                 checked += 1
                 try:
                     action.type("nan")

@@ -7,17 +7,10 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from rad2_planner.clip import SIGNAL_GREEN, SIGNAL_RED, SIGNAL_UNKNOWN, SIGNAL_YELLOW
-from rad2_planner.config import load_params
-from rad2_planner.traffic_rules import (
-    NO_STOP_M,
-    TrafficRuleParams,
-    allowed_distance,
-    limit_progress,
-    next_signal_stop,
-    stop_line_crossings,
-    stop_lines_on_route,
-)
+from rad2_core.clip import SIGNAL_GREEN, SIGNAL_RED, SIGNAL_UNKNOWN, SIGNAL_YELLOW
+from rad2_core.config import load_params
+from rad2_core.stop_lines import NO_STOP_M, next_signal_stop, stop_line_crossings, stop_lines_on_route
+from rad2_planner.traffic_rules import TrafficRuleParams, allowed_distance, limit_progress
 from synthetic_scenes import make_signal_clip
 
 RULES = TrafficRuleParams.from_params(load_params("planner"))
@@ -83,7 +76,7 @@ def test_limit_progress_keeps_the_path_and_never_overtakes_the_plan():
     own_steps = np.linalg.norm(np.diff(np.vstack([[0, 0], plan]), axis=0), axis=1)
     own = np.concatenate([[0.0], np.cumsum(own_steps)])
     assert np.all(s <= own + 1e-6)  # never ahead of the generated plan
-    from rad2_planner.tokens import project_onto_polyline
+    from rad2_core.tokens import project_onto_polyline
 
     own_path = np.vstack([[0.0, 0.0], plan])
     assert max(project_onto_polyline(own_path, q)[1] for q in out) < 1e-6  # on the plan's own path
@@ -130,9 +123,9 @@ def test_closed_loop_stops_at_red_and_goes_at_green(clip):
 def test_signals_reach_the_planner_through_the_ros_messages(clip):
     """Vehicle path: PerceptionInputs.signals -> LiveScene -> SceneTokens.signal_stop -> the planner's
     Observation; states the map does not know are reported, a stale report becomes unknown."""
-    from rad2_planner import ros_conversions as rc
-    from rad2_planner.bev import AgentFrame
-    from rad2_planner.live_scene import LiveScene, MapAndRoute
+    from rad2_core.bev import AgentFrame
+    from rad2_datasets.live_scene import LiveScene, MapAndRoute
+    from rad2_ros import conversions as rc
 
     no_agents = rc.perception_inputs_from_msg(rc.PerceptionInputs())[0]
     msg = rc.perception_inputs_to_msg(no_agents, 1, signals={5: SIGNAL_RED, 99: SIGNAL_GREEN})

@@ -5,13 +5,13 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from rad2_planner import validators as val
-from rad2_planner.bev import snapshot_from_clip
-from rad2_planner.clip import load_dataset
-from rad2_planner.config import load_params
-from rad2_planner.control.bicycle import VehicleParams
-from rad2_planner.geometry import world_to_ego
-from rad2_planner.observation import build_observation
+from rad2_core import validators as val
+from rad2_core.bev import snapshot_from_clip
+from rad2_core.bicycle import VehicleParams
+from rad2_core.clip import load_dataset
+from rad2_core.config import load_params
+from rad2_core.geometry import world_to_ego
+from rad2_core.observation import build_observation
 from rad2_planner.policy import resolve_path
 
 LIMITS = val.load_limits()
@@ -169,7 +169,7 @@ def test_log_readers_drop_a_tracker_glitch_and_refuse_an_impossible_ego(clips):
     then passes check_clip; an ego at 1e6 m/s is refused, naming the log and the field."""
     import dataclasses
 
-    from rad2_planner.adapters.logs import LogFormatError, plausible_clip
+    from rad2_datasets.adapters.logs import LogFormatError, plausible_clip
 
     c = clips[0]
     i, t = np.argwhere(c.agent_valid)[0]

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 from bev_warp_sim.warp import BevWarper, WarpError, warp_matrix
-from rad2_planner.bev import rasterize_bev, snapshot_from_clip
-from rad2_planner.config import load_params
-from rad2_planner.geometry import se2_compose
+from rad2_core.bev import rasterize_bev, snapshot_from_clip
+from rad2_core.config import load_params
+from rad2_core.geometry import se2_compose
 from synthetic_scenes import make_clip
 
 BEV = load_params("bev")

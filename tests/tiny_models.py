@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from rad2_planner.config import load_params
+from rad2_core.config import load_params
 from rad2_planner.networks import ModelConfig, PlannerModel
 
 

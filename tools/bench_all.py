@@ -46,7 +46,7 @@ def _run(args: list[str], log) -> None:
 
 
 def main(argv=None) -> int:
-    from rad2_planner.cli_args import int_at_least
+    from rad2_core.cli_args import int_at_least
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "bench_all", help="output directory")
@@ -57,7 +57,7 @@ def main(argv=None) -> int:
                     help="also time the planning cycle on the openvino backend, f32 and bf16 (~1 min)")
     args = ap.parse_args(argv)
 
-    from rad2_planner.benchmarking import bench_summary
+    from rad2_evaluation.benchmarking import bench_summary
     from tqdm import tqdm
 
     out = args.out
@@ -99,6 +99,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from rad2_planner.cli_args import run_tool
+    from rad2_core.cli_args import run_tool
 
     raise SystemExit(run_tool(main, "bench_all"))

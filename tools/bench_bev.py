@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _fixture_clips():
-    from rad2_planner.adapters.av2 import load_av2_scenario
-    from rad2_planner.adapters.commonroad import load_commonroad_scenario
+    from rad2_datasets.adapters.av2 import load_av2_scenario
+    from rad2_datasets.adapters.commonroad import load_commonroad_scenario
 
     fx = ROOT / "tests" / "fixtures"
     return [
@@ -29,7 +29,7 @@ def _fixture_clips():
 
 
 def main(argv=None) -> int:
-    from rad2_planner.cli_args import int_at_least
+    from rad2_core.cli_args import int_at_least
 
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -39,8 +39,8 @@ def main(argv=None) -> int:
                         help="clips to use from a dataset (default 20)")
     parser.add_argument("--stride", type=int_at_least(1), default=1, help="use every N-th step (default 1)")
     args = parser.parse_args(argv)
-    from rad2_planner.bev_benchmark import print_bev_timings, time_bev_pipeline
-    from rad2_planner.clip import iter_dataset
+    from rad2_core.clip import iter_dataset
+    from rad2_evaluation.benchmarks.bev import print_bev_timings, time_bev_pipeline
 
     if args.dataset is not None:
         clips = []
@@ -54,6 +54,6 @@ def main(argv=None) -> int:
     return 0
 
 if __name__ == "__main__":
-    from rad2_planner.cli_args import run_tool
+    from rad2_core.cli_args import run_tool
 
     sys.exit(run_tool(main, "bench_bev"))

@@ -11,7 +11,7 @@ out=${1:-out/bench_gpu}
 py=${2:-python3}
 if [ "$out" = "-h" ] || [ "$out" = "--help" ]; then sed -n 2,8p "$0"; exit 0; fi
 mkdir -p "$out"
-export PYTHONPATH="ros2_ws/src/rad2_planner:ros2_ws/src/bev_warp_sim:ros2_ws/src/rad2_rl:tests${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$(printf "%s:" ros2_ws/src/*/)tests${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
 "$py" -c "import torch, onnxruntime as o; print('torch', torch.__version__, 'cuda', torch.version.cuda, \

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Planner node in a ROS 2 graph: input -> trajectory latency over DDS (rad2_planner.nodes.graph_bench).
+"""Planner node in a ROS 2 graph: input -> trajectory latency over DDS (rad2_bringup.graph_bench).
 
 Starts the planner node of launch/graphs.yaml as its own process (wall clock, the vehicle's parameter
 files), plays BEV features + scene tokens of consecutive log steps of real clips into it at 10 Hz,
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _parser() -> argparse.ArgumentParser:
-    from rad2_planner.cli_args import float_in, int_at_least
+    from rad2_core.cli_args import float_in, int_at_least
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default="data/eval_efficiency", help="dataset whose clips give the inputs")
@@ -42,13 +42,13 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
-    from rad2_planner.config import ResourceNotFoundError, resource_path
+    from rad2_core.config import ResourceNotFoundError, resource_path
 
     try:
         resource_path(args.data)
     except ResourceNotFoundError as exc:
         _parser().error(f"--data: {exc}")
-    from rad2_planner.rosenv import RosEnvironmentError, ensure_ros_environment, unique_domain_id
+    from rad2_ros.rosenv import RosEnvironmentError, ensure_ros_environment, unique_domain_id
 
     domain = unique_domain_id() if args.domain_id is None else args.domain_id
     try:
@@ -57,9 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     except RosEnvironmentError as exc:
         print(f"bench_graph: {exc}", file=sys.stderr)
         return 2
-    from rad2_planner.benchmarking import plot_graph_results, print_graph_results
-    from rad2_planner.bringup import BringupError
-    from rad2_planner.nodes.graph_bench import run_graph_benchmark
+    from rad2_bringup.bringup import BringupError
+    from rad2_bringup.graph_bench import run_graph_benchmark
+    from rad2_evaluation.benchmarking import plot_graph_results, print_graph_results
 
     try:
         res = run_graph_benchmark(data=args.data, cycles=args.cycles, warmup=args.warmup,
@@ -77,6 +77,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from rad2_planner.cli_args import run_tool
+    from rad2_core.cli_args import run_tool
 
     sys.exit(run_tool(main, "bench_graph"))

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark the batched iLQR tracker against CasADi + IPOPT on the same tracking problems.
 
-Both solvers get the same model (midpoint bicycle step of rad2_planner.control.bicycle), the same
+Both solvers get the same model (midpoint bicycle step of rad2_core.bicycle), the same
 Eq. 10 cost, horizon, input box and speed/steering bounds, and the same initial guess. Problems are
 straight, curved, stop-and-go and lane-change plans (params/controller.yaml, params/vehicle.yaml)
 with random initial offsets. Reported: solve time median / p99 (single problem cold, single problem
@@ -11,7 +11,7 @@ to IPOPT's (IPOPT solved to tolerance 1e-9 on every problem).
 Run single-core figures with ``taskset -c 0 .venv/bin/python tools/bench_ilqr.py``; the load average
 is printed with them (timings on a busy machine are not comparable). ``--kernel`` forces the iLQR
 kernel (default: the per-problem one for small batches, the batched numpy one otherwise).
-The benchmark itself is rad2_planner.control.benchmark.
+The benchmark itself is rad2_evaluation.benchmarks.ilqr.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rad2_planner.cli_args import int_at_least
-from rad2_planner.control.benchmark import run_benchmark
+from rad2_core.cli_args import int_at_least
+from rad2_evaluation.benchmarks.ilqr import run_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,6 +56,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from rad2_planner.cli_args import run_tool
+    from rad2_core.cli_args import run_tool
 
     raise SystemExit(run_tool(main, "bench_ilqr"))

@@ -9,11 +9,11 @@ masks are realistic; ``--random-inputs`` uses random tensors instead.
 Reproducibility: it prints the machine, the threads, the load before and after, and the efficiency
 of the cycle: the median (and p99) cycle time divided by the FLOP floor, the time the cycle's network
 FLOPs take at the throughput of a matrix-product probe run in the same process (the fastest of
-PyTorch's MKL, its oneDNN and ONNX Runtime's MLAS; rad2_planner.benchmarking). It also times the
+PyTorch's MKL, its oneDNN and ONNX Runtime's MLAS; rad2_evaluation.benchmarking). It also times the
 selection rule alone (``safe_medoid``: every candidate against every agent over the plan) on synthetic
 scenes with --agents agents.
 
-The benchmark itself is rad2_planner.planning_benchmark.
+The benchmark itself is rad2_evaluation.benchmarks.planner.
 
 Examples:
     .venv/bin/python tools/bench_planner_latency.py --backend onnxruntime --out out/bench_latency
@@ -27,7 +27,7 @@ import argparse
 
 
 def main(argv=None) -> int:
-    from rad2_planner.cli_args import int_at_least, schema_value, torch_device
+    from rad2_core.cli_args import int_at_least, schema_value, torch_device
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backend", type=schema_value("planner", "planner.backend"), default=None,
@@ -76,7 +76,7 @@ def main(argv=None) -> int:
     if args.fixed_shapes is not None:
         runtime_overrides["ort_fixed_shapes"] = args.fixed_shapes == "on"
     if args.openvino_precision is not None:
-        from rad2_planner.config import load_params
+        from rad2_core.config import load_params
 
         backend = args.backend or load_params("planner")["planner"]["backend"]
         if backend != "openvino":
@@ -85,7 +85,7 @@ def main(argv=None) -> int:
         runtime_overrides["openvino"] = {"precision": args.openvino_precision}
 
     if args.op_profile:
-        from rad2_planner.planning_benchmark import run_operator_profile
+        from rad2_evaluation.benchmarks.planner import run_operator_profile
 
         if len(args.m) != 1:
             ap.error(f"--op-profile: profiles one candidate count, got --m {' '.join(map(str, args.m))}")
@@ -96,13 +96,13 @@ def main(argv=None) -> int:
                              checkpoint=args.checkpoint, out=args.out)
         return 0
     if args.compare_fixed_shapes:
-        from rad2_planner.planning_benchmark import compare_runtime_setting
+        from rad2_evaluation.benchmarks.planner import compare_runtime_setting
 
         compare_runtime_setting("ort_fixed_shapes", (False, True), args.m, cycles=args.cycles,
                                 warmup=args.warmup, data=None if args.random_inputs else args.data,
                                 checkpoint=args.checkpoint, out=f"{args.out}_fixed_shapes")
         return 0
-    from rad2_planner.planning_benchmark import run_latency_benchmark
+    from rad2_evaluation.benchmarks.planner import run_latency_benchmark
 
     run_latency_benchmark(args.m, backend=args.backend, device=args.device, checkpoint=args.checkpoint,
                           random_init=args.random_init, k=args.k, sampler=args.sampler, cycles=args.cycles,
@@ -111,6 +111,6 @@ def main(argv=None) -> int:
     return 0
 
 if __name__ == "__main__":
-    from rad2_planner.cli_args import run_tool
+    from rad2_core.cli_args import run_tool
 
     raise SystemExit(run_tool(main, "bench_planner_latency"))

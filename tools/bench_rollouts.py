@@ -17,7 +17,7 @@ from pathlib import Path
 
 
 def main(argv=None) -> int:
-    from rad2_planner.cli_args import int_at_least, schema_value, torch_device
+    from rad2_core.cli_args import int_at_least, schema_value, torch_device
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dataset", default="data/eval_safety", help="dataset directory of the clips")
@@ -47,7 +47,7 @@ def main(argv=None) -> int:
     if not (Path(args.dataset) / "index.json").is_file():
         ap.error(f"--dataset: {args.dataset} is not a dataset directory (no index.json)")
 
-    from rad2_rl.rollout_benchmark import run_rollout_benchmark
+    from rad2_evaluation.benchmarks.rollouts import run_rollout_benchmark
     from rich.console import Console
 
     text = run_rollout_benchmark(args.dataset, clips=args.clips, group=args.group, h_reuse=args.h_reuse,
@@ -62,6 +62,6 @@ def main(argv=None) -> int:
     return 0
 
 if __name__ == "__main__":
-    from rad2_planner.cli_args import run_tool
+    from rad2_core.cli_args import run_tool
 
     sys.exit(run_tool(main, "bench_rollouts"))

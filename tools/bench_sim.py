@@ -6,7 +6,7 @@ An environment step = observe (warped BEV + transformed tokens) + one latched co
 collision, TTC, off-road) with a fixed control sequence re-latched (one batched iLQR-free commit) every
 ``latch.h_reuse`` steps; no planner and no iLQR run, so the figure is the simulator's own cost.
 
-The benchmark itself is bev_warp_sim.benchmark.
+The benchmark itself is rad2_evaluation.benchmarks.sim.
 
   bench_sim.py                       # first clip of data/eval_efficiency, B = 1, 16, 64
   bench_sim.py --dataset data/eval_safety --batch 1 16 --steps 40
@@ -18,8 +18,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from bev_warp_sim.benchmark import DEFAULT_DATASET, run_sim_benchmark
-from rad2_planner.cli_args import int_at_least
+from rad2_core.cli_args import int_at_least
+from rad2_evaluation.benchmarks.sim import DEFAULT_DATASET, run_sim_benchmark
 
 
 def main(argv=None) -> int:
@@ -41,6 +41,6 @@ def main(argv=None) -> int:
     return 0
 
 if __name__ == "__main__":
-    from rad2_planner.cli_args import run_tool
+    from rad2_core.cli_args import run_tool
 
     sys.exit(run_tool(main, "bench_sim"))

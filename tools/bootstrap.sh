@@ -75,7 +75,7 @@ venv_hash() {
 build_hash() {
     local files
     mapfile -t files < <(cd "$ROOT" && {
-        find ros2_ws/src/msgs -type f
+        find ros2_ws/src/rad2_msgs -type f
         find ros2_ws/src -mindepth 2 -maxdepth 2 \( -name package.xml -o -name setup.py -o -name setup.cfg \)
         find ros2_ws/src -mindepth 3 -maxdepth 3 -path '*/resource/*' -type f
     } | LC_ALL=C sort)
@@ -144,17 +144,18 @@ if [ "$force" = 1 ] || [ ! -f "$VENV_STAMP" ] || [ "$(cat "$VENV_STAMP")" != "$(
             -e "s#/opt/python/cp3[0-9]+-cp3[0-9]+/include/python3\.[0-9]+#${py_include}#g" \
             "${cmake_files[@]}"
     fi
-    # The Python packages of ros2_ws/src (rad2_planner, bev_warp_sim, rad2_rl) go on the venv's path
-    # through one .pth file naming their source directories, so tools/*.py and the core import them
-    # with the venv python alone (no colcon install needed, no sys.path editing in any tool). After
-    # `source tools/env.sh` the colcon install comes first on PYTHONPATH; with --symlink-install it
-    # is the same source files. Rewritten every time this step runs, so it follows the checkout.
-    site_packages="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-    find "$WS/src" -mindepth 2 -maxdepth 2 -name setup.py -printf '%h\n' | LC_ALL=C sort \
-        > "$site_packages/rad2-src.pth"
     venv_hash > "$VENV_STAMP"
     log "virtualenv ready ($((SECONDS - start_s)) s)"
 fi
+
+# The Python packages of ros2_ws/src (rad2_core, rad2_planner, bev_warp_sim, ...) go on the venv's path
+# through one .pth file naming their source directories, so tools/*.py and the core import them
+# with the venv python alone (no colcon install needed, no sys.path editing in any tool). After
+# `source tools/env.sh` the colcon install comes first on PYTHONPATH; with --symlink-install it
+# is the same source files. Rewritten on every run (cheap), so it follows the checkout's packages.
+site_packages="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+find "$WS/src" -mindepth 2 -maxdepth 2 -name setup.py -printf '%h\n' | LC_ALL=C sort \
+    > "$site_packages/rad2-src.pth"
 
 # --- 2. colcon build -----------------------------------------------------------------------------
 build_start_s=$SECONDS

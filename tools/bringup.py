@@ -23,9 +23,9 @@ import os
 import sys
 from pathlib import Path
 
-from rad2_planner import graphs
-from rad2_planner.bringup import Bringup, BringupError, run_composed
-from rad2_planner.config import ParameterError, parse_node_overrides
+from rad2_bringup import graphs
+from rad2_bringup.bringup import Bringup, BringupError, run_composed
+from rad2_core.config import ParameterError, parse_node_overrides
 
 
 # -- CLI -------------------------------------------------------------------------------------------
@@ -40,7 +40,7 @@ def _parse_kv(items: list[str], what: str) -> list[tuple[str, str]]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from rad2_planner.cli_args import float_in, int_at_least
+    from rad2_core.cli_args import float_in, int_at_least
 
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
@@ -99,6 +99,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from rad2_planner.cli_args import run_tool
+    from rad2_core.cli_args import run_tool
 
     sys.exit(run_tool(main, "bringup"))

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Convert a logged clip (rad2_planner.clip) into a rosbag2 MCAP bag of perception inputs.
+"""Convert a logged clip (rad2_core.clip) into a rosbag2 MCAP bag of perception inputs.
 
 The bag holds, per log step, /clock, localization/odometry, perception/objects and visualisation
-markers in the map frame (the topic table is in rad2_planner.input_bags); metadata.yaml names the clip
+markers in the map frame (the topic table is in rad2_datasets.input_bags); metadata.yaml names the clip
 file and id, which replay passes to the perception node.
-The conversion itself is rad2_planner.input_bags.
+The conversion itself is rad2_datasets.input_bags.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rad2_planner import bags
-from rad2_planner.clip import ClipFormatError
-from rad2_planner.input_bags import DEFAULT_START_TIME_S, clip_to_bag, load_clip_source, slice_steps
+from rad2_core.clip import ClipFormatError
+from rad2_datasets import bags
+from rad2_datasets.input_bags import DEFAULT_START_TIME_S, clip_to_bag, load_clip_source, slice_steps
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rad2_planner.cli_args import float_in, int_at_least
+    from rad2_core.cli_args import float_in, int_at_least
 
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -58,6 +58,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from rad2_planner.cli_args import run_tool
+    from rad2_core.cli_args import run_tool
 
     sys.exit(run_tool(main, "clip_to_bag"))

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Write one planner checkpoint from the generator of one checkpoint and the discriminator of another
-(rad2_rl/compose.py): the staged RL schedule's result, or any generator with any trained discriminator
+(rad2_training/compose.py): the staged RL schedule's result, or any generator with any trained discriminator
 of the same network configuration. Weights are written as float16 (the shipped form) unless --fp32, or
 --lossless: each weights file in float16 where that changes no value, else float32 (the shipped RL
 checkpoint: its generator stayed at a float16 checkpoint's weights, its discriminator did not).
@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     import torch
     from rad2_planner.networks.model import CheckpointError
-    from rad2_rl.compose import compose_checkpoint
+    from rad2_training.compose import compose_checkpoint
 
     dtype = "lossless" if args.lossless else (torch.float32 if args.fp32 else torch.float16)
     command = shlex.join(["tools/compose_checkpoint.py", *(sys.argv[1:] if argv is None else argv)])
@@ -44,6 +44,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from rad2_planner.cli_args import run_tool
+    from rad2_core.cli_args import run_tool
 
     raise SystemExit(run_tool(main, "compose_checkpoint"))

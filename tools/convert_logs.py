@@ -10,7 +10,7 @@ Examples:
   tools/evaluate_policy.py --policy rad2 idm --split out/real_fixtures --out runs/real
 
 Inputs are files or directories, searched recursively; the format of each log is recognised from what
-is on disk (see rad2_planner/adapters/logs.py). Every clip is at the simulator's step (params/sim.yaml
+is on disk (see rad2_datasets/adapters/logs.py). Every clip is at the simulator's step (params/sim.yaml
 sim.dt); conversion parameters are params/bev.yaml adapters.*. CommonRoad scenes recorded without an
 ego (NGSIM) give one clip per promoted ego: moving vehicles of passenger-car size, best first
 (adapters.promoted_ego). Output: index.json, clips/<clip_id>.npz, maps/<map_id>.npz.
@@ -35,7 +35,7 @@ def _positive_int(text: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from rad2_planner.adapters.logs import FORMATS
+    from rad2_datasets.adapters.logs import FORMATS
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("inputs", nargs="+", type=Path, help="log files or directories (searched recursively)")
@@ -60,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
 def composition(directory: Path) -> list[dict]:
     """One row per source format of the dataset: clips, seconds, ego speed, agents per step by type."""
     import numpy as np
-    from rad2_planner.clip import AGENT_CYCLIST, AGENT_PEDESTRIAN, AGENT_VEHICLE, iter_dataset
+    from rad2_core.clip import AGENT_CYCLIST, AGENT_PEDESTRIAN, AGENT_VEHICLE, iter_dataset
 
     rows: dict[str, dict] = {}
     for clip in iter_dataset(directory):
@@ -89,9 +89,9 @@ def main(argv=None) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
 
-    from rad2_planner.adapters.logs import LogFormatError, convert_logs
-    from rad2_planner.clip import ClipValidationError
-    from rad2_planner.config import ParameterError, load_params
+    from rad2_core.clip import ClipValidationError
+    from rad2_core.config import ParameterError, load_params
+    from rad2_datasets.adapters.logs import LogFormatError, convert_logs
     from rich.console import Console
     from rich.table import Table
 
@@ -127,6 +127,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from rad2_planner.cli_args import run_tool
+    from rad2_core.cli_args import run_tool
 
     sys.exit(run_tool(main, "convert_logs"))

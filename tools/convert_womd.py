@@ -27,6 +27,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from rad2_planner.cli_args import run_tool
+    from rad2_core.cli_args import run_tool
 
     sys.exit(run_tool(main, "convert_womd"))

@@ -2,7 +2,7 @@
 """Curate the RL training sets (RAD-2 §4.1): drive every pool clip closed loop with the IL generator and
 a uniformly random candidate per decision, keep the safety-oriented clips with elevated collision risk
 and the efficiency-oriented ones with poor progress, and write two datasets disjoint from the
-evaluation sets (checked), a summary table, summary.json and a scatter plot (rad2_rl.curation.curate).
+evaluation sets (checked), a summary table, summary.json and a scatter plot (rad2_training.curation.curate).
 
   curate_scenarios.py                                  # data/train -> out/rl_train/{rl_safety,rl_efficiency}
   curate_scenarios.py --pool data/train out/train_large --workers 2 --out out/rl_train
@@ -16,7 +16,7 @@ from pathlib import Path
 
 
 def main(argv=None) -> int:
-    from rad2_planner.cli_args import int_at_least, schema_value
+    from rad2_core.cli_args import int_at_least, schema_value
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pool", nargs="+", default=["data/train"],
@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     for d in args.pool + args.eval:
         if not (Path(d) / "index.json").is_file():
             ap.error(f"{d} is not a dataset directory (no index.json)")
-    from rad2_rl.curation import curate
+    from rad2_training.curation import curate
     from rich.console import Console
 
     return curate(args.pool, args.eval, args.out, checkpoint=args.checkpoint, workers=args.workers,
@@ -48,6 +48,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from rad2_planner.cli_args import run_tool
+    from rad2_core.cli_args import run_tool
 
     sys.exit(run_tool(main, "curate_scenarios"))

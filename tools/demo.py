@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """`make demo`: the full ROS 2 graph closed-loop on bundled evaluation clips, as separate processes.
 
-Brings up graph "simulation" of launch/graphs.yaml with rad2_planner.bringup (planner + controller first,
+Brings up graph "simulation" of launch/graphs.yaml with rad2_bringup.bringup (planner + controller first,
 then the BEV-Warp sim node, which replaces the vehicle and the perception node), drives a handful of
 clips from data/eval_efficiency and data/eval_safety in real time (10 Hz), and meanwhile
-  - records the run into an MCAP bag (rosbag2 layout, opens in Foxglove) with rad2_planner.nodes.monitor's
+  - records the run into an MCAP bag (rosbag2 layout, opens in Foxglove) with rad2_ros.nodes.monitor's
     Monitor: odometry, scene tokens, candidates, trajectory, path, markers, diagnostics, commands,
     episode results, /clock (BEV rasters only with --record-bev: ~0.65 MB each);
   - measures end-to-end latency on this process's wall clock: arrival of a step's odometry (the sim
@@ -15,8 +15,8 @@ First the same clips are driven with the imitation baseline (--baseline, the IL 
 planner's fallback selection rule), then with the configured planner (params/planner.yaml); after both
 it prints them side by side (<out>/comparison.json, comparison.png; --no-baseline skips the first).
 Each run prints the closed-loop metric table (bev_warp_sim.metrics) and the latency tables, writes
-<out>/demo.json and a GIF of the worst clip (bev_warp_sim.evaluate.render_episode_gif).
-The work is done by bev_warp_sim.nodes.demo.run_demo.
+<out>/demo.json and a GIF of the worst clip (rad2_evaluation.closed_loop.render_episode_gif).
+The work is done by rad2_bringup.demo.run_demo.
 
   python tools/demo.py                      # 4 clips (2 + 2), outputs in runs/demo
   python tools/demo.py --clips 2 --no-gif --out /tmp/demo
@@ -28,7 +28,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bev_warp_sim.nodes.demo import (
+from rad2_bringup.demo import (
     DEFAULT_BASELINE,
     DEFAULT_SPLITS,
     DemoError,
@@ -39,7 +39,7 @@ from bev_warp_sim.nodes.demo import (
 
 
 def _parser() -> argparse.ArgumentParser:
-    from rad2_planner.cli_args import float_in, int_at_least, schema_value
+    from rad2_core.cli_args import float_in, int_at_least, schema_value
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -76,15 +76,15 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
-    from rad2_planner.rosenv import RosEnvironmentError, ensure_ros_environment
+    from rad2_ros.rosenv import RosEnvironmentError, ensure_ros_environment
 
     try:
         ensure_ros_environment(__file__, argv, args.domain_id)
     except RosEnvironmentError as exc:
         print(f"demo: {exc}", file=sys.stderr)
         return 2
-    from rad2_planner.bringup import BringupError
-    from rad2_planner.config import ParameterError
+    from rad2_bringup.bringup import BringupError
+    from rad2_core.config import ParameterError
 
     try:
         kwargs = dict(splits=args.dataset, num_clips=args.clips, clip_ids=args.clip_ids,
@@ -103,6 +103,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from rad2_planner.cli_args import run_tool
+    from rad2_core.cli_args import run_tool
 
     sys.exit(run_tool(main, "demo"))

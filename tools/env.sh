@@ -2,7 +2,7 @@
 # Source me: `source tools/env.sh` gives this shell the rad2 ROS 2 environment: the project venv
 # active, the colcon install of ros2_ws sourced, rmw_fastrtps_cpp with the localhost Fast DDS
 # profile, ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST and RAD2_ROOT. Safe under `set -u`.
-# The variables themselves are defined once, in ros2_ws/src/rad2_planner/rad2_planner/rosenv.py.
+# The variables themselves are defined once, in ros2_ws/src/rad2_ros/rad2_ros/rosenv.py.
 if [ "${BASH_SOURCE[0]:-$0}" = "$0" ]; then
     echo "tools/env.sh must be sourced: source tools/env.sh" >&2
     exit 1
@@ -20,7 +20,7 @@ source "$_rad2_venv/bin/activate"
 # -S: skip site-packages, so the ROS wheels' startup hook does not re-exec python with its own
 # additions, and the exports are computed against exactly this shell's environment.
 if _rad2_exports="$("$_rad2_venv/bin/python" -S \
-        "$_rad2_root/ros2_ws/src/rad2_planner/rad2_planner/rosenv.py" --shell)"; then
+        "$_rad2_root/ros2_ws/src/rad2_ros/rad2_ros/rosenv.py" --shell)"; then
     eval "$_rad2_exports"
     unset _rad2_root _rad2_venv _rad2_exports
 else

@@ -18,7 +18,7 @@ metrics do not depend on the machine's speed).
 Self-correction uses safety_layer.correction_checkpoint (tools/train_self_correction.py).
 
 Writes --out/results.json, --out/table.md and --out/safety_layer.png. The work is done by
-bev_warp_sim.safety_layer_eval.evaluate_safety_layer.
+rad2_evaluation.safety_layer.evaluate_safety_layer.
 
 Example (about 10 minutes on 2 shared cores):
     python tools/eval_safety_layer.py --max-clips 12 --seeds 0
@@ -35,11 +35,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from bev_warp_sim.safety_layer_eval import MODES
+from rad2_evaluation.safety_layer import MODES
 
 
 def _parser() -> argparse.ArgumentParser:
-    from rad2_planner.cli_args import int_at_least, schema_value
+    from rad2_core.cli_args import int_at_least, schema_value
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
@@ -102,7 +102,7 @@ def main(argv=None) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
     if args.merge:
-        from bev_warp_sim.safety_layer_eval import merge_results
+        from rad2_evaluation.safety_layer import merge_results
 
         for d in args.merge:
             if not (Path(d) / "results.json").is_file():
@@ -116,8 +116,8 @@ def main(argv=None) -> int:
         if not (Path(split) / "index.json").is_file():
             ap.error(f"--splits: {split} is not a dataset directory (no index.json)")
 
-    from bev_warp_sim.safety_layer_eval import evaluate_safety_layer, safety_layers
-    from rad2_planner.config import load_params
+    from rad2_core.config import load_params
+    from rad2_evaluation.safety_layer import evaluate_safety_layer, safety_layers
 
     try:
         layers = safety_layers(args.modes, load_params("planner"), args.threshold, args.max_rounds,
@@ -133,6 +133,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from rad2_planner.cli_args import run_tool
+    from rad2_core.cli_args import run_tool
 
     sys.exit(run_tool(main, "eval_safety_layer"))

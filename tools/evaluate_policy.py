@@ -19,7 +19,7 @@ from pathlib import Path
 
 def _parser() -> argparse.ArgumentParser:
     from bev_warp_sim.reference_policies import POLICIES
-    from rad2_planner.cli_args import int_at_least, schema_value
+    from rad2_core.cli_args import int_at_least, schema_value
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--policy", nargs="+", default=["expert"], choices=sorted(POLICIES),
@@ -56,14 +56,14 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
-    from rad2_planner.config import ResourceNotFoundError, load_params
+    from rad2_core.config import ResourceNotFoundError, load_params
 
     backend = args.backend or load_params("planner")["planner"]["backend"]
     if args.openvino_precision is not None and backend != "openvino":
         ap.error(f"--openvino-precision: only with the openvino backend (--backend or planner.backend; "
                  f"got {backend})")
+    from rad2_evaluation.evaluate import evaluate_policies, write_evaluation
     from rad2_planner.networks.model import CheckpointError
-    from rad2_rl.evaluation import evaluate_policies, write_evaluation
     from rich.console import Console
 
     params = load_params("sim")
@@ -89,6 +89,6 @@ def main(argv=None) -> int:
     return 0
 
 if __name__ == "__main__":
-    from rad2_planner.cli_args import run_tool
+    from rad2_core.cli_args import run_tool
 
     sys.exit(run_tool(main, "evaluate_policy"))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 
 def main(argv=None) -> int:
-    from rad2_planner.cli_args import int_at_least
+    from rad2_core.cli_args import int_at_least
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--checkpoint", default=None, help="checkpoint dir (default: planner.checkpoint_dir)")
@@ -28,7 +28,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cycles", type=int_at_least(1, 10000), default=4, help="planning cycles to record")
     args = ap.parse_args(argv)
 
-    from rad2_planner.config import load_params
+    from rad2_core.config import load_params
     from rad2_planner.networks import PlannerModel
     from rad2_planner.policy import resolve_path
     from rad2_planner.runtime.consistency import ort_vs_torch, record_graph_inputs
@@ -55,6 +55,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from rad2_planner.cli_args import run_tool
+    from rad2_core.cli_args import run_tool
 
     raise SystemExit(run_tool(main, "export_onnx"))

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Closed-loop fine-tuning of the self-correcting generator with the rollout engine (CorrectionPlanner's
-RL stage on RAD-2's diffusion generator; see ros2_ws/src/rad2_rl/rad2_rl/correction_rl.py).
+RL stage on RAD-2's diffusion generator; see ros2_ws/src/rad2_training/rad2_training/correction_rl.py).
 
 Starts from the imitation corrector (safety_layer.correction_checkpoint of params/planner.yaml, or
 --start), drives training clips with the self-correction planner, and fine-tunes the corrector on the
@@ -23,7 +23,7 @@ from pathlib import Path
 
 
 def _parser() -> argparse.ArgumentParser:
-    from rad2_planner.cli_args import float_in
+    from rad2_core.cli_args import float_in
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default="data/train", help="dataset directory of the training clips")
@@ -45,7 +45,7 @@ def main() -> int:
     if not (Path(args.data) / "index.json").is_file():
         ap.error(f"--data: {args.data} is not a dataset directory (no index.json)")
     import torch
-    from rad2_planner.config import (
+    from rad2_core.config import (
         ParameterError,
         ResourceNotFoundError,
         budget_seconds,
@@ -54,7 +54,7 @@ def main() -> int:
     )
     from rad2_planner.networks import PlannerModel
     from rad2_planner.networks.model import CheckpointError
-    from rad2_rl.correction_rl import CorrectionRLConfig, finetune
+    from rad2_training.correction_rl import CorrectionRLConfig, finetune
 
     try:
         overrides = parse_block_overrides("training", "self_correction_rl", args.set)
@@ -77,6 +77,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    from rad2_planner.cli_args import run_tool
+    from rad2_core.cli_args import run_tool
 
     sys.exit(run_tool(main, "finetune_self_correction"))

@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 
 from bev_warp_sim.safety import min_ttc_of_log
-from rad2_planner.scenarios import events
-from rad2_planner.scenarios.generate import (
+from rad2_datasets.scenarios import events
+from rad2_datasets.scenarios.generate import (
     clean_dataset_dir,
     generate_bundled,
     generate_dataset,
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _parser() -> argparse.ArgumentParser:
-    from rad2_planner.cli_args import int_at_least
+    from rad2_core.cli_args import int_at_least
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, help="output dataset directory")
@@ -124,6 +124,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from rad2_planner.cli_args import run_tool
+    from rad2_core.cli_args import run_tool
 
     sys.exit(run_tool(main, "generate_scenarios"))

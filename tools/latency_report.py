@@ -19,8 +19,8 @@ import json
 import sys
 from pathlib import Path
 
-from rad2_planner import bags
-from rad2_planner.latency import (
+from rad2_datasets import bags
+from rad2_ros.latency import (
     default_deadline,
     jsonable,
     plot_histograms,
@@ -33,7 +33,7 @@ DEFAULT_TOPIC = "/planning/diagnostics"  # live mode
 
 
 def _parser() -> argparse.ArgumentParser:
-    from rad2_planner.cli_args import float_in, int_at_least, schema_value
+    from rad2_core.cli_args import float_in, int_at_least, schema_value
 
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             if args.duration <= 0:
                 raise ValueError("--duration must be positive")
-            from rad2_planner.nodes.latency_live import records_live
+            from rad2_bringup.latency_live import records_live
 
             records = records_live(args.topic or DEFAULT_TOPIC, args.duration, args.domain_id)
             title = f"latency, live {args.duration:.0f} s on {args.topic or DEFAULT_TOPIC}"
@@ -86,6 +86,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from rad2_planner.cli_args import run_tool
+    from rad2_core.cli_args import run_tool
 
     sys.exit(run_tool(main, "latency_report"))

@@ -2,7 +2,7 @@
 """Record topics of a live ROS 2 graph into a rosbag2 MCAP bag (what `ros2 bag record` does).
 
 Subscriptions are generic: every message is taken serialized (``raw=True``) and written as-is, with
-its schema (from rad2_planner.bags' typestore, or the ``share/<pkg>/msg`` files of the ament
+its schema (from rad2_datasets.bags' typestore, or the ``share/<pkg>/msg`` files of the ament
 prefixes) embedded in the MCAP so Foxglove can open the bag. QoS adapts to the publishers (reliable
 only if every publisher is, transient-local likewise), so best-effort sensor topics are recorded too.
 Topics are discovered continuously: ones that appear later are picked up.
@@ -24,9 +24,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from rad2_planner import bags
-from rad2_planner.nodes.recording import RecordError, record_topics
-from rad2_planner.rosenv import RosEnvironmentError, ensure_ros_environment
+from rad2_datasets import bags
+from rad2_ros.nodes.recording import RecordError, record_topics
+from rad2_ros.rosenv import RosEnvironmentError, ensure_ros_environment
 
 
 def record(args: argparse.Namespace) -> int:
@@ -41,7 +41,7 @@ def record(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from rad2_planner.cli_args import float_in, int_at_least
+    from rad2_core.cli_args import float_in, int_at_least
 
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -89,6 +89,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from rad2_planner.cli_args import run_tool
+    from rad2_core.cli_args import run_tool
 
     sys.exit(run_tool(main, "record_bag"))

@@ -16,9 +16,9 @@ from pathlib import Path
 
 def load_any(source: Path, clip_id: str | None, index: int):
     """A clip from a dataset directory (by --clip-id or --index) or from any log of
-    rad2_planner.adapters.logs (a clip .npz, an AV2 scenario or sensor log, CommonRoad XML, WOMD)."""
-    from rad2_planner.adapters.logs import LogFormatError, load_log
-    from rad2_planner.clip import iter_dataset, read_index
+    rad2_datasets.adapters.logs (a clip .npz, an AV2 scenario or sensor log, CommonRoad XML, WOMD)."""
+    from rad2_core.clip import iter_dataset, read_index
+    from rad2_datasets.adapters.logs import LogFormatError, load_log
 
     if source.is_dir() and (source / "index.json").is_file():
         entries = read_index(source)["clips"]
@@ -38,7 +38,7 @@ def load_any(source: Path, clip_id: str | None, index: int):
 
 
 def main(argv=None) -> int:
-    from rad2_planner.cli_args import float_in, int_at_least
+    from rad2_core.cli_args import float_in, int_at_least
 
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.png is None and args.gif is None:
         parser.error("give --png and/or --gif")
-    from rad2_planner.render import save_clip_gif, save_frame_png
+    from rad2_core.render import save_clip_gif, save_frame_png
 
     clip = load_any(args.source, args.clip_id, args.index)
     kw = dict(view_radius=args.radius, show_bev=not args.no_bev)
@@ -76,6 +76,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from rad2_planner.cli_args import run_tool
+    from rad2_core.cli_args import run_tool
 
     sys.exit(run_tool(main, "render_clip"))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rad2_planner import bags
+from rad2_datasets import bags
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,6 +35,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from rad2_planner.cli_args import run_tool
+    from rad2_core.cli_args import run_tool
 
     sys.exit(run_tool(main, "repair_bag"))

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Replay a bag of perception inputs through the real perception-features and planner nodes.
 
-The nodes run as separate processes (graph ``replay`` of launch/graphs.yaml via rad2_planner.bringup,
+The nodes run as separate processes (graph ``replay`` of launch/graphs.yaml via rad2_bringup.bringup,
 ``use_sim_time`` on); this tool is the player: per log step it publishes ``/clock`` (the log time),
 ``/localization/odometry`` and ``/perception/objects`` as the serialized bytes stored in the bag.
 
@@ -12,10 +12,10 @@ The nodes run as separate processes (graph ``replay`` of launch/graphs.yaml via 
 
 It records the planner outputs (and the inputs) into an output bag, then reports open-loop metrics
 of the plans against the log (ADE/FDE of the selected and best-of-M candidates vs the logged ego
-future, CR/DCR/SCR, via rad2_planner.open_loop_metrics), the per-stage latency and deadline misses
+future, CR/DCR/SCR, via rad2_core.open_loop_metrics), the per-stage latency and deadline misses
 from planning/diagnostics, and the wall-clock latency input-publish -> candidates-received.
 Writes <out>/replay_eval.json, <out>/*.png and the bag <out>/outputs. The work is done by
-rad2_planner.nodes.replay_player.run_replay (scoring and plots: rad2_planner.replay).
+rad2_bringup.replay_player.run_replay (scoring and plots: rad2_evaluation.replay).
 
   replay_eval.py --bag runs/bags/clip0 --out runs/replay/clip0
   replay_eval.py --bag runs/bags/clip0 --realtime --max-steps 50
@@ -28,17 +28,17 @@ import os
 import sys
 from pathlib import Path
 
-from rad2_planner import bags
-from rad2_planner.config import parse_node_overrides
-from rad2_planner.nodes.recording import RecordError
-from rad2_planner.replay import ReplayError
-from rad2_planner.rosenv import ensure_ros_environment
+from rad2_core.config import parse_node_overrides
+from rad2_datasets import bags
+from rad2_evaluation.replay import ReplayError
+from rad2_ros.nodes.recording import RecordError
+from rad2_ros.rosenv import ensure_ros_environment
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from rad2_planner.nodes.replay_player import run_replay
+    from rad2_bringup.replay_player import run_replay
     from rich.console import Console
 
     console = Console()
@@ -62,7 +62,7 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from rad2_planner.cli_args import float_in, int_at_least
+    from rad2_core.cli_args import float_in, int_at_least
 
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -118,6 +118,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from rad2_planner.cli_args import run_tool
+    from rad2_core.cli_args import run_tool
 
     sys.exit(run_tool(main, "replay_eval"))

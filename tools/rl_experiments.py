@@ -35,7 +35,7 @@ from pathlib import Path
 
 
 def main(argv=None) -> int:
-    from rad2_planner.cli_args import int_at_least, schema_value, torch_device
+    from rad2_core.cli_args import int_at_least, schema_value, torch_device
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--arms", nargs="+", default=["il:uniform", "il:medoid", "il:safe_medoid"],
@@ -74,7 +74,7 @@ def main(argv=None) -> int:
     if args.rename and not args.merge:
         ap.error("--rename: only with --merge")
     if args.merge:
-        from rad2_rl.experiments import merge_results, write_report
+        from rad2_evaluation.experiments import merge_results, write_report
 
         missing = [str(p) for p in args.merge if not p.is_file()]
         if missing:
@@ -97,9 +97,9 @@ def main(argv=None) -> int:
         return 0
 
     from bev_warp_sim.simulator import simulator_params
-    from rad2_planner.config import ParameterError, load_params
+    from rad2_core.config import ParameterError, load_params
+    from rad2_evaluation.experiments import parse_arm, run_experiments
     from rad2_planner.policy import resolve_path
-    from rad2_rl.experiments import parse_arm, run_experiments
 
     try:
         simulator_params(args.sim_set)  # refuse a bad setting before any work
@@ -121,6 +121,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from rad2_planner.cli_args import run_tool
+    from rad2_core.cli_args import run_tool
 
     sys.exit(run_tool(main, "rl_experiments"))

@@ -3,14 +3,14 @@
 
 Default (orchestrator): starts an `echo` process (subscribes to /rad2_smoke/request/<Type> and
 republishes each message on /rad2_smoke/reply/<Type>) and a `probe` process (publishes realistic
-content built with rad2_planner.ros_conversions, waits for each echo, checks that the content came
+content built with rad2_ros.conversions, waits for each echo, checks that the content came
 back unchanged by decoding it again, and measures the round-trip time), then prints one line per
 message type: serialized size, round-trip latency (median / p95 / max) and whether the content
 round-tripped. Exit code 0 only when every type round-tripped.
 
-The content, its encoding/decoding and the result line are rad2_planner.msg_roundtrip (shared with the
+The content, its encoding/decoding and the result line are rad2_ros.msg_roundtrip (shared with the
 tests, which compare what the probe received with the same content); the roles are
-rad2_planner.nodes.smoke, the child processes rad2_planner.rosenv's RosProcess.
+rad2_bringup.smoke, the child processes rad2_ros.rosenv's RosProcess.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from rad2_planner.nodes.smoke import run_echo, run_orchestrator, run_probe
+from rad2_bringup.smoke import run_echo, run_orchestrator, run_probe
 
 
 def _parser() -> argparse.ArgumentParser:
-    from rad2_planner.cli_args import float_in, int_at_least
+    from rad2_core.cli_args import float_in, int_at_least
 
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
@@ -76,6 +76,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from rad2_planner.cli_args import run_tool
+    from rad2_core.cli_args import run_tool
 
     sys.exit(run_tool(main, "smoke_graph"))

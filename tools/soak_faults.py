@@ -16,7 +16,7 @@ input is a false one; it reports:
     at-fault rate without any fault, see README), load average.
 With --kills N it then kills the planner N times (SIGKILL just after a trajectory, restarted in
 between) and reports the time from the last trajectory to the controller's first minimal-risk stop.
-The work is done by rad2_planner.nodes.soak.run_soak.
+The work is done by rad2_bringup.soak.run_soak.
 
   python tools/soak_faults.py --minutes 10 --hogs 4
   python tools/soak_faults.py --minutes 2 --hogs 4 --kills 10 --out runs/soak/soak.json
@@ -29,11 +29,11 @@ import json
 import sys
 from pathlib import Path
 
-from rad2_planner.nodes.soak import run_soak
+from rad2_bringup.soak import run_soak
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rad2_planner.cli_args import float_in, int_at_least
+    from rad2_core.cli_args import float_in, int_at_least
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -51,14 +51,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ready-timeout", type=float_in(0.0, 3600.0, exclusive_min=True), default=120.0)
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
-    from rad2_planner.rosenv import RosEnvironmentError, ensure_ros_environment
+    from rad2_ros.rosenv import RosEnvironmentError, ensure_ros_environment
 
     try:
         ensure_ros_environment(__file__, sys.argv[1:] if argv is None else argv, args.domain_id)
     except RosEnvironmentError as exc:
         print(f"soak_faults: {exc}", file=sys.stderr)
         return 2
-    from rad2_planner.bringup import BringupError
+    from rad2_bringup.bringup import BringupError
 
     try:
         res = run_soak(args.dataset, args.minutes, args.hogs, args.kills, args.domain_id, args.log_dir,
@@ -74,6 +74,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from rad2_planner.cli_args import run_tool
+    from rad2_core.cli_args import run_tool
 
     sys.exit(run_tool(main, "soak_faults"))

@@ -5,7 +5,7 @@
    safety layer off) drives --train-clips clips of --train-split and --test-clips clips of --test-split
    closed loop (one rollout each, log-replayed agents, a decision every --h-reuse steps); every
    candidate of every decision is labelled by executing it open loop against the clip's logged agent
-   boxes for --horizon-s seconds (rad2_rl.critic_data.label_candidates).
+   boxes for --horizon-s seconds (rad2_training.critic_data.label_candidates).
 2. Training: class-balanced BCE on the training clips, --val-fraction of them held out (split by clip)
    for the validation curve.
 3. Report on the held-out test split: precision, recall and lead time of the warnings per threshold
@@ -15,7 +15,7 @@ Writes --out (default checkpoints/collision_critic): critic.safetensors, config.
 seed, data sizes, wall times, hardware and the test statistics), training_curve.png, warnings.json,
 warnings.md and warnings.png.
 
-The work is done by rad2_rl.critic_run (data, training, report) and rad2_rl.critic_data.
+The work is done by rad2_training.critic_run (data, training, report) and rad2_training.critic_data.
 
 Example (about 20 minutes on 2 shared cores, two thirds of it driving the planner for the data):
     python tools/train_critic.py --train-clips 150 --test-clips 0 --epochs 8 \
@@ -30,7 +30,7 @@ from pathlib import Path
 
 
 def _parser() -> argparse.ArgumentParser:
-    from rad2_planner.cli_args import float_in, int_at_least, schema_value
+    from rad2_core.cli_args import float_in, int_at_least, schema_value
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--train-split", default="data/train", help="dataset the critic is trained on")
@@ -95,7 +95,7 @@ def main(argv=None) -> int:
         if not (Path(split) / "index.json").is_file():
             ap.error(f"{split} is not a dataset directory (no index.json)")
 
-    from rad2_rl.critic_run import train_and_report
+    from rad2_training.critic_run import train_and_report
 
     command = " ".join([Path(sys.argv[0]).name] + (sys.argv[1:] if argv is None else list(argv)))
     train_and_report(command=command, **vars(args))
@@ -103,6 +103,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from rad2_planner.cli_args import run_tool
+    from rad2_core.cli_args import run_tool
 
     sys.exit(run_tool(main, "train_critic"))

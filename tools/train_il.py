@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Imitation pretraining of the RAD-2 generator on a clip dataset (see rad2_planner/training/imitation.py).
+"""Imitation pretraining of the RAD-2 generator on a clip dataset (see rad2_training/imitation.py).
 
 Example (the shipped checkpoint's command is recorded in its config.json under training.command):
     nice -n 10 .venv/bin/python tools/train_il.py --data out/train_large --out out/il_run --seed 0
@@ -17,7 +17,7 @@ from pathlib import Path
 
 
 def _parser() -> argparse.ArgumentParser:
-    from rad2_planner.cli_args import float_in, int_at_least, schema_value
+    from rad2_core.cli_args import float_in, int_at_least, schema_value
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True, nargs="+", help="dataset directory (index.json, clips/, maps/)")
@@ -79,7 +79,7 @@ def main(argv=None) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
 
-    from rad2_planner.training.imitation import evaluate_open_loop, train
+    from rad2_training.imitation import evaluate_open_loop, train
 
     if args.eval_only:
         for d in args.data:
@@ -123,6 +123,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from rad2_planner.cli_args import run_tool
+    from rad2_core.cli_args import run_tool
 
     raise SystemExit(run_tool(main, "train_il"))

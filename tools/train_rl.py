@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Closed-loop RL of RAD-2 (TC-GRPO for the discriminator, On-policy Generator Optimization for the
-generator) on the BEV-Warp simulator: rad2_rl/train.py, driven from the command line.
+generator) on the BEV-Warp simulator: rad2_training/train.py, driven from the command line.
 
 Settings come from ``rl:`` in params/training.yaml (``--set rl.KEY=VALUE`` overrides one, checked against
 params/training.schema.yaml). The run directory gets TensorBoard curves (``tb/``: rewards, advantages,
@@ -29,7 +29,7 @@ from pathlib import Path
 
 
 def _parser() -> argparse.ArgumentParser:
-    from rad2_planner.cli_args import float_in, int_at_least, schema_value
+    from rad2_core.cli_args import float_in, int_at_least, schema_value
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--train-data", nargs="+", default=["data/train"],
@@ -66,12 +66,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from bev_warp_sim.simulator import simulator_params
-    from rad2_planner.clip import load_dataset
-    from rad2_planner.config import ParameterError, load_params
+    from rad2_core.clip import load_dataset
+    from rad2_core.config import ParameterError, load_params
     from rad2_planner.networks.model import CheckpointError, PlannerModel
     from rad2_planner.policy import resolve_path
-    from rad2_rl.session import rl_config, run_session, split_clips
-    from rad2_rl.train import check_simulator
+    from rad2_training.session import rl_config, run_session, split_clips
+    from rad2_training.train import check_simulator
 
     if args.threads:
         import torch
@@ -130,6 +130,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from rad2_planner.cli_args import run_tool
+    from rad2_core.cli_args import run_tool
 
     raise SystemExit(run_tool(main, "train_rl"))

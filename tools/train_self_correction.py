@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Imitation with correction: fine-tune the generator to propose again given the proposals the collision
-critic rejected (CorrectionPlanner's self-correction; see rad2_planner/training/correction.py).
+critic rejected (CorrectionPlanner's self-correction; see rad2_training/correction.py).
 
 Example (the shipped checkpoint's command is recorded in its config.json under training.command):
     .venv/bin/python tools/train_self_correction.py --data data/train --out out/self_correction \\
@@ -21,11 +21,11 @@ from pathlib import Path
 import torch
 from rad2_planner.networks import PlannerModel
 from rad2_planner.policy import resolve_path
-from rad2_planner.training.correction import train_self_correction
+from rad2_training.correction import train_self_correction
 
 
 def _parser() -> argparse.ArgumentParser:
-    from rad2_planner.cli_args import float_in, int_at_least
+    from rad2_core.cli_args import float_in, int_at_least
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True, help="dataset directory (index.json, clips/, maps/)")
@@ -50,7 +50,7 @@ def main() -> int:
     args = ap.parse_args()
     if not (Path(args.data) / "index.json").is_file():
         ap.error(f"--data: {args.data} is not a dataset directory (no index.json)")
-    from rad2_planner.config import (
+    from rad2_core.config import (
         ParameterError,
         ResourceNotFoundError,
         budget_seconds,
@@ -80,6 +80,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    from rad2_planner.cli_args import run_tool
+    from rad2_core.cli_args import run_tool
 
     sys.exit(run_tool(main, "train_self_correction"))

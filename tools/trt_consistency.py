@@ -18,7 +18,7 @@ from pathlib import Path
 
 
 def main(argv=None) -> int:
-    from rad2_planner.cli_args import float_in
+    from rad2_core.cli_args import float_in
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
@@ -33,7 +33,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rtol", type=float_in(0.0, 10.0), default=5e-2, help="max relative error allowed")
     args = ap.parse_args(argv)
 
-    from rad2_planner.config import load_params
+    from rad2_core.config import load_params
     from rad2_planner.runtime.base import BackendUnavailableError
     from rad2_planner.runtime.consistency import (
         load_recorded_calls,
@@ -71,6 +71,6 @@ def main(argv=None) -> int:
     return 1 if failed else 0
 
 if __name__ == "__main__":
-    from rad2_planner.cli_args import run_tool
+    from rad2_core.cli_args import run_tool
 
     raise SystemExit(run_tool(main, "trt_consistency"))

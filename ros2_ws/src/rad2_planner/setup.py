@@ -1,83 +1,21 @@
-"""ament_python package of the rad2 planner core and its ROS 2 nodes."""
-
-import glob
-import os
+"""ament_python package rad2_planner: the rad2 planner: diffusion generator, discriminator, runtimes, post-planning stages"""
 
 from setuptools import find_packages, setup
 
 PACKAGE = "rad2_planner"
 
-
-# What an install carries besides the code, so that one copied away from the checkout runs the demo
-# and the default evaluation: the shipped checkpoints (weights and config only; exports, TensorRT
-# engines and training runs are caches or outputs) and the bundled splits the demo, the perception
-# node's default map and the evaluation tools read (data/train and data/eval_signals stay in the checkout).
-CHECKPOINTS = ("rad2_rl", "rad2_il", "rad2_il_rich", "collision_critic", "self_correction")
-CHECKPOINT_FILES = ("config.json", "*.safetensors")
-DATA_SPLITS = ("eval_efficiency", "eval_safety")
-DATA_FILES = ("index.json", "clips/*.npz", "maps/*.npz")
-
-
-def _repo() -> str:
-    """The rad2 checkout, from this file's real path (ros2_ws/src/rad2_planner/setup.py)."""
-    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__)))))
-
-
-def _repo_files(folder: str, patterns: tuple[str, ...]) -> list[tuple[str, list[str]]]:
-    """``(share/rad2_planner/<dir>, [files])`` entries for the files of ``<repo>/<folder>`` matching
-    ``patterns`` (one entry per directory: data_files do not recurse), relative to the working directory.
-
-    colcon runs this file from the package source (plain build) or from a build directory holding a
-    symlink to it (--symlink-install), and takes data files relative to that directory only: the
-    repository is found from this file's real path and the paths made relative to where we run.
-    With --symlink-install colcon also mirrors each data file at <build base>/<its relative path>;
-    for the default build/<package> beside src/<package> that is the file itself, so nothing is made.
-    """
-    repo = _repo()
-    by_dir: dict[str, list[str]] = {}
-    for pattern in patterns:
-        files = sorted(glob.glob(os.path.join(repo, folder, pattern)))
-        if not files:
-            # Building from a copy of the package without the repository would install nodes that cannot
-            # find their parameters, weights or clips: stop here instead.
-            raise SystemExit(
-                f"{PACKAGE}/setup.py: no {folder}/{pattern} under {repo} (build from the rad2 checkout)")
-        for f in files:
-            target = os.path.join("share", PACKAGE, os.path.relpath(os.path.dirname(f), repo))
-            by_dir.setdefault(target, []).append(os.path.relpath(f))
-    return sorted(by_dir.items())
-
-
 setup(
     name=PACKAGE,
-    version="0.1.0",
-    # find_packages so every subpackage (control, networks, adapters, scenarios, runtime, training,
-    # nodes, ...) is installed without listing it here.
+    version="0.2.0",
     packages=find_packages(exclude=["test", "test.*"]),
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),
-        # rad2_planner.config.params_dir() finds them here through the ament index when the source
-        # tree is not at hand (a build without --symlink-install, run from elsewhere); bev_warp_sim and
-        # rad2_rl read their parameters through rad2_planner.config too, so one installed copy serves all.
-        *_repo_files("params", ("*.yaml",)),
-        # share/rad2_planner/checkpoints/<name>, share/rad2_planner/data/<split>: found by
-        # rad2_planner.config.resource_path under the same relative paths as in the checkout.
-        *(e for name in CHECKPOINTS for e in _repo_files(f"checkpoints/{name}", CHECKPOINT_FILES)),
-        *(e for split in DATA_SPLITS for e in _repo_files(f"data/{split}", DATA_FILES)),
     ],
     install_requires=["setuptools"],
     zip_safe=True,
     maintainer="rad2 maintainers",
     maintainer_email="maintainers@rad2.dev",
-    description="rad2 onboard planner: perception features, diffusion planner, controller, ROS 2 nodes",
+    description="the rad2 planner: diffusion generator, discriminator, runtimes, post-planning stages",
     license="Apache-2.0",
-    entry_points={
-        "console_scripts": [
-            "perception_node = rad2_planner.nodes.perception_node:main",
-            "planner_node = rad2_planner.nodes.planner_node:main",
-            "controller_node = rad2_planner.nodes.controller_node:main",
-            "supervisor_node = rad2_planner.nodes.supervisor_node:main",
-        ],
-    },
 )

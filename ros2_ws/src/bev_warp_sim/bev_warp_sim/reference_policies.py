@@ -21,10 +21,10 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from rad2_planner.config import load_params
-from rad2_planner.geometry import world_to_ego
-from rad2_planner.planning_interface import PlanResult
-from rad2_planner.route_path import RoutePath, observation_route
+from rad2_core.config import load_params
+from rad2_core.geometry import world_to_ego
+from rad2_core.planning_interface import PlanResult
+from rad2_core.route_path import RoutePath, observation_route
 
 
 class PolicyError(ValueError):
@@ -187,7 +187,7 @@ def _rad2_factory(checkpoint_dir: str | None = None, traffic_rules: bool | None 
     """``traffic_rules``: override ``traffic_rules.enabled`` of params/planner.yaml (None: as the file);
     ``backend``: the network runtime (None: ``planner.backend``); ``runtime_overrides``: ``runtime.*``
     settings (checked; a dict value updates that block's keys)."""
-    from rad2_planner.config import load_params, merge_runtime_overrides
+    from rad2_core.config import load_params, merge_runtime_overrides
     from rad2_planner.policy import Rad2Policy
 
     params = load_params("planner")

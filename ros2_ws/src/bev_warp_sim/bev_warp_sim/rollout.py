@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
-from rad2_planner.planning_interface import PlanResult
+from rad2_core.planning_interface import PlanResult
 
 from bev_warp_sim.metrics import EpisodeResult, episode_outcome
 from bev_warp_sim.rewards import compute_rewards
@@ -143,7 +143,7 @@ class BatchedPolicy:
         self.episode_seeds = list(seeds)
 
     def decide(self, sim, state, indices, observations, seeds) -> list[PlanResult]:
-        from rad2_planner.observation import stack_observations
+        from rad2_core.observation import stack_observations
 
         batch = stack_observations(observations)
         return self.policy.plan_batch(batch, seeds=list(seeds), selection=self.selection,

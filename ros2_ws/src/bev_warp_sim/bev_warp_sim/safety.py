@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from rad2_planner.geometry import box_corners, boxes_overlap, wrap_angle
+from rad2_core.geometry import box_corners, boxes_overlap, wrap_angle
 
 
 def make_boxes(x, y, yaw, length, width) -> np.ndarray:

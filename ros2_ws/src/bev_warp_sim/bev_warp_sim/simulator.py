@@ -4,7 +4,7 @@ A rollout replays a logged clip from ``start_step``. At log step ``t`` the plann
 observation of time ``t`` (BEV rasterised at the logged ego pose, tokens in that frame) warped into the
 simulated ego frame (``warp.BevWarper``; tokens by ``warp.warp_tokens``) with the simulated
 ego state. A committed plan is turned into controls by the batched iLQR tracker
-(``rad2_planner.control.TrackingController``); the controls are replayed open loop for ``latch.h_reuse``
+(``rad2_control.TrackingController``); the controls are replayed open loop for ``latch.h_reuse``
 steps (latched execution) unless the safety check fires (``T_t < latch.ttc_break_s`` or a collision),
 which ends the latch so the next step is a decision point. Every step integrates the kinematic bicycle
 for ``sim.dt``, advances the log, checks collisions (with at-fault attribution), time to collision
@@ -41,12 +41,12 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 import numpy as np
-from rad2_planner.config import load_params
-from rad2_planner.geometry import wrap_angle
-from rad2_planner.planning_interface import PlanResult
-from rad2_planner.route_path import RoutePath
-from rad2_planner.traffic_rules import next_signal_stop, stop_line_crossings
-from rad2_planner.validators import PlausibilityError, check_clip, load_limits
+from rad2_core.config import load_params
+from rad2_core.geometry import wrap_angle
+from rad2_core.planning_interface import PlanResult
+from rad2_core.route_path import RoutePath
+from rad2_core.stop_lines import next_signal_stop, stop_line_crossings
+from rad2_core.validators import PlausibilityError, check_clip, load_limits
 
 from bev_warp_sim import safety
 from bev_warp_sim.metrics import EpisodeResult, episode_outcome
@@ -304,7 +304,7 @@ class Simulator:
         controller=None,
         planner_params: dict[str, Any] | None = None,
     ):
-        from rad2_planner.control.tracker import TrackingController
+        from rad2_control.tracker import TrackingController
 
         self.params = params if params is not None else load_params("sim")
         self.bev_params = bev_params if bev_params is not None else load_params("bev")
@@ -367,8 +367,8 @@ class Simulator:
 
     def logged_observation(self, clip, t: int, key: str | None = None):
         """The logged observation of step ``t`` (BEV + tokens at the logged pose); cached per (clip, t)."""
-        from rad2_planner.bev import snapshot_from_clip
-        from rad2_planner.observation import build_observation
+        from rad2_core.bev import snapshot_from_clip
+        from rad2_core.observation import build_observation
 
         cache_key = (key or clip_key(clip), int(t))
         obs = self._obs_cache.get(cache_key)
@@ -385,7 +385,7 @@ class Simulator:
     # -- init -----------------------------------------------------------------------------------------
     def init(self, clips, start_steps=0, max_steps: int | None = None) -> SimState:
         """Start ``B`` rollouts: ``clips`` a Clip or a list; ``start_steps`` an int or one per clip."""
-        from rad2_planner.bev import ego_state_from_clip
+        from rad2_core.bev import ego_state_from_clip
 
         clips = [clips] if not isinstance(clips, list | tuple) else list(clips)
         if not clips:
@@ -445,7 +445,7 @@ class Simulator:
         return self._ego_state_vector(np.asarray(state.ego), np.asarray(state.accel))
 
     def _ego_state_vector(self, ego: np.ndarray, accel: np.ndarray) -> np.ndarray:
-        from rad2_planner.control.bicycle import slip_and_curvature
+        from rad2_core.bicycle import slip_and_curvature
 
         _, kappa = slip_and_curvature(ego[:, 4], self.controller.vehicle)
         return np.column_stack([ego[:, 3], accel, ego[:, 3] * kappa, ego[:, 4]])
@@ -505,15 +505,15 @@ class Simulator:
 
     def _rendered_at(self, clip, t: int, ego: np.ndarray, ego_state: np.ndarray):
         """The observation of log step ``t`` (map and logged agents) rendered at the simulated ego pose."""
-        from rad2_planner.bev import snapshot_from_clip
-        from rad2_planner.observation import build_observation
+        from rad2_core.bev import snapshot_from_clip
+        from rad2_core.observation import build_observation
 
         snap = snapshot_from_clip(clip, int(t), self.bev_params, self.vehicle_params)
         return build_observation(snap, ego_pose=ego[:3], ego_state=ego_state.copy(), params=self.bev_params)
 
     def _render_reactive(self, state: SimState, i: int):
-        from rad2_planner.bev import AgentFrame, snapshot_from_clip
-        from rad2_planner.observation import build_observation
+        from rad2_core.bev import AgentFrame, snapshot_from_clip
+        from rad2_core.observation import build_observation
 
         d = self.clip_data(state.clip_keys[i])
         clip = d.clip
@@ -605,8 +605,8 @@ class Simulator:
     # -- step -----------------------------------------------------------------------------------------
     def step(self, state: SimState) -> tuple[SimState, dict[str, Any]]:
         """The state one step later for every running rollout (its next latched control); pure."""
-        from rad2_planner.control.bicycle import clamp_controls
-        from rad2_planner.control.bicycle import step as bicycle_step
+        from rad2_core.bicycle import clamp_controls
+        from rad2_core.bicycle import step as bicycle_step
 
         run = ~state.done
         # a pending decision is a request: without a new commit the latched sequence continues while it lasts
@@ -770,7 +770,7 @@ class Simulator:
 
     def _ttc(self, state: SimState) -> tuple[np.ndarray, np.ndarray]:
         """``(T_t, T^rear_t)`` of every rollout (``[B]`` each) from one overlap test."""
-        from rad2_planner.control.bicycle import slip_and_curvature
+        from rad2_core.bicycle import slip_and_curvature
 
         boxes, valid = self._agent_future(state)
         _, kappa = slip_and_curvature(state.ego[:, 4], self.controller.vehicle)
@@ -911,7 +911,7 @@ def simulator_params(items: list[str], option: str = "--sim-set") -> tuple[dict[
     """(params/sim.yaml with ``KEY=VALUE`` items applied, the applied ``{KEY: value}``): each item checked
     against the schema, and the whole by building a Simulator (``sim.dt=0.2`` passes the schema but not
     the controller's step). A ParameterError names ``option`` and what is wrong."""
-    from rad2_planner.config import ParameterError, params_with_overrides
+    from rad2_core.config import ParameterError, params_with_overrides
 
     params, applied = params_with_overrides("sim", list(items), option)
     if applied:

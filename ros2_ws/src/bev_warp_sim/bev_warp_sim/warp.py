@@ -8,14 +8,14 @@ channels (``bev.vector_channels`` pairs, e.g. agent velocity) are expressed in t
 spatial resampling they are rotated by the yaw deviation ``yaw_ref − yaw_sim``.
 
 To re-express a raster by a relative pose ``delta_pose = relative_pose(old_ego, new_ego)`` (the argument
-of ``rad2_planner.observation.transform_tokens``), call the warper with ``ref_pose = (0, 0, 0)`` and
+of ``rad2_core.observation.transform_tokens``), call the warper with ``ref_pose = (0, 0, 0)`` and
 ``sim_pose = delta_pose``.
 
-Grid geometry is :class:`rad2_planner.bev.BevConfig` (pixel <-> ego affine from
-:func:`rad2_planner.bev.ego_to_pixel_affine`). Two interchangeable backends: OpenCV ``warpAffine`` (one
+Grid geometry is :class:`rad2_core.bev.BevConfig` (pixel <-> ego affine from
+:func:`rad2_core.bev.ego_to_pixel_affine`). Two interchangeable backends: OpenCV ``warpAffine`` (one
 call per frame, channels-last) and torch ``grid_sample`` (one call for a whole batch).
 ``tools/bench_sim.py`` measures both; ``sim.warp_backend`` picks the default. Scene tokens are
-transformed by the same SE(2) with ``rad2_planner.observation.transform_tokens`` (see :func:`warp_tokens`).
+transformed by the same SE(2) with ``rad2_core.observation.transform_tokens`` (see :func:`warp_tokens`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from rad2_planner.bev import BevConfig, ego_to_pixel_affine, get_config
-from rad2_planner.geometry import relative_pose, se2_matrix, wrap_angle
+from rad2_core.bev import BevConfig, ego_to_pixel_affine, get_config
+from rad2_core.geometry import relative_pose, se2_matrix, wrap_angle
 
 BACKENDS = ("opencv", "torch")
 MODES = ("bilinear", "nearest")
@@ -158,9 +158,9 @@ def warp_tokens(observation, ref_pose, sim_pose):
     """Transform the token fields of a logged observation (ego frame of ``ref_pose``) into the ego frame
     of ``sim_pose`` ([3] or [B, 3] for a batched observation).
 
-    Uses ``rad2_planner.observation.transform_tokens(obs, delta_pose)`` with ``delta_pose`` the simulated
+    Uses ``rad2_core.observation.transform_tokens(obs, delta_pose)`` with ``delta_pose`` the simulated
     pose expressed in the logged ego frame (``P_ref⁻¹ · P_sim``).
     """
-    from rad2_planner.observation import transform_tokens
+    from rad2_core.observation import transform_tokens
 
     return transform_tokens(observation, relative_pose(ref_pose, sim_pose))

@@ -30,8 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-
-from .tokens import arc_lengths
+from rad2_core.tokens import arc_lengths
 
 
 @dataclass(frozen=True)
@@ -58,7 +57,7 @@ class ComfortLimitParams:
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> ComfortLimitParams:
-        from .config import require
+        from rad2_core.config import require
 
         c = require(params, "comfort_limits")
         return cls(bool(c["enabled"]), float(c["max_accel"]), float(c["max_jerk"]), float(c["step_s"]),

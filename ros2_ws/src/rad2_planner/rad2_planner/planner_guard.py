@@ -1,7 +1,7 @@
 """Input checks and the safe fallback of the online planner (no ROS; used by the planner node).
 
 A planning cycle is rejected when its inputs are not finite or larger than the configured sizes
-(the ``rad2_planner.ros_conversions`` decoders raise), implausible (``rad2_planner.validators``) or
+(the ``rad2_ros.conversions`` decoders raise), implausible (``rad2_core.validators``) or
 stale (``check_age``); its own output is rejected when ``check_plan_output`` finds a violation. The
 node then republishes ``stopping_trajectory``: the previous plan's path, re-timed so the ego
 decelerates to a stop along it (or a straight stop ahead when there is no previous plan).
@@ -13,8 +13,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-
-from rad2_planner.validators import Violation, check_plan_deviation, check_trajectory
+from rad2_core.validators import Violation, check_plan_deviation, check_trajectory
 
 
 @dataclass(frozen=True)

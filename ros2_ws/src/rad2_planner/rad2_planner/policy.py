@@ -93,27 +93,39 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rad2_core.bev import get_config as get_bev_config
+from rad2_core.clip import SIGNAL_STATE_NAMES
+from rad2_core.config import (
+    default_params,
+    load_params,
+    load_schema,
+    require,
+    resource_path,
+    validate_value,
+)
+from rad2_core.geometry import tracks_overlap
+from rad2_core.observation import BOOL_FIELDS, FIELD_RANKS, ObservationError
+from rad2_core.open_loop_metrics import plan_headings
+from rad2_core.planning_interface import PlanResult
+from rad2_core.route_path import RoutePath, observation_route
 
 # at import, not in the first planning cycle: scipy.spatial's first import took 150-340 ms, the first
 # cycle's selection stage of every planner start (a deadline miss at each start of make demo)
 from scipy.spatial.distance import cdist
 
-from .bev import get_config as get_bev_config
-from .clip import SIGNAL_STATE_NAMES
-from .comfort_limits import ComfortLimitParams, limit_acceleration, limit_curve_speed
-from .config import default_params, load_params, load_schema, require, resource_path, validate_value
-from .diffusion import SAMPLERS, NoiseSchedule, SamplerSpec, initial_noise
-from .geometry import tracks_overlap
-from .observation import BOOL_FIELDS, FIELD_RANKS, ObservationError
-from .open_loop_metrics import plan_headings
-from .planning_interface import PlanResult
-from .route_path import RoutePath, observation_route
-from .runtime.base import DISCRIMINATOR_INPUTS, SCENE_INPUTS, make_backend
-from .safety_envelope import SafetyEnvelopeParams, apply_envelope, constant_velocity_boxes
-from .selection import CandidateDistribution
-from .selection import sample as sample_candidate
-from .stall_recovery import StallRecoveryParams, asks_for_reversing, even_start, recovery_plan
-from .traffic_rules import TrafficRuleParams, allowed_distance, limit_progress
+from rad2_planner.comfort_limits import ComfortLimitParams, limit_acceleration, limit_curve_speed
+from rad2_planner.diffusion import SAMPLERS, NoiseSchedule, SamplerSpec, initial_noise
+from rad2_planner.runtime.base import DISCRIMINATOR_INPUTS, SCENE_INPUTS, make_backend
+from rad2_planner.safety_envelope import SafetyEnvelopeParams, apply_envelope, constant_velocity_boxes
+from rad2_planner.selection import CandidateDistribution
+from rad2_planner.selection import sample as sample_candidate
+from rad2_planner.stall_recovery import (
+    StallRecoveryParams,
+    asks_for_reversing,
+    even_start,
+    recovery_plan,
+)
+from rad2_planner.traffic_rules import TrafficRuleParams, allowed_distance, limit_progress
 
 FALLBACK_RULES = ("medoid", "first", "safe_medoid")
 # Which candidates the discriminator ranks (deterministic argmax) and samples from (RL rollouts): all of
@@ -125,7 +137,7 @@ SAFETY_MODES = ("off", "rejection_sampling", "candidate_selection", "self_correc
 # Discriminator inputs recorded per row for the RL update (the trajectories are the candidates).
 RECORDED_DISCRIMINATOR_INPUTS = DISCRIMINATOR_INPUTS[1:]
 # Recorded beside them when planner.discriminator_prior_weight > 0: the κ·prior [M] the cycle added to the
-# logits, so that the RL update recomputes the same distribution (rad2_rl.tc_grpo).
+# logits, so that the RL update recomputes the same distribution (rad2_training.tc_grpo).
 SELECTION_PRIOR = "selection_prior"
 # Largest planner.discriminator_prior_weight (the schema's bound): beyond it the prior alone decides and
 # the float32 logits lose the discriminator's differences, so a larger value is a typo, not a setting.
@@ -278,7 +290,7 @@ def safe_medoid_index(
 
     ``progress_quantile`` q in [0, 1) (``planner.selection_progress_quantile``): of the safe candidates,
     only those whose end point gets at least as far along ``route`` (``[P >= 2, 2]`` ego-frame points,
-    :func:`rad2_planner.route_path.observation_route`) as the q-quantile of them are kept before the
+    :func:`rad2_core.route_path.observation_route`) as the q-quantile of them are kept before the
     medoid is taken. Why: the generator's samples spread around a mode that is slower than the logged
     drivers (it imitates their average, and more so where it is unsure, e.g. before a sharp turn), and
     the medoid of the whole set sits at that mode; q = 0 keeps every safe candidate. Progress is
@@ -372,7 +384,7 @@ class Rad2Policy:
         """``safety_layer`` overrides ``safety_layer.*`` of ``params``; ``critic`` gives the layer an
         in-memory :class:`~rad2_planner.networks.critic.CollisionCritic` instead of loading
         ``critic_checkpoint``."""
-        from .control.bicycle import VehicleParams, slip_and_curvature
+        from rad2_core.bicycle import VehicleParams, slip_and_curvature
 
         params = params if params is not None else load_params("planner")
         p = require(params, "planner")
@@ -479,7 +491,7 @@ class Rad2Policy:
         source = "given" if self._critic_model is not None else str(resolve_path(safety.critic_checkpoint))
         if safety.mode == "off" or (self._critic is not None and self._critic_source == source):
             return
-        from .networks.critic import CollisionCritic, CriticRunner
+        from rad2_planner.networks.critic import CollisionCritic, CriticRunner
 
         model = self._critic_model
         if model is None:
@@ -497,8 +509,8 @@ class Rad2Policy:
 
     def _load_corrector(self, checkpoint: str) -> None:
         """The self-correcting generator's backend (stage 5, ``self_correction``), once per checkpoint."""
-        from .networks import PlannerModel
-        from .training.correction import same_scene_encoder
+        from rad2_planner.networks import PlannerModel
+        from rad2_planner.networks.model import same_scene_encoder
 
         path = resource_path(checkpoint)
         if self._corrector is not None and self._corrector_source == str(path):
@@ -526,7 +538,7 @@ class Rad2Policy:
         cls, params: dict[str, Any] | None = None, checkpoint_dir: str | Path | None = None, **kwargs
     ) -> Rad2Policy:
         """Load the checkpoint named by ``planner.checkpoint_dir`` (and the optional discriminator)."""
-        from .networks import PlannerModel
+        from rad2_planner.networks import PlannerModel
 
         params = params if params is not None else load_params("planner")
         p = require(params, "planner")
@@ -553,7 +565,7 @@ class Rad2Policy:
         candidates), so that the first real cycle does not pay for opening the runtime's sessions
         (``runtime.ort_fixed_shapes`` opens one per shape) and sizing its memory. Nothing the policy
         keeps between cycles changes. Returns the seconds it took."""
-        from .runtime.onnx_export import example_inputs
+        from rad2_planner.runtime.onnx_export import example_inputs
 
         t0 = time.perf_counter()
         m = self._count("planner.num_candidates", num_candidates, self.num_candidates)
@@ -820,7 +832,7 @@ class Rad2Policy:
                     candidates[i], scores[i], logits[i] = new[j], new_scores[j], new_logits[j]
                     selected[i], p_sel[i] = int(new_sel[j]), float(p_new[j])
         # the rejected proposals ride along in the cycle's info (ego-frame metres, oldest first): the
-        # closed-loop fine-tuning of the corrector (rad2_rl.correction_rl) conditions on them again
+        # closed-loop fine-tuning of the corrector (rad2_training.correction_rl) conditions on them again
         out = [{"safety_layer": self.safety.mode, "corrections": int(rounds[i]), "critic_p": float(p_sel[i]),
                 "critic_accepted": bool(p_sel[i] < thr), "safety_stopped_by_budget": bool(stopped[i]),
                 "correction_trace": (np.stack(traces[i]).astype(np.float32) if traces[i]

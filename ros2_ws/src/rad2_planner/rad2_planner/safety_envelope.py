@@ -39,9 +39,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-
-from .geometry import boxes_overlap
-from .tokens import arc_lengths
+from rad2_core.geometry import boxes_overlap
+from rad2_core.tokens import arc_lengths
 
 
 @dataclass(frozen=True)
@@ -70,7 +69,7 @@ class SafetyEnvelopeParams:
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> SafetyEnvelopeParams:
-        from .config import require
+        from rad2_core.config import require
 
         c = require(params, "safety_envelope")
         return cls(bool(c["enabled"]), float(c["reaction_time_s"]), float(c["ego_decel"]),

@@ -41,11 +41,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-
-from .bev import BevConfig, ego_to_pixel_affine
-from .control.bicycle import VehicleParams, clamp_controls, step
-from .route_path import RoutePath
-from .tokens import arc_lengths
+from rad2_core.bev import BevConfig, ego_to_pixel_affine
+from rad2_core.bicycle import VehicleParams, clamp_controls, step
+from rad2_core.route_path import RoutePath
+from rad2_core.tokens import arc_lengths
 
 
 @dataclass(frozen=True)
@@ -74,7 +73,7 @@ class StallRecoveryParams:
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> StallRecoveryParams:
-        from .config import require
+        from rad2_core.config import require
 
         c = require(params, "stall_recovery")
         return cls(bool(c["enabled"]), float(c["reverse_tolerance_m"]), float(c["speed"]), float(c["accel"]),

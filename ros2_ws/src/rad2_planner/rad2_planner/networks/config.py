@@ -11,9 +11,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-
-from rad2_planner.config import ParameterError, require
-from rad2_planner.tokens import MAP_FEATURES
+from rad2_core.config import ParameterError, require
+from rad2_core.tokens import MAP_FEATURES
 
 
 @dataclass
@@ -103,7 +102,7 @@ class ModelConfig:
         its BEV channels, its first ``map_point_dim`` map features. Other fields pass through; a BEV with
         another channel count (already the model's) is left for the caller's shape check."""
         if observation_channels is None:
-            from rad2_planner.bev import get_config
+            from rad2_core.bev import get_config
 
             observation_channels = get_config(None).channels
         out = dict(inputs)

@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .config import ModelConfig
-from .layers import MASK_BIAS, MLP, TransformerLayer, mask_to_bias
+from rad2_planner.networks.config import ModelConfig
+from rad2_planner.networks.layers import MASK_BIAS, MLP, TransformerLayer, mask_to_bias
 
 INITIAL_KEY_BIAS = -2.0
 

@@ -2,7 +2,7 @@
 
 The safety layer of the planner (``safety_layer.*`` in params/planner.yaml, :mod:`rad2_planner.policy`)
 asks it, before execution, whether a candidate trajectory is about to hit one of the observed agents;
-its labels come from the log-replay simulator (``rad2_rl.critic_data``), not from a hand rule.
+its labels come from the log-replay simulator (``rad2_training.critic_data``), not from a hand rule.
 
 Inputs (ego frame of the observation, the same tensors the planner already holds):
 ``trajectories [B, M, T, 2]`` (metres, points at ``(k+1)·plan_dt``), ``agents [B, N, 10]`` and
@@ -41,11 +41,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from rad2_core.config import writable_dir
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from ..config import writable_dir
-from .layers import MLP, Linear, TransformerLayer, mask_to_bias
+from rad2_planner.networks.layers import MLP, Linear, TransformerLayer, mask_to_bias
 
 FORMAT_VERSION = 1
 KIND = "collision_critic"
@@ -54,8 +54,8 @@ CRITIC_OUTPUTS = ("logits", "probs")
 # Bump when the exported graph changes for the same weights (a cached onnx/critic.onnx is refreshed).
 # 2: the TorchScript-tracing exporter (runtime/onnx_export.py).
 CRITIC_EXPORT_FORMAT = 2
-from ..runtime.onnx_export import EXPORTER as ONNX_EXPORTER  # noqa: E402
-from ..runtime.onnx_export import OPSET as ONNX_OPSET  # noqa: E402
+from rad2_planner.runtime.onnx_export import EXPORTER as ONNX_EXPORTER  # noqa: E402
+from rad2_planner.runtime.onnx_export import OPSET as ONNX_OPSET  # noqa: E402
 
 PAIR_FEATURES = 16  # per (trajectory point, agent) pair, see CollisionCritic._pair_features
 
@@ -215,7 +215,7 @@ class CollisionCritic(nn.Module):
         ego_state: torch.Tensor,
     ) -> torch.Tensor:
         """trajectories [B, M, T, 2] ego-frame metres -> logits [B, M] (collision within horizon_s)."""
-        # agent tokens come nearest first (rad2_planner.tokens.agent_tokens): the far ones cannot be
+        # agent tokens come nearest first (rad2_core.tokens.agent_tokens): the far ones cannot be
         # reached within the horizon and only cost time on the pair grid
         agents = agents[:, : self.cfg.max_agents]
         agents_mask = agents_mask[:, : self.cfg.max_agents]
@@ -340,7 +340,7 @@ def export_critic_onnx(critic: CollisionCritic, path: str | Path) -> Path:
         "agents_mask": {0: b, 1: n},
         "ego_state": {0: b},
     }
-    from ..runtime.onnx_export import _export  # the one exporter, atomic write
+    from rad2_planner.runtime.onnx_export import _export  # the one exporter, atomic write
 
     _export(critic, args, CRITIC_INPUTS, CRITIC_OUTPUTS, dyn, path)
     return path
@@ -402,7 +402,7 @@ class CriticRunner:
         if self.backend == "onnxruntime":
             import onnxruntime as ort
 
-            from ..runtime.ort_backend import _session_options
+            from rad2_planner.runtime.ort_backend import _session_options
 
             ckpt = getattr(critic, "checkpoint_dir", None)
             if onnx_dir is None and ckpt is None:

@@ -20,9 +20,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .config import ModelConfig
-from .encoders import PolylineEncoder, SceneEncoder, VectorEncoder
-from .layers import MLP, CrossAttentionLayer, TransformerLayer, mask_to_bias
+from rad2_planner.networks.config import ModelConfig
+from rad2_planner.networks.encoders import PolylineEncoder, SceneEncoder, VectorEncoder
+from rad2_planner.networks.layers import MLP, CrossAttentionLayer, TransformerLayer, mask_to_bias
 
 
 class Discriminator(nn.Module):

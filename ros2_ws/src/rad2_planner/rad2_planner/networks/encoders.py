@@ -13,8 +13,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .config import ModelConfig
-from .layers import MLP, Linear, TransformerLayer, mask_to_bias
+from rad2_planner.networks.config import ModelConfig
+from rad2_planner.networks.layers import MLP, Linear, TransformerLayer, mask_to_bias
 
 
 class BevEncoder(nn.Module):

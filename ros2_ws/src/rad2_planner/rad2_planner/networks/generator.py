@@ -21,8 +21,8 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from .config import ModelConfig
-from .layers import MLP, Attention, Linear, sinusoidal_embedding
+from rad2_planner.networks.config import ModelConfig
+from rad2_planner.networks.layers import MLP, Attention, Linear, sinusoidal_embedding
 
 
 class SceneContext(NamedTuple):

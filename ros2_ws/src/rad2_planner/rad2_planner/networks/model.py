@@ -21,13 +21,13 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from ..runtime.base import DISCRIMINATOR_INPUTS
-from .config import ModelConfig
-from .correction import CorrectionEncoder
-from .discriminator import Discriminator
-from .encoders import SceneEncoder
-from .generator import DiTDenoiser
-from .normalization import TrajectoryNormalizer
+from rad2_planner.networks.config import ModelConfig
+from rad2_planner.networks.correction import CorrectionEncoder
+from rad2_planner.networks.discriminator import Discriminator
+from rad2_planner.networks.encoders import SceneEncoder
+from rad2_planner.networks.generator import DiTDenoiser
+from rad2_planner.networks.normalization import TrajectoryNormalizer
+from rad2_planner.runtime.base import DISCRIMINATOR_INPUTS
 
 FORMAT_VERSION = 1
 
@@ -268,3 +268,10 @@ def _load_into(module: nn.Module, state: dict[str, torch.Tensor], path: Path) ->
         module.load_state_dict(state)
     except RuntimeError as exc:  # missing/unexpected keys or shapes that do not match config.json
         raise CheckpointError(f"{path}: weights do not fit the model of config.json ({exc})") from exc
+
+
+def same_scene_encoder(a: PlannerModel, b: PlannerModel) -> bool:
+    """Whether two models encode scenes identically (same encoder weights and normalisation)."""
+    sa, sb = a.encoder.state_dict(), b.encoder.state_dict()
+    return (sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+            and a.normalizer.to_dict() == b.normalizer.to_dict())

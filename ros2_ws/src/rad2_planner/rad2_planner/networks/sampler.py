@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..diffusion import NoiseSchedule, SamplerSpec, sampler_steps
+from rad2_planner.diffusion import NoiseSchedule, SamplerSpec, sampler_steps
 
 
 class DiffusionSampler(nn.Module):

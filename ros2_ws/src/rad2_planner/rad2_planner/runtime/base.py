@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ..diffusion import NoiseSchedule, SamplerSpec, sample
+from rad2_planner.diffusion import NoiseSchedule, SamplerSpec, sample
 
 SCENE_INPUTS = (
     "bev",
@@ -200,20 +200,20 @@ def make_backend(
     """
     fused = sampler_spec if bool(runtime_params.get("fused_sampler", False)) else None
     if name == "pytorch":
-        from .torch_backend import TorchBackend
+        from rad2_planner.runtime.torch_backend import TorchBackend
 
         return TorchBackend(model, device=device, sampler_spec=fused,
                             cuda_graphs=bool(runtime_params.get("torch_cuda_graphs", False)))
     if name == "onnxruntime":
-        from .ort_backend import OrtBackend
+        from rad2_planner.runtime.ort_backend import OrtBackend
 
         return OrtBackend.from_model(model, runtime_params, onnx_dir=onnx_dir, sampler_spec=fused)
     if name == "openvino":
-        from .openvino_backend import OpenVinoBackend
+        from rad2_planner.runtime.openvino_backend import OpenVinoBackend
 
         return OpenVinoBackend.from_model(model, runtime_params, onnx_dir=onnx_dir, sampler_spec=fused)
     if name == "tensorrt":
-        from .trt_backend import TensorRTBackend
+        from rad2_planner.runtime.trt_backend import TensorRTBackend
 
         return TensorRTBackend.from_model(model, runtime_params, onnx_dir=onnx_dir)
     raise ValueError(f"planner.backend: unknown value {name!r} (choose from {BACKENDS})")

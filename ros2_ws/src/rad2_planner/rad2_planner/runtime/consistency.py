@@ -45,10 +45,11 @@ def record_graph_inputs(params: dict, ckpt: Path, onnx_dir: Path, path: Path, da
                         cycles: int) -> None:
     """Run ``cycles`` planning cycles (one per clip of ``data``) with the ONNX Runtime backend and save
     every graph call's inputs to ``path`` (the input of tools/trt_consistency.py)."""
-    from rad2_planner.bev import snapshot_from_clip
-    from rad2_planner.clip import iter_dataset
-    from rad2_planner.config import resource_path
-    from rad2_planner.observation import build_observation
+    from rad2_core.bev import snapshot_from_clip
+    from rad2_core.clip import iter_dataset
+    from rad2_core.config import resource_path
+    from rad2_core.observation import build_observation
+
     from rad2_planner.policy import Rad2Policy
 
     policy = Rad2Policy.from_params(

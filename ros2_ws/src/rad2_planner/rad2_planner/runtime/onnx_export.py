@@ -30,10 +30,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from rad2_core.config import writable_dir
 
-from ..config import writable_dir
-from ..diffusion import SamplerSpec
-from .base import (
+from rad2_planner.diffusion import SamplerSpec
+from rad2_planner.runtime.base import (
     CORRECTION_INPUTS,
     CORRECTION_OUTPUTS,
     DENOISER_INPUTS,
@@ -212,7 +212,7 @@ def generator_file(spec: SamplerSpec) -> str:
 
 def export_generator(model, out_dir: str | Path, spec: SamplerSpec) -> Path:
     """Export the single-call sampler (K steps of ``spec``) of ``model`` (:func:`generator_file`)."""
-    from ..networks.sampler import DiffusionSampler
+    from rad2_planner.networks.sampler import DiffusionSampler
 
     path = Path(out_dir) / generator_file(spec)
     model = model.to("cpu").eval()
@@ -384,7 +384,7 @@ def ensure_onnx(model, out_dir: str | Path, sampler_spec: SamplerSpec | None = N
             EXPORT_FORMAT,
         )
     # The cache lives beside the checkpoint (<checkpoint>/onnx). A checkpoint installed into the package
-    # share (share/rad2_planner/checkpoints: a colcon build without --symlink-install, a system install)
+    # share (share/rad2_bringup/checkpoints: a colcon build without --symlink-install, a system install)
     # may be read-only: its export then goes to the user's cache, keyed by this directory.
     if (cache := writable_dir(out)) != out:
         log.info("ONNX cache %s is not writable; exporting into %s", out, cache)

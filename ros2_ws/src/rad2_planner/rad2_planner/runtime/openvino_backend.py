@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from ..diffusion import NoiseSchedule, SamplerSpec
-from .base import (
+from rad2_planner.diffusion import NoiseSchedule, SamplerSpec
+from rad2_planner.runtime.base import (
     DISCRIMINATOR_OUTPUTS,
     SCENE_INPUTS,
     SCENE_OUTPUTS,
@@ -39,7 +39,7 @@ from .base import (
     discriminator_feed,
     generate_in_one_call,
 )
-from .onnx_export import ensure_onnx
+from rad2_planner.runtime.onnx_export import ensure_onnx
 
 log = logging.getLogger(__name__)
 

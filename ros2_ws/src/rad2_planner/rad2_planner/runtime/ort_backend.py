@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from ..diffusion import NoiseSchedule, SamplerSpec
-from .base import (
+from rad2_planner.diffusion import NoiseSchedule, SamplerSpec
+from rad2_planner.runtime.base import (
     DISCRIMINATOR_CONTEXT_INPUTS,
     DISCRIMINATOR_CONTEXT_OUTPUTS,
     DISCRIMINATOR_OUTPUTS,
@@ -49,7 +49,7 @@ from .base import (
     discriminator_feed,
     generate_in_one_call,
 )
-from .onnx_export import ensure_onnx
+from rad2_planner.runtime.onnx_export import ensure_onnx
 
 # Graphs whose calls may be split along the candidate axis (axis 1 of these inputs and of every output).
 _CANDIDATE_INPUTS = {"denoiser": "x_t", "generator": "x_init", "discriminator": "trajectories",
@@ -243,7 +243,7 @@ class OrtBackend(Backend):
 
     def end_profiling(self) -> list[str]:
         """The operator-profile trace files of every session (``runtime.ort_profile_prefix``), their
-        profilers stopped; :func:`rad2_planner.benchmarking.operator_profile` reads them."""
+        profilers stopped; :func:`rad2_evaluation.benchmarking.operator_profile` reads them."""
         groups = list(self.sessions.values()) + [s for s in (self._encoder_beside_context,) if s is not None]
         return [f for group in groups for f in group.end_profiling()]
 

@@ -8,8 +8,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..diffusion import NoiseSchedule, SamplerSpec
-from .base import DISCRIMINATOR_INPUTS, SCENE_INPUTS, SCENE_OUTPUTS, Backend, BackendUnavailableError
+from rad2_planner.diffusion import NoiseSchedule, SamplerSpec
+from rad2_planner.runtime.base import (
+    DISCRIMINATOR_INPUTS,
+    SCENE_INPUTS,
+    SCENE_OUTPUTS,
+    Backend,
+    BackendUnavailableError,
+)
 
 
 class TorchBackend(Backend):
@@ -27,7 +33,7 @@ class TorchBackend(Backend):
         self.model = model.to(self.device).eval()
         self.fused = None
         if sampler_spec is not None:
-            from ..networks.sampler import DiffusionSampler
+            from rad2_planner.networks.sampler import DiffusionSampler
 
             self.fused = DiffusionSampler(self.model.denoiser, model.cfg.num_train_steps, sampler_spec).eval()
         self._encoder = self.model.encoder
@@ -35,7 +41,7 @@ class TorchBackend(Backend):
         self._discriminator = self.model.discriminator.logits_and_scores
         self.graphs: dict[str, Any] = {}
         if cuda_graphs and self.device.type == "cuda":
-            from .cuda_graphs import CudaGraphCache
+            from rad2_planner.runtime.cuda_graphs import CudaGraphCache
 
             self._encoder = self.graphs["encoder"] = CudaGraphCache(self.model.encoder, "scene encoder")
             if self.fused is not None:

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rad2_core.config import writable_dir
 
-from ..config import writable_dir
-from .base import (
+from rad2_planner.runtime.base import (
     DISCRIMINATOR_OUTPUTS,
     SCENE_INPUTS,
     SCENE_OUTPUTS,
@@ -34,7 +34,7 @@ from .base import (
     denoiser_feed,
     discriminator_feed,
 )
-from .onnx_export import ensure_onnx
+from rad2_planner.runtime.onnx_export import ensure_onnx
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,383 @@
+"""Bring up a rad2 ROS 2 graph without `ros2 launch`: the same executables, node names and parameter
+files as launch/*.launch.py, all read from launch/graphs.yaml (``rad2_bringup.graphs``).
+
+Two modes:
+  processes (default)  one OS process per node (install/<pkg>/lib/<pkg>/<exe> --ros-args ...), each
+                       with its own log file; a readiness check waits until every node is visible in
+                       the ROS graph with its publishers/subscriptions; SIGINT, then SIGTERM, then
+                       SIGKILL on shutdown.
+  composed             every node of the graph in one process on a MultiThreadedExecutor
+                       (``run_composed``; ``Bringup(composed=True)`` runs tools/bringup.py --composed).
+
+The CLI is tools/bringup.py. Imports rclpy only inside ``run_composed``.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import importlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rad2_ros.rosenv import REPO_ROOT, child_environment, exit_with_parent, ros_environment
+
+from rad2_bringup import graphs
+
+INSTALL = REPO_ROOT / "ros2_ws" / "install"
+# The CLI the composed mode runs as its one child process (argument handling lives there).
+BRINGUP_CLI = REPO_ROOT / "tools" / "bringup.py"
+
+
+class BringupError(RuntimeError):
+    """A node could not be started, did not become ready, or died."""
+
+
+def executable_path(package: str, executable: str, install: Path = INSTALL) -> Path:
+    return install / package / "lib" / package / executable
+
+
+def find_executable(package: str, executable: str) -> Path:
+    """The checkout's ``ros2_ws/install/<pkg>/lib/<pkg>/<exe>``, else the one under the package's prefix
+    in the ament index (a sourced install elsewhere, e.g. copied away from the checkout); the
+    checkout's path when neither exists (what the error names)."""
+    exe = executable_path(package, executable)
+    if exe.exists():
+        return exe
+    try:
+        from ament_index_python.packages import get_package_prefix
+
+        installed = Path(get_package_prefix(package)) / "lib" / package / executable
+    except (ImportError, LookupError, ValueError):
+        return exe
+    return installed if installed.exists() else exe
+
+
+def param_arg(name: str, value: Any) -> str:
+    """``name:=value`` with the value in YAML syntax (how ``-p`` parses it)."""
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, (int, float)):
+        text = repr(value)
+    elif isinstance(value, (list, tuple)):
+        text = json.dumps(list(value))
+    else:
+        text = str(value)
+        if text == "" or re.fullmatch(r"[-+.\d eE]+|true|false|null|~", text, re.I) or ":" in text:
+            text = json.dumps(text)  # keep it a string
+    return f"{name}:={text}"
+
+
+def ros_args(spec: graphs.NodeSpec, overrides: dict[str, Any] | None = None) -> list[str]:
+    """The ``--ros-args`` part of a node's command line: name, parameter files, -p, remaps."""
+    args = ["--ros-args", "-r", f"__node:={spec.name}"]
+    for path in spec.param_paths(REPO_ROOT):
+        args += ["--params-file", str(path)]
+    for key, value in {**spec.parameters, **(overrides or {})}.items():
+        args += ["-p", param_arg(key, value)]
+    for src, dst in spec.remappings.items():
+        args += ["-r", f"{src}:={dst}"]
+    return args
+
+
+def node_command(spec: graphs.NodeSpec, overrides: dict[str, Any] | None = None) -> list[str]:
+    exe = find_executable(spec.package, spec.executable)
+    if not exe.exists():
+        raise BringupError(f"{exe} does not exist: build the workspace first (bash tools/bootstrap.sh)")
+    return [str(exe), *ros_args(spec, overrides)]
+
+
+@dataclass
+class NodeProcess:
+    spec: graphs.NodeSpec
+    command: list[str]
+    log_path: Path
+    popen: subprocess.Popen | None = None
+    log_file: Any = None
+    returncode: int | None = None
+    stop_seconds: float | None = None  # from the first SIGINT of stop() until the process was seen gone
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            try:
+                os.killpg(self.popen.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+_PROBE = textwrap.dedent(
+    """
+    import json, sys, time
+    import rclpy
+    expected = set(json.loads(sys.argv[1])); deadline = time.monotonic() + float(sys.argv[2])
+    # endpoints every node has (rclpy's logging, parameter events, the /clock of use_sim_time): a node
+    # is ready once it has created one of its own
+    SYSTEM = ("/rosout", "/parameter_events", "/clock")
+    rclpy.init()
+    node = rclpy.create_node("_rad2_bringup_probe")
+    ready = set()
+    try:
+        while time.monotonic() < deadline:
+            names = {n for n, _ in node.get_node_names_and_namespaces()}
+            for name in expected & names - ready:
+                ns = dict(node.get_node_names_and_namespaces())[name]
+                pubs = node.get_publisher_names_and_types_by_node(name, ns)
+                subs = node.get_subscriber_names_and_types_by_node(name, ns)
+                if [t for t, _ in pubs + subs if t not in SYSTEM]:
+                    ready.add(name)
+            if ready == expected:
+                break
+            time.sleep(0.1)
+    finally:
+        print(json.dumps(sorted(ready)), flush=True)
+        node.destroy_node(); rclpy.try_shutdown()
+    """
+)
+
+
+@dataclass
+class Bringup:
+    """Start a graph of launch/graphs.yaml as processes; use as a context manager.
+
+    ``overrides`` maps node name -> {parameter: value} (applied after the graph's own -p values);
+    ``extra_env`` is added to every process's environment (after the ROS environment).
+    """
+
+    graph: str
+    args: dict[str, str] = field(default_factory=dict)
+    domain_id: int = 0
+    log_dir: Path | None = None
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    extra_env: dict[str, str] = field(default_factory=dict)
+    composed: bool = False
+    only: list[str] | None = None  # start only these node names (others may run elsewhere)
+    wrap: list[str] | None = None  # command prefix, e.g. ["ip", "netns", "exec", "hostA"]
+
+    def __post_init__(self) -> None:
+        self.spec = graphs.load_graph(self.graph, self.args)
+        known = {n.name for n in self.spec.nodes}
+        for name in list(self.overrides) + list(self.only or []):
+            if name not in known:
+                raise BringupError(f"graph {self.graph!r} has no node {name!r} (have {sorted(known)})")
+        if self.log_dir is None:
+            self.log_dir = REPO_ROOT / "runs" / "bringup" / time.strftime(f"{self.graph}-%Y%m%d-%H%M%S")
+        self.log_dir = Path(self.log_dir)
+        self.env = {**ros_environment(self.domain_id), "PYTHONUNBUFFERED": "1", **self.extra_env}
+        nodes = [n for n in self.spec.nodes if self.only is None or n.name in self.only]
+        if self.composed:
+            cmd = [sys.executable, str(BRINGUP_CLI), self.graph, "--composed", "--foreground",
+                   "--domain-id", str(self.domain_id)]
+            for k, v in self.args.items():
+                cmd += ["--arg", f"{k}={v}"]
+            for node_name, params in self.overrides.items():
+                for k, v in params.items():
+                    cmd += ["--set", param_arg(f"{node_name}.{k}", v).replace(":=", "=", 1)]
+            for name in self.only or []:
+                cmd += ["--only", name]
+            composite = graphs.NodeSpec("composed", "", "", "", [])
+            self.processes = [NodeProcess(composite, cmd, self.log_dir / "composed.log")]
+        else:
+            self.processes = [
+                NodeProcess(n, node_command(n, self.overrides.get(n.name)), self.log_dir / f"{n.name}.log")
+                for n in nodes
+            ]
+        if self.wrap:
+            for proc in self.processes:
+                proc.command = [*self.wrap, *proc.command]
+        self.node_names = [n.name for n in nodes]
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def start(self) -> Bringup:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        for proc in self.processes:
+            proc.log_file = proc.log_path.open("w")
+            proc.log_file.write("$ " + " ".join(proc.command) + "\n")
+            proc.log_file.flush()
+            proc.popen = subprocess.Popen(
+                proc.command, cwd=REPO_ROOT, env=child_environment(self.env), stdout=proc.log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+        return self
+
+    def wait_ready(self, timeout: float = 60.0) -> float:
+        """Block until every node is in the ROS graph with its endpoints; returns the seconds taken."""
+        t0 = time.monotonic()
+        probe = subprocess.run(
+            [*(self.wrap or []), sys.executable, "-c", _PROBE, json.dumps(self.node_names), str(timeout)],
+            env=self.env, capture_output=True, text=True, timeout=timeout + 30,
+        )
+        self.check_alive()
+        try:
+            ready = set(json.loads(probe.stdout.strip().splitlines()[-1]))
+        except (IndexError, json.JSONDecodeError) as exc:
+            raise BringupError(f"readiness probe failed: {probe.stderr[-2000:]}") from exc
+        missing = set(self.node_names) - ready
+        if missing:
+            raise BringupError(f"nodes not ready after {timeout:.0f} s: {sorted(missing)}\n{self.tails()}")
+        return time.monotonic() - t0
+
+    def check_alive(self) -> None:
+        dead = [p for p in self.processes if p.popen is not None and p.popen.poll() is not None]
+        if dead:
+            raise BringupError(
+                "process exited: " + ", ".join(f"{p.name} (rc={p.popen.returncode})" for p in dead)
+                + "\n" + self.tails()
+            )
+
+    def process(self, name: str) -> NodeProcess:
+        for p in self.processes:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def tails(self, lines: int = 20) -> str:
+        return "\n".join(f"--- {p.log_path}\n{p.log_tail(lines)}" for p in self.processes)
+
+    def stop(self, timeout: float = 10.0) -> dict[str, int | None]:
+        """SIGINT every process, then SIGTERM, then SIGKILL; returns name -> return code. Each
+        process's ``stop_seconds`` records how long it took to go."""
+        t0 = time.monotonic()
+
+        def note_exits() -> bool:
+            alive = False
+            for p in self.processes:
+                if p.alive():
+                    alive = True
+                elif p.stop_seconds is None:
+                    p.stop_seconds = time.monotonic() - t0
+            return alive
+
+        for sig, wait in ((signal.SIGINT, timeout), (signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
+            if sig != signal.SIGINT and note_exits():
+                # a process that ignored the previous signal first prints its threads' stacks into
+                # its log (every graph node registers faulthandler on SIGUSR1): a hang must say where
+                for p in self.processes:
+                    p.signal(signal.SIGUSR1)
+                time.sleep(0.5)
+            for p in self.processes:
+                p.signal(sig)
+            end = time.monotonic() + wait
+            while time.monotonic() < end and note_exits():
+                time.sleep(0.05)
+        for p in self.processes:
+            if p.popen is not None:
+                try:
+                    p.returncode = p.popen.wait(timeout=1.0)
+                except subprocess.TimeoutExpired:
+                    p.returncode = None
+            if p.log_file is not None and not p.log_file.closed:
+                p.log_file.close()
+        note_exits()
+        return {p.name: p.returncode for p in self.processes}
+
+    def run(self, ready_timeout: float = 60.0, duration: float | None = None) -> int:
+        """Start, wait until ready, then watch the processes until SIGINT/SIGTERM or ``duration``
+        seconds; stop everything. Returns 0, or 1 when a node did not come up or died."""
+        stop = {"flag": False}
+        signal.signal(signal.SIGINT, lambda *_: stop.update(flag=True))
+        signal.signal(signal.SIGTERM, lambda *_: stop.update(flag=True))
+        self.start()
+        started = ", ".join(f"{p.name} (pid {p.popen.pid})" for p in self.processes)
+        print(f"[bringup] {self.graph}: started {started}; logs in {self.log_dir}", flush=True)
+        rc = 0
+        try:
+            took = self.wait_ready(ready_timeout)
+            print(f"[bringup] all nodes ready in {took:.1f} s: {', '.join(self.node_names)}", flush=True)
+            end = None if duration is None else time.monotonic() + duration
+            while not stop["flag"] and (end is None or time.monotonic() < end):
+                self.check_alive()
+                time.sleep(0.2)
+        except BringupError as exc:
+            print(f"bringup: {exc}", file=sys.stderr)
+            rc = 1
+        codes = self.stop()
+        print(f"[bringup] stopped: {codes}", flush=True)
+        return rc
+
+    def __enter__(self) -> Bringup:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+# -- composed mode (one process) -------------------------------------------------------------------
+def load_component(path: str):
+    module, _, cls = path.partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def run_composed(graph: str, args: dict[str, str], overrides: dict[str, dict[str, Any]], domain_id: int,
+                 duration: float | None, only: list[str] | None = None, threads: int | None = None) -> int:
+    """Every node of ``graph`` in this process on one MultiThreadedExecutor until SIGINT/duration.
+
+    Each node gets its own ``--ros-args`` (name, parameter files, -p, remaps) through ``cli_args``,
+    exactly the arguments the separate-process mode passes on the command line.
+    """
+    os.environ.update(ros_environment(domain_id))
+    import rclpy
+    from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+
+    spec = graphs.load_graph(graph, args)
+    rclpy.init()
+    exit_with_parent()  # as in nodes.common.run_node
+    # as in nodes.common.run_node: SIGUSR1 prints the threads' stacks (stop() sends it before escalating)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    executor = MultiThreadedExecutor(num_threads=threads)
+    nodes = []
+    try:
+        for n in spec.nodes:
+            if only and n.name not in only:
+                continue
+            node = load_component(n.component)(cli_args=ros_args(n, overrides.get(n.name)))
+            executor.add_node(node)
+            nodes.append(node)
+        print(f"[bringup] composed {graph}: {[n.get_name() for n in nodes]} on one "
+              f"MultiThreadedExecutor", flush=True)
+        end = None if duration is None else time.monotonic() + duration
+        while rclpy.ok() and (end is None or time.monotonic() < end):
+            executor.spin_once(timeout_sec=0.1)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    except Exception:
+        # as in nodes.common.run_node: an error from a wait set or callback whose context SIGINT has
+        # already shut down is the shutdown itself (CI saw "guard condition ... rcl_shutdown() was
+        # called" end a clean stop with exit 1); while the context is up, errors propagate
+        if rclpy.ok():
+            raise
+    finally:
+        for node in nodes:
+            try:
+                executor.remove_node(node)
+                node.destroy_node()
+            except Exception:  # noqa: BLE001 -- best effort on shutdown
+                pass
+        try:
+            executor.shutdown(timeout_sec=2.0)
+        except Exception:  # noqa: BLE001 -- its guard condition dies with a context already shut down
+            if rclpy.ok():
+                raise
+        rclpy.try_shutdown()
+    return 0

@@ -1,0 +1,173 @@
+"""``TrackingController``: the one entry point the simulator, the controller node and the benchmark use.
+
+It reads ``params/controller.yaml`` and ``params/vehicle.yaml``, turns plans into references
+(``reference.py``) and solves the batched iLQR problem (``ilqr.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+from rad2_core.bicycle import IA, IRATE, ISTEER, IV, NX, VehicleParams, clamp_controls, rollout
+
+from rad2_control.ilqr import (
+    ControllerParamsError,
+    CostWeights,
+    ILQRSettings,
+    SolveReport,
+    _num,
+    ilqr_solve,
+    tracking_cost,
+)
+from rad2_control.reference import Reference, ReferenceError, build_reference
+
+
+class TrackingSolution(NamedTuple):
+    controls: np.ndarray  # [B, H, 2] (accel, steer_rate), applied (within limits)
+    states: np.ndarray  # [B, H+1, 5] predicted states, states[:, 0] = the given states
+    report: SolveReport
+
+
+class TrackingController:
+    """iLQR tracker of planned trajectories on the kinematic bicycle.
+
+    ``controller_params`` / ``vehicle_params``: dicts as returned by ``load_params("controller")`` and
+    ``load_params("vehicle")`` (read from params/ when omitted).
+    """
+
+    def __init__(
+        self, controller_params: dict[str, Any] | None = None, vehicle_params: dict[str, Any] | None = None
+    ):
+        from rad2_core.config import load_params
+
+        if controller_params is None:
+            controller_params = load_params("controller")
+        block = controller_params.get("controller", controller_params)
+        self.vehicle = VehicleParams.from_params(vehicle_params)
+        self.dt = _num(block, "dt", "controller")
+        horizon = _num(block, "horizon", "controller")
+        if horizon < 1 or horizon != int(horizon):
+            raise ControllerParamsError(
+                f"controller.horizon must be a positive integer, got {block['horizon']!r}"
+            )
+        self.horizon = int(horizon)
+        self.weights = CostWeights.from_params(block)
+        self.settings = ILQRSettings.from_params(block)
+        ref_block = block.get("reference", {})
+        self.min_heading_speed = _num(ref_block, "min_heading_speed", "controller.reference")
+
+    # -- references -------------------------------------------------------------------------------
+    def reference(self, plan, plan_dt: float, start_pose, age=0.0, frame: str = "ego") -> Reference:
+        """Reference for plan(s) ``[T, 2]``/``[B, T, 2]`` made at ``start_pose`` ``age`` seconds ago."""
+        return build_reference(
+            plan,
+            plan_dt,
+            start_pose,
+            self.vehicle,
+            self.dt,
+            self.horizon,
+            age=age,
+            min_heading_speed=self.min_heading_speed,
+            frame=frame,
+        )
+
+    def _check_states(self, states) -> np.ndarray:
+        x = np.asarray(states, dtype=np.float64)
+        if x.ndim == 1:
+            x = x[None]
+        if x.ndim != 2 or x.shape[1] != NX:
+            raise ReferenceError(f"states: expected shape [B, {NX}], got {tuple(np.shape(states))}")
+        bad = ~np.isfinite(x)
+        if bad.any():
+            i, j = (int(v) for v in np.argwhere(bad)[0])
+            raise ReferenceError(f"states[{i}, {j}] is not finite ({x[i, j]!r})")
+        # Bring the state inside the model's bounds (odometry may report tiny negative speeds).
+        x = x.copy()
+        x[:, IV] = np.clip(x[:, IV], 0.0, self.vehicle.max_speed)
+        x[:, ISTEER] = np.clip(x[:, ISTEER], -self.vehicle.max_steer, self.vehicle.max_steer)
+        return x
+
+    def initial_guess(self, states: np.ndarray, ref: np.ndarray) -> np.ndarray:
+        """Feed-forward inputs that follow the reference speed and steering from the current state."""
+        prev = np.concatenate([states[:, None, IV:], ref[:, :-1, IV:]], axis=1)
+        u = (ref[:, :, IV:] - prev) / self.dt
+        lo, hi = self.vehicle.control_bounds()
+        return np.clip(u, lo, hi)
+
+    # -- solve ------------------------------------------------------------------------------------
+    def solve(
+        self,
+        states,
+        references,
+        warm_start=None,
+        max_iterations: int | None = None,
+        kernel: str = "auto",
+    ) -> TrackingSolution:
+        """Track ``references`` (``Reference`` or ``[B, H, 5]``) from ``states`` ``[B, 5]``.
+
+        ``warm_start``: ``[B, H, 2]`` initial inputs (e.g. ``shift_controls`` of the previous
+        solution); otherwise a feed-forward guess from the reference. ``kernel``: see
+        ``ilqr.ilqr_solve`` (the default picks the faster one; results are the same).
+        """
+        x0 = self._check_states(states)
+        ref = (
+            references.states
+            if isinstance(references, Reference)
+            else np.asarray(references, dtype=np.float64)
+        )
+        if ref.ndim == 2:
+            ref = ref[None]
+        if ref.shape != (x0.shape[0], self.horizon, NX):
+            raise ReferenceError(
+                f"references: expected shape [{x0.shape[0]}, {self.horizon}, {NX}], got {tuple(ref.shape)}"
+            )
+        if not np.isfinite(ref).all():
+            i = tuple(int(v) for v in np.argwhere(~np.isfinite(ref))[0])
+            raise ReferenceError(f"references{list(i)} is not finite ({ref[i]!r})")
+        if warm_start is None:
+            u0 = self.initial_guess(x0, ref)
+            cap = self.settings.max_iterations
+        else:
+            u0 = np.asarray(warm_start, dtype=np.float64)
+            if u0.ndim == 2:
+                u0 = u0[None]
+            if u0.shape != (x0.shape[0], self.horizon, 2):
+                raise ReferenceError(
+                    f"warm_start: expected shape [{x0.shape[0]}, {self.horizon}, 2], got {tuple(u0.shape)}"
+                )
+            if not np.isfinite(u0).all():
+                u0 = self.initial_guess(x0, ref)
+            cap = self.settings.max_iterations_warm
+        if max_iterations is not None:
+            cap = int(max_iterations)
+        controls, xs, report = ilqr_solve(
+            x0, ref, u0, self.vehicle, self.dt, self.weights, self.settings, cap, kernel=kernel
+        )
+        return TrackingSolution(controls, xs, report)
+
+    def cost(self, states, controls, references) -> np.ndarray:
+        """Eq. 10 cost of given predicted states [B, H+1, 5] and controls [B, H, 2]."""
+        ref = references.states if isinstance(references, Reference) else np.asarray(references)
+        return tracking_cost(np.asarray(states), np.asarray(controls), ref, self.weights)
+
+    def rollout(self, states, controls) -> tuple[np.ndarray, np.ndarray]:
+        """Open-loop rollout with input projection: (states [B, H+1, 5], applied controls)."""
+        return rollout(self._check_states(states), controls, self.vehicle, self.dt)
+
+    def stop_controls(self, states, decel: float) -> np.ndarray:
+        """Minimal-risk stop: brake at ``decel`` (m/s², > 0) until standstill, steering angle held.
+
+        Returns ``[B, H, 2]`` inputs (already projected onto the limits).
+        """
+        if not np.isfinite(decel) or decel <= 0.0:
+            raise ControllerParamsError(f"stop deceleration must be positive, got {decel!r}")
+        x = self._check_states(states)
+        u = np.zeros((x.shape[0], self.horizon, 2))
+        u[..., IA] = -min(decel, -self.vehicle.min_accel)
+        u[..., IRATE] = 0.0
+        _, applied = rollout(x, u, self.vehicle, self.dt)
+        return applied
+
+    def project(self, states, controls) -> np.ndarray:
+        return clamp_controls(states, controls, self.vehicle, self.dt)

@@ -1,0 +1,21 @@
+"""ament_python package rad2_datasets: log adapters, SUMO scenario generation and bags of rad2"""
+
+from setuptools import find_packages, setup
+
+PACKAGE = "rad2_datasets"
+
+setup(
+    name=PACKAGE,
+    version="0.2.0",
+    packages=find_packages(exclude=["test", "test.*"]),
+    data_files=[
+        ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
+        (f"share/{PACKAGE}", ["package.xml"]),
+    ],
+    install_requires=["setuptools"],
+    zip_safe=True,
+    maintainer="rad2 maintainers",
+    maintainer_email="maintainers@rad2.dev",
+    description="log adapters, SUMO scenario generation and bags of rad2",
+    license="Apache-2.0",
+)

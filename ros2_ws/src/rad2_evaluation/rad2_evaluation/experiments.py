@@ -1,0 +1,302 @@
+"""Experiment arms of tools/rl_experiments.py: each arm (IL generator with a selection rule, or a
+checkpoint) driven closed loop over splits and seeds (rad2_evaluation.closed_loop.evaluate_split, in this
+process or on Ray workers), the mean ± std table and the bar plot. No ROS.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+RULES = ("uniform", "medoid", "safe_medoid")
+# A mixed set (e.g. eval_rich: both kinds of clip) is judged on both CR and EP, so it gets both.
+COLUMNS = {"safety": ("CR", "AF-CR", "Safety@1", "comfort_violation_steps"),
+           "efficiency": ("EP-Mean", "EP@1.0", "CR", "comfort_violation_steps"),
+           "other": ("CR", "AF-CR", "EP-Mean", "EP@1.0", "comfort_violation_steps", "offroad_rate")}
+PLOTTED = {"safety": ("CR",), "efficiency": ("EP-Mean",), "other": ("CR", "EP-Mean")}
+
+
+@dataclass(frozen=True)
+class Arm:
+    label: str
+    checkpoint: str
+    rule: str | None  # uniform | medoid | safe_medoid | None (the checkpoint's own selection)
+    m: int | None
+    h_reuse: int | None
+    discriminator_candidates: str | None = None  # planner.discriminator_candidates (None: planner.yaml's)
+    prior_weight: float | None = None  # planner.discriminator_prior_weight (None: planner.yaml's)
+
+
+def parse_arm(text: str, il_checkpoint: str) -> Arm:
+    from rad2_planner.policy import DISCRIMINATOR_CANDIDATES
+
+    head, *opts = text.split("@")
+    kind, _, arg = head.partition(":")
+    m = h = d = p = None
+    for opt in opts:
+        key, _, value = opt.partition("=")
+        if key == "D" and value in DISCRIMINATOR_CANDIDATES:
+            d = value
+            continue
+        if key == "P" and _is_weight(value):
+            p = float(value)
+            continue
+        if key not in ("M", "H") or not value.isdigit() or int(value) < 1:
+            raise ValueError(f"arm {text!r}: option {opt!r} is not M=<int >= 1>, H=<int >= 1>, D=all|safe "
+                             "or P=<float in [0, 1000]>")
+        m, h = (int(value), h) if key == "M" else (m, int(value))
+    if kind == "il":
+        if arg not in RULES:
+            raise ValueError(f"arm {text!r}: il:{arg} is not one of il:{'|il:'.join(RULES)}")
+        return Arm(text, il_checkpoint, arg, m, h, d, p)
+    if kind == "ckpt":
+        if not (Path(arg) / "config.json").is_file():
+            raise ValueError(f"arm {text!r}: {arg} is not a planner checkpoint (no config.json)")
+        return Arm(text, arg, None, m, h, d, p)
+    raise ValueError(f"arm {text!r}: expected il:RULE or ckpt:PATH")
+
+
+def _is_weight(value: str) -> bool:
+    from rad2_planner.policy import MAX_PRIOR_WEIGHT
+
+    try:
+        return 0.0 <= float(value) <= MAX_PRIOR_WEIGHT
+    except ValueError:
+        return False
+
+
+def policy_spec(arm: Arm, threads: int | None, backend: str | None = None, device: str | None = None):
+    """How to build the arm's decision maker; ``backend`` / ``device``: the planner's network runtime
+    (None: params/planner.yaml's)."""
+    from rad2_training.workers import PolicySpec
+
+    overrides = {}
+    if device:
+        overrides["device"] = device
+    if arm.m:
+        overrides["num_candidates"] = arm.m
+    if arm.discriminator_candidates:
+        overrides["discriminator_candidates"] = arm.discriminator_candidates
+    if arm.prior_weight is not None:
+        overrides["discriminator_prior_weight"] = arm.prior_weight
+    if arm.rule == "uniform":
+        return PolicySpec(checkpoint_dir=arm.checkpoint, selection="sample", distribution="uniform",
+                          planner_overrides=overrides, threads=threads, backend=backend)
+    if arm.rule is not None:
+        overrides["fallback_selection"] = arm.rule
+    # a rule arm selects by its rule, never by the checkpoint's discriminator, in a Ray worker as here
+    return PolicySpec(checkpoint_dir=arm.checkpoint, selection="deterministic", planner_overrides=overrides,
+                      threads=threads, backend=backend, ignore_discriminator=arm.rule is not None)
+
+
+def evaluate_arm(arm: Arm, splits: list[str], seeds: list[int], workers: int, max_clips: int | None,
+                 sim_params, threads: int | None = None, backend: str | None = None,
+                 device: str | None = None) -> dict[str, list[dict[str, float]]]:
+    """``{split: [metrics per seed]}``; each seed's metrics also hold ``clips``, one
+    :func:`clip_record` per clip."""
+    from bev_warp_sim.simulator import Simulator
+
+    from rad2_evaluation.closed_loop import evaluate_split
+
+    spec = policy_spec(arm, threads=1 if workers > 0 else threads, backend=backend, device=device)
+    pool = runner = decider = None
+    if workers > 0:
+        from rad2_training.workers import RolloutPool
+
+        pool = RolloutPool(spec, num_workers=workers, sim_params=sim_params)  # the workers simulate
+        runner = pool.run
+    else:
+        decider = spec.build()
+    sim = Simulator(sim_params)
+    out: dict[str, list[dict[str, float]]] = {}
+    try:
+        for split in splits:
+            out[split] = []
+            for seed in seeds:
+                ev = evaluate_split("rad2", split, sim_params, max_clips=max_clips, h_reuse=arm.h_reuse,
+                                    simulator=sim, decider=decider, runner=runner, seed=seed, progress=True)
+                out[split].append({**ev.metrics, "clips": [clip_record(r) for r in ev.results]})
+    finally:
+        if pool is not None:
+            pool.close()
+    return out
+
+
+def clip_record(result) -> dict:
+    """What results.json keeps of one clip's episode (bev_warp_sim.metrics.EpisodeResult): enough to
+    see which clips an arm collides on and how, next to the aggregated metrics of the seed."""
+    first = result.collisions[0] if result.collisions else {}
+    return {"clip_id": result.clip_id, "scenario_kind": result.scenario_kind,
+            "termination": result.termination, "collided": bool(result.collided),
+            "at_fault": bool(result.at_fault), "offroad": bool(result.offroad),
+            "rho": float(result.rho), "min_ttc": float(result.min_ttc), "end_step": int(result.end_step),
+            "collision": {k: (v.item() if isinstance(v, np.generic) else v) for k, v in first.items()
+                          if isinstance(v, (str, int, float, bool, np.generic))}}
+
+
+def plot_experiments(results, splits, path: Path, resolve) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from rad2_evaluation.closed_loop import split_kind
+
+    panels = [(split, metric) for split in splits for metric in PLOTTED[split_kind(split)]]
+    labels = list(results)
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(5.0, 0.9 * len(labels) + 2) * len(panels), 4.5),
+                             squeeze=False)
+    for ax, (split, metric) in zip(axes[0], panels):
+        vals = [[r[metric] for r in results[a][str(resolve(split))]] for a in labels]
+        ax.bar(range(len(labels)), [np.mean(v) for v in vals], yerr=[np.std(v) for v in vals], capsize=4)
+        ax.set_xticks(range(len(labels)), labels, rotation=25, ha="right", fontsize=8)
+        ax.set(title=f"{Path(split).name}: {metric}", ylabel=metric)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def experiments_table(results: dict, splits: list[str], seeds: list[int] | str, max_clips: int | None,
+                      elapsed_s: float, sim_overrides: dict | None = None) -> list[str]:
+    """Markdown: per split, the arm x metric table of mean ± standard deviation over the seeds
+    (``seeds``: the list, or a description where the runs were merged); ``sim_overrides`` (the
+    ``--sim-set`` settings the simulator ran with) are named under the title."""
+    from rad2_planner.policy import resolve_path
+
+    from rad2_evaluation.closed_loop import split_kind
+
+    lines = [f"# RAD-2 experiments ({time.strftime('%Y-%m-%d %H:%M')}, {elapsed_s:.0f} s)", "",
+             f"Seeds {seeds}; each cell: mean ± standard deviation over the seeds"
+             + (f"; first {max_clips} clips per split" if max_clips else "") + ".", ""]
+    if sim_overrides:
+        lines += ["Simulator settings changed from params/sim.yaml: "
+                  + ", ".join(f"`{k}={v}`" for k, v in sim_overrides.items()) + ".", ""]
+    for split in splits:
+        cols = COLUMNS[split_kind(split)]
+        lines += [f"## {Path(split).name}", "", "| arm | " + " | ".join(cols) + " |",
+                  "|---|" + "---|" * len(cols)]
+        for label, per_split in results.items():
+            runs = per_split[str(resolve_path(split))]
+            # "–" where an older results.json (merged) predates the metric
+            cells = [f"{np.mean([r[c] for r in runs]):.3f} ± {np.std([r[c] for r in runs]):.3f}"
+                     if all(c in r for r in runs) else "–" for c in cols]
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
+
+
+def collision_table(results: dict, splits: list[str]) -> list[str]:
+    """Markdown: per split and arm, the collisions of all seeds by the ego's contact zone (front, side,
+    rear: rear-ended by a log-replayed agent that does not react), with the mean progress ratio ρ of
+    the colliding episodes. Empty when the results carry no per-clip records (older results.json)."""
+    from rad2_planner.policy import resolve_path
+
+    lines = []
+    for split in splits:
+        rows = []
+        for label, per_split in results.items():
+            clips = [c for r in per_split[str(resolve_path(split))] for c in r.get("clips", [])]
+            if not clips:
+                continue
+            hits = [c for c in clips if c["collided"]]
+            zones = [c["collision"].get("ego_zone", "?") for c in hits]
+            rho = f"{np.mean([c['rho'] for c in hits]):.2f}" if hits else "–"
+            rows.append(f"| {label} | {len(hits)} / {len(clips)} | {sum(c['at_fault'] for c in hits)} | "
+                        + " | ".join(str(zones.count(z)) for z in ("front", "side", "rear")) + f" | {rho} |")
+        if rows:
+            lines += [f"### {Path(split).name}: collisions by the ego's contact zone (all seeds)", "",
+                      "| arm | collided / episodes | at fault | ego front | ego side | ego rear "
+                      "| ρ when colliding |",
+                      "|---|---|---|---|---|---|---|", *rows, ""]
+    return lines
+
+
+def write_report(results: dict, splits: list[str], seeds: list[int] | str, out: Path, max_clips: int | None,
+                 elapsed_s: float, sim_overrides: dict | None = None) -> None:
+    """experiments.md and experiments.png of ``results`` into ``out``, and the table printed."""
+    from rad2_planner.policy import resolve_path
+
+    lines = (experiments_table(results, splits, seeds, max_clips, elapsed_s, sim_overrides)
+             + collision_table(results, splits))
+    (out / "experiments.md").write_text("\n".join(lines))
+    plot_experiments(results, splits, out / "experiments.png", resolve_path)
+    print("\n".join(lines))
+
+
+def run_experiments(arms: list[Arm], splits: list[str], seeds: list[int], out: Path, *, workers: int = 0,
+                    max_clips: int | None = None, threads: int | None = None, backend: str | None = None,
+                    device: str | None = None, sim_set: list[str] | None = None) -> dict:
+    """Evaluate every arm (results.json rewritten after each), then write experiments.md and
+    experiments.png into ``out`` and print the table; returns the results. ``sim_set``: ``KEY=VALUE``
+    settings of params/sim.yaml to run the simulator with (e.g. ``sim.reactive_agents=true``), in this
+    process and in the Ray workers; they are written to ``out/sim_overrides.json``."""
+    from bev_warp_sim.simulator import simulator_params
+    from rad2_planner.policy import resolve_path
+
+    sim_params, sim_overrides = simulator_params(sim_set or [])
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sim_overrides.json").write_text(json.dumps(sim_overrides, indent=1))
+    t0 = time.time()
+    results = {}
+    for arm in arms:
+        results[arm.label] = evaluate_arm(arm, [str(resolve_path(s)) for s in splits], seeds, workers,
+                                          max_clips, sim_params, threads=threads, backend=backend,
+                                          device=device)
+        (out / "results.json").write_text(json.dumps(results, indent=1))
+    write_report(results, splits, seeds, out, max_clips, time.time() - t0, sim_overrides)
+    return results
+
+
+def _read_results(path: Path) -> dict[str, dict[str, list[dict]]]:
+    """A run's results.json, ``{arm: {split: [metrics per seed]}}``; ValueError naming the file when it
+    is not JSON or not of that shape."""
+    try:
+        data = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"--merge: {path} is not JSON ({exc})") from None
+    ok = isinstance(data, dict) and all(
+        isinstance(per_split, dict) and all(isinstance(runs, list) and all(isinstance(r, dict) for r in runs)
+                                            for runs in per_split.values())
+        for per_split in data.values())
+    if not ok:
+        raise ValueError(f"--merge: {path} is not a results.json of rl_experiments.py "
+                         "({arm: {split: [metrics per seed]}})")
+    return data
+
+
+def merge_results(paths: list[Path], renames: dict[str, str] | None = None) -> tuple[dict, list[str], int]:
+    """One ``{arm: {split: [metrics per seed]}}`` from the results.json of several runs (e.g. one per
+    seed, run side by side), splits keyed as this checkout resolves them; also the splits and the
+    number of seeds. ``renames`` (old label -> new) is applied to every file before the runs are
+    pooled, so runs of one planner under two labels (a run's checkpoint, then the same weights shipped
+    elsewhere) become one arm. Every arm must have the same number of runs on every split: a table
+    whose cells average different seed counts would mislead, so that is an error naming the arm and
+    split; a label of ``renames`` that no file holds is an error too."""
+    from rad2_planner.policy import resolve_path
+
+    renames = dict(renames or {})
+    seen: set[str] = set()
+    merged: dict[str, dict[str, list]] = {}
+    for path in paths:
+        for label, per_split in _read_results(Path(path)).items():
+            seen.add(label)
+            arm = renames.get(label, label)
+            for split, runs in per_split.items():
+                key = str(resolve_path(f"data/{Path(split).name}"))
+                merged.setdefault(arm, {}).setdefault(key, []).extend(runs)
+    if not merged:
+        raise ValueError(f"--merge: no results in {[str(p) for p in paths]}")
+    unknown = sorted(set(renames) - seen)
+    if unknown:
+        raise ValueError(f"--rename: no arm labelled {unknown} in the merged files "
+                         f"(they hold {sorted(seen)})")
+    splits = sorted({s for per in merged.values() for s in per})
+    counts = {(a, s): len(per.get(s, [])) for a, per in merged.items() for s in splits}
+    if len(set(counts.values())) != 1:
+        bad = {f"{a} on {Path(s).name}": n for (a, s), n in counts.items()}
+        raise ValueError(f"--merge: arms and splits have different numbers of runs: {bad}")
+    return merged, splits, next(iter(counts.values()))

@@ -1,1 +1,0 @@
-"""ROS 2 nodes: thin rclpy wrappers over the core modules."""

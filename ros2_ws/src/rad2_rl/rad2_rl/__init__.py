@@ -1,1 +1,0 @@
-"""rad2 closed-loop reinforcement learning (plain Python, no ROS): distributed rollouts, curation, RL."""

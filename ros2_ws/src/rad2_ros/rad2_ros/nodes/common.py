@@ -1,0 +1,527 @@
+"""Helpers shared by every rad2 node (perception, planner, controller, sim): one copy, used by all.
+
+- QoS profiles: ``sensor_qos`` (best effort, keep-last-1: BEV, tokens, odometry, objects),
+  ``command_qos`` (reliable keep-last-1: trajectories, control commands; optional deadline and
+  liveliness lease), ``report_qos`` (reliable keep-last-10: diagnostics, markers, results).
+- ``declare_parameters``: declares every value of the ``ros__parameters`` blocks of the node's
+  params/*.yaml files as a ROS parameter, with the description, unit, range, choices and read-only
+  flag of its schema entry (``params/<name>.schema.yaml``), and returns the effective values (after
+  ``--params-file`` / ``-p`` overrides, checked against the schema) as the nested dict the core takes.
+  The YAML files stay the only source of values and the schemas the only source of descriptors.
+- ``CycleStats``: per-cycle diagnostics accumulation (stage timings, end-to-end latency, deadline
+  misses, rejected inputs, fallback state) with running percentiles.
+- ``Throttle``: rate-limited logging for faults that may repeat every cycle.
+- ``Heartbeat``: a thread publishing ``/heartbeat`` (std_msgs/Header, frame_id = node name) every
+  ``heartbeat.period_s``, so the controller and the supervisor notice a dead node within a few periods
+  whatever its executor is busy with.
+- ``DiagnosticsReporter``: the node's status on ``/diagnostics`` (diagnostic_msgs/DiagnosticArray,
+  one DiagnosticStatus named after the node: level, message naming the fault, key/value counters).
+- ``run_node``: the ``main()`` body every node uses (init, spin, clean shutdown on SIGINT/SIGTERM).
+
+Composition contract (tools/bringup.py --composed): a node class takes ``**kwargs`` and forwards
+them to ``rclpy.node.Node.__init__`` (``cli_args`` carries ``-r __node:=NAME``, the parameter files
+and ``-p`` overrides), so the same class runs as its own process or inside one executor.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import gc
+import math
+import signal
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rad2_core.config import ParameterError, ParamSchema, load_params, load_schema, value_problem
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+from rclpy.duration import Duration
+from rclpy.node import Node
+from rclpy.qos import (
+    DurabilityPolicy,
+    HistoryPolicy,
+    LivelinessPolicy,
+    QoSProfile,
+    ReliabilityPolicy,
+)
+from std_msgs.msg import Header
+
+from rad2_ros.rosenv import exit_with_parent
+
+# --------------------------------------------------------------------------------------------------
+# QoS
+# --------------------------------------------------------------------------------------------------
+
+
+# A reader that must see every sample (odometry: each one is validated, and a rejected one has to be
+# reported) keeps this many: at 50 Hz a 0.2 s stall of the reading process loses none.
+EVERY_SAMPLE_DEPTH = 10
+
+
+def sensor_qos(depth: int = 1) -> QoSProfile:
+    """Sensor-like streams (best effort, keep-last-``depth``): 1 where only the newest sample matters,
+    ``EVERY_SAMPLE_DEPTH`` where a reader validates each one."""
+    return QoSProfile(
+        reliability=ReliabilityPolicy.BEST_EFFORT,
+        history=HistoryPolicy.KEEP_LAST,
+        depth=depth,
+        durability=DurabilityPolicy.VOLATILE,
+    )
+
+
+def command_qos(deadline_s: float | None = None, lease_s: float | None = None, depth: int = 1) -> QoSProfile:
+    """Trajectories and control commands: reliable, keep-last-``depth``, volatile (a late joiner must not
+    get a stale plan). A reader that validates every message asks for more than 1, so a bad one is seen
+    and reported even when a good one follows before the reader runs. ``deadline_s`` / ``lease_s`` add
+    the DDS deadline and liveliness contracts (both sides must offer/request compatible values)."""
+    qos = QoSProfile(
+        reliability=ReliabilityPolicy.RELIABLE,
+        history=HistoryPolicy.KEEP_LAST,
+        depth=depth,
+        durability=DurabilityPolicy.VOLATILE,
+    )
+    if deadline_s:
+        qos.deadline = Duration(seconds=deadline_s)
+    if lease_s:
+        qos.liveliness = LivelinessPolicy.AUTOMATIC
+        qos.liveliness_lease_duration = Duration(seconds=lease_s)
+    return qos
+
+
+def report_qos(depth: int = 10) -> QoSProfile:
+    """Diagnostics, markers, episode results: reliable, a few deep, volatile."""
+    return QoSProfile(
+        reliability=ReliabilityPolicy.RELIABLE,
+        history=HistoryPolicy.KEEP_LAST,
+        depth=depth,
+        durability=DurabilityPolicy.VOLATILE,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Parameters
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeParameter:
+    """One parameter a node takes from a params/*.yaml file: its YAML value (as a ROS value), the file
+    it comes from and its schema entry (``params/<file>.schema.yaml``)."""
+
+    name: str
+    value: Any
+    source: str
+    spec: ParamSchema
+
+    @property
+    def declarable(self) -> bool:
+        """Whether ROS can hold it (not a null, an empty list or a list of lists / mappings): the others
+        reach the node from the YAML only."""
+        value = self.value
+        return value is not None and not (
+            isinstance(value, list) and (not value or any(isinstance(v, (list, dict)) for v in value))
+        )
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(_flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def _nest(flat: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in flat.items():
+        node = out
+        parts = name.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return out
+
+
+def _descriptor(param: NodeParameter) -> ParameterDescriptor:
+    """The ROS descriptor of a parameter, all from its schema entry: description (with the unit),
+    read-only flag, range (as a ROS range for a numeric scalar, in words for list elements), choices."""
+    spec, value = param.spec, param.value
+    text = spec.description
+    if spec.unit not in ("-", "1"):  # no unit (strings, flags) / a plain count
+        text += ("" if text.endswith(".") else ".") + f" Unit: {spec.unit}."
+    desc = ParameterDescriptor(name=param.name, description=text, read_only=spec.read_only)
+    constraints = []
+    if spec.min is not None or spec.max is not None:
+        lo = spec.min if spec.min is not None else -math.inf
+        hi = spec.max if spec.max is not None else math.inf
+        # The ROS range follows the declared value's type: a float parameter written as an int in the
+        # YAML is an integer parameter to ROS (the type of the default decides).
+        if isinstance(value, bool):
+            pass
+        elif isinstance(value, int):
+            big = 2**62
+            desc.integer_range = [
+                IntegerRange(from_value=int(max(lo, -big)), to_value=int(min(hi, big)), step=0)
+            ]
+        elif isinstance(value, float):
+            desc.floating_point_range = [
+                FloatingPointRange(from_value=float(lo), to_value=float(hi), step=0.0)
+            ]
+        constraints.append(("each element in " if spec.type == "list" else "range ") + f"[{lo}, {hi}]")
+    if spec.choices is not None:
+        constraints.append(f"one of {list(spec.choices)}")
+    if spec.length is not None:
+        constraints.append(f"{spec.length} elements")
+    desc.additional_constraints = "; ".join(constraints)
+    return desc
+
+
+def _ros_value(value: Any) -> Any:
+    """YAML values as ROS parameter values (homogeneous arrays; ints in float arrays become floats)."""
+    if isinstance(value, (list, tuple)):
+        items = list(value)
+        if items and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in items):
+            if any(isinstance(v, float) for v in items):
+                return [float(v) for v in items]
+        return items
+    return value
+
+
+def _plain(value: Any) -> Any:
+    """A ROS parameter value as the YAML would hold it (rclpy may hand arrays out as array.array)."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+        return value
+    return list(value)
+
+
+def node_parameters(
+    files: list[str], node_block: str | None = None, prefixes: tuple[str, ...] | None = None
+) -> dict[str, NodeParameter]:
+    """Every parameter ``declare_parameters`` gives a node for the same arguments, by dotted name, with
+    its schema entry; no ROS involved (tests walk the nodes' parameters through this)."""
+    table: dict[str, NodeParameter] = {}
+    for f in files:
+        blocks = [load_params(f)] if node_block is None else []
+        if node_block is not None:
+            for key in (None, node_block):
+                try:
+                    blocks.append(load_params(f, node=key))
+                except ParameterError:
+                    pass
+        source = f if str(f).endswith(".yaml") else f"params/{f}.yaml"
+        schema = load_schema(f)
+        for block in blocks:
+            for name, value in _flatten(block).items():
+                if prefixes is not None and name.split(".")[0] not in prefixes:
+                    continue
+                # load_params has checked every key of the block against this schema: all are in it
+                table[name] = NodeParameter(name, _ros_value(value), source, schema[name])
+    return table
+
+
+def declare_parameters(
+    node: Node,
+    files: list[str],
+    node_block: str | None = None,
+    prefixes: tuple[str, ...] | None = None,
+) -> dict[str, Any]:
+    """Declare every parameter of ``files`` (names like ``"planner"`` or paths) on ``node`` and return
+    the effective values, nested like ``load_params`` returns them.
+
+    ``node_block``: also read the file's block for this node name (e.g. ``planner:`` in a shared
+    file) when present. ``prefixes``: declare only names under these top-level keys (a shared file
+    holds other nodes' values too). Descriptors (description, unit, range, choices, read-only) come
+    from the files' schemas (``params/<name>.schema.yaml``), the one place they are written; values
+    given with ``--params-file`` / ``-p`` are checked against the same schema (ROS enforces the
+    numeric range of scalars itself; this adds choices, list elements and lengths) and a bad one
+    raises ``ParameterError`` naming file, key and value.
+    Parameters that cannot be ROS parameters (nested lists, empty lists, nulls) are kept in the
+    returned dict from the YAML but not declared.
+    """
+    values: dict[str, Any] = {}
+    for name, param in node_parameters(files, node_block, prefixes).items():
+        if not param.declarable:
+            values[name] = param.value
+            continue
+        if node.has_parameter(name):
+            values[name] = node.get_parameter(name).value
+            continue
+        value = node.declare_parameter(name, param.value, _descriptor(param)).value
+        if _plain(value) != param.value:
+            problem = value_problem(param.spec, _plain(value))
+            if problem:
+                raise ParameterError(f"{param.source} (override): {name} = {_plain(value)!r} {problem}")
+        values[name] = value
+    return _nest(values)
+
+
+# --------------------------------------------------------------------------------------------------
+# Diagnostics
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class CycleReport:
+    """What one cycle reports (the planner node turns it into rad2_msgs/PlanningDiagnostics)."""
+
+    stages_ms: dict[str, float]
+    total_ms: float
+    end_to_end_ms: float
+    deadline_missed: bool
+    cycle_count: int
+    deadline_miss_count: int
+    rejected_input_count: int
+    fallback_active: bool
+    fallback_reason: str
+
+
+@dataclass
+class CycleStats:
+    """Counters and a latency window for a periodic node; ``record`` is called once per cycle."""
+
+    deadline_ms: float
+    window: int = 2000
+    cycle_count: int = 0
+    deadline_miss_count: int = 0
+    rejected_input_count: int = 0
+    fallback_count: int = 0
+    _e2e: deque = field(default_factory=deque)
+    _total: deque = field(default_factory=deque)
+
+    def reject(self, n: int = 1) -> None:
+        self.rejected_input_count += n
+
+    def record(
+        self,
+        stages_ms: dict[str, float],
+        total_ms: float,
+        end_to_end_ms: float,
+        fallback_reason: str = "",
+    ) -> CycleReport:
+        self.cycle_count += 1
+        # A cycle misses its deadline when its end-to-end latency (input stamp -> publication) or,
+        # when the stamp is not comparable (NaN), its own wall time exceeds the budget.
+        basis = end_to_end_ms if math.isfinite(end_to_end_ms) else total_ms
+        missed = bool(basis > self.deadline_ms)
+        self.deadline_miss_count += int(missed)
+        self.fallback_count += int(bool(fallback_reason))
+        for q, v in ((self._e2e, end_to_end_ms), (self._total, total_ms)):
+            q.append(float(v))
+            while len(q) > self.window:
+                q.popleft()
+        return CycleReport(
+            stages_ms=dict(stages_ms),
+            total_ms=float(total_ms),
+            end_to_end_ms=float(end_to_end_ms),
+            deadline_missed=missed,
+            cycle_count=self.cycle_count,
+            deadline_miss_count=self.deadline_miss_count,
+            rejected_input_count=self.rejected_input_count,
+            fallback_active=bool(fallback_reason),
+            fallback_reason=fallback_reason,
+        )
+
+    def percentiles(self, which: str = "end_to_end", qs=(50, 90, 99)) -> dict[str, float]:
+        data = np.asarray(self._e2e if which == "end_to_end" else self._total, dtype=float)
+        data = data[np.isfinite(data)]
+        if data.size == 0:
+            return {f"p{q}": math.nan for q in qs} | {"max": math.nan}
+        return {f"p{q}": float(np.percentile(data, q)) for q in qs} | {"max": float(data.max())}
+
+
+class Throttle:
+    """``if throttle("nan_bev"): log(...)`` at most once per ``period_s`` per key (counts suppressed)."""
+
+    def __init__(self, period_s: float = 2.0):
+        self.period_s = period_s
+        self._last: dict[str, float] = {}
+        self.suppressed: dict[str, int] = {}
+
+    def __call__(self, key: str) -> bool:
+        now = time.monotonic()
+        if now - self._last.get(key, -math.inf) >= self.period_s:
+            self._last[key] = now
+            return True
+        self.suppressed[key] = self.suppressed.get(key, 0) + 1
+        return False
+
+
+# --------------------------------------------------------------------------------------------------
+# Heartbeats and /diagnostics
+# --------------------------------------------------------------------------------------------------
+
+HEARTBEAT_TOPIC = "/heartbeat"
+DIAGNOSTICS_TOPIC = "/diagnostics"
+
+
+def heartbeat_qos() -> QoSProfile:
+    """Heartbeats: best effort, a few deep (a late one is useless, a blocked writer is worse)."""
+    return QoSProfile(reliability=ReliabilityPolicy.BEST_EFFORT, history=HistoryPolicy.KEEP_LAST, depth=5,
+                      durability=DurabilityPolicy.VOLATILE)
+
+
+class Heartbeat:
+    """Publishes ``std_msgs/Header(stamp=node clock, frame_id=node name)`` on /heartbeat every
+    ``period_s`` from a daemon thread (not the executor: a long planning cycle must not look like a
+    dead node; a killed or crashed process stops beating). ``stop()`` before destroying the node."""
+
+    def __init__(self, node: Node, period_s: float):
+        self.node = node
+        self.period_s = float(period_s)
+        self.name = node.get_name()
+        self.pub = node.create_publisher(Header, HEARTBEAT_TOPIC, heartbeat_qos())
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"{self.name}_heartbeat", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            try:
+                stamp = self.node.get_clock().now().to_msg()
+                self.pub.publish(Header(stamp=stamp, frame_id=self.name))
+            except Exception:  # noqa: BLE001 -- shutting down (context invalid): stop beating
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=1.0)
+
+
+LEVELS = {"ok": DiagnosticStatus.OK, "warn": DiagnosticStatus.WARN, "error": DiagnosticStatus.ERROR,
+          "stale": DiagnosticStatus.STALE}
+
+
+def diagnostic_status(name: str, level: str, message: str, values: dict[str, Any] | None = None,
+                      hardware_id: str = "rad2") -> DiagnosticStatus:
+    return DiagnosticStatus(level=LEVELS[level], name=name, message=message[:1000], hardware_id=hardware_id,
+                            values=[KeyValue(key=str(k), value=str(v)) for k, v in (values or {}).items()])
+
+
+class DiagnosticsReporter:
+    """A node's status on /diagnostics: ``publish(level, message, values)`` (level ok|warn|error|stale)."""
+
+    def __init__(self, node: Node):
+        self.node = node
+        self.pub = node.create_publisher(DiagnosticArray, DIAGNOSTICS_TOPIC, report_qos(20))
+
+    def publish_statuses(self, statuses: list[DiagnosticStatus]) -> None:
+        arr = DiagnosticArray(status=statuses)
+        arr.header.stamp = self.node.get_clock().now().to_msg()
+        self.pub.publish(arr)
+
+    def publish(self, level: str, message: str, values: dict[str, Any] | None = None) -> None:
+        self.publish_statuses([diagnostic_status(self.node.get_name(), level, message, values)])
+
+
+# --------------------------------------------------------------------------------------------------
+# main()
+# --------------------------------------------------------------------------------------------------
+
+
+SHUTDOWN_GRACE_S = 2.0
+
+
+def _context_goes_down(rclpy_module, within_s: float) -> bool:
+    """True once the default context is shut down, waiting at most ``within_s`` for it."""
+    end = time.monotonic() + within_s
+    try:
+        while rclpy_module.ok():
+            if time.monotonic() >= end:
+                return False
+            time.sleep(0.02)
+    except KeyboardInterrupt:  # the interrupt that was pending when the take failed: a stop request
+        return True
+    return True
+
+
+SPIN_SLICE_S = 0.1  # the longest the main thread waits in the middleware before it looks at a stop request
+SHUTDOWN_DEADLINE_S = 5.0  # teardown (destroy the node, shut the context down) must end within this
+
+
+def _install_stop_handlers(stop: threading.Event, spinning: threading.Event) -> dict[int, Any]:
+    """SIGINT and SIGTERM set ``stop``; returns the handlers they replace. Installed before
+    ``rclpy.init``, whose own handlers (which shut the context down and wake the executor) chain to them,
+    so a stop request is seen even if that wake-up is missed. Before ``spinning`` is set (a planner can
+    spend many seconds loading its networks) the signal also interrupts, as Python's default handler
+    would. Only the main thread may install handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def request_stop(*_) -> None:
+        stop.set()
+        if not spinning.is_set():
+            raise KeyboardInterrupt
+
+    return {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
+def run_node(node_class, args: list[str] | None = None, **kwargs) -> int:
+    """Create ``node_class`` and spin it until shutdown; SIGINT/SIGTERM end it cleanly (exit 0).
+
+    The executor spins in slices of ``SPIN_SLICE_S`` rather than ``spin()``: a plain ``spin()`` waits in
+    the middleware until an entity is ready, and once the simulator or the inputs have stopped (simulated
+    time no longer advances the timers) a stop that fails to wake that wait left a node running until
+    SIGKILL (a CI run saw the controller ignore SIGINT and SIGTERM). Teardown runs under a
+    ``faulthandler`` watchdog: a hang there prints every thread's stack and ends the process (exit 1)
+    after ``SHUTDOWN_DEADLINE_S``. SIGUSR1 prints the stacks at any time."""
+    import rclpy
+    from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+
+    stop, spinning = threading.Event(), threading.Event()
+    previous_handlers = _install_stop_handlers(stop, spinning)
+    rclpy.init(args=args)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    exit_with_parent()  # started by Bringup or a test: stop when that process is gone (rosenv.py)
+    node = None
+    executor = None
+    try:
+        node = node_class(**kwargs)
+        # Everything allocated at start-up (torch, ONNX Runtime, the networks, the map) lives as long
+        # as the process: move it out of the collector's reach, so a full collection scans only what
+        # the cycles allocate. Under a CPU hog a full collection over the start-up heap held the GIL
+        # long enough to delay the heartbeat thread by 0.3-0.5 s (the soak's planner-heartbeat gaps).
+        gc.collect()
+        gc.freeze()
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
+        spinning.set()
+        while not stop.is_set() and rclpy.ok():
+            executor.spin_once(timeout_sec=SPIN_SLICE_S)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    except Exception:
+        # A callback that was running when SIGINT shut the context down fails at its next ROS call
+        # (e.g. a publisher whose context is no longer valid): that is the requested shutdown, not a
+        # fault, and must not turn a clean stop into exit 1. rclpy shuts the context down from its own
+        # signal thread, a moment after the signal: a message being taken at that instant fails first
+        # (pybind11 "Unable to convert call argument", the interrupt pending in the conversion) while
+        # the context still reads as up. So wait briefly for the shutdown before calling it a fault;
+        # a genuine error, with no signal behind it, still propagates after the wait.
+        if not stop.is_set() and not _context_goes_down(rclpy, SHUTDOWN_GRACE_S):
+            raise
+    finally:
+        faulthandler.dump_traceback_later(SHUTDOWN_DEADLINE_S, exit=True)
+        try:
+            if executor is not None:
+                try:
+                    executor.shutdown(timeout_sec=1.0)
+                except Exception:  # noqa: BLE001 -- its guard condition dies with a context already down
+                    pass
+            if node is not None:
+                try:
+                    node.destroy_node()
+                except Exception:  # noqa: BLE001 -- best effort on shutdown
+                    pass
+            rclpy.try_shutdown()
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+            for sig, handler in previous_handlers.items():
+                signal.signal(sig, handler)
+    return 0
