@@ -1,4 +1,5 @@
-"""ament_python package rad2_core: the no-ROS data model of rad2 (config, geometry, clips and maps, observation, tokens, BEV, validators)"""
+"""ament_python package rad2_core:
+the no-ROS data model of rad2 (config, geometry, clips and maps, observation, tokens, BEV, validators)."""
 
 from setuptools import find_packages, setup
 
@@ -16,6 +17,6 @@ setup(
     zip_safe=True,
     maintainer="rad2 maintainers",
     maintainer_email="maintainers@rad2.dev",
-    description="the no-ROS data model of rad2 (config, geometry, clips and maps, observation, tokens, BEV, validators)",
+    description="the no-ROS data model of rad2: config, geometry, clips and maps, tokens, BEV, validators",
     license="Apache-2.0",
 )

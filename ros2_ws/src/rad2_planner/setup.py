@@ -1,4 +1,5 @@
-"""ament_python package rad2_planner: the rad2 planner: diffusion generator, discriminator, runtimes, post-planning stages"""
+"""ament_python package rad2_planner:
+the rad2 planner: diffusion generator, discriminator, runtimes, post-planning stages."""
 
 from setuptools import find_packages, setup
 
