@@ -8,12 +8,13 @@ VENV ?= $(or $(RAD2_VENV),$(CURDIR)/.venv)
 PYTEST_ARGS ?=
 IN_ROS_ENV := source tools/env.sh &&
 
-.PHONY: help bootstrap build test demo lint clean distclean
+.PHONY: help bootstrap build test test-fast demo lint clean distclean
 
 help:
 	@echo "make demo       bootstrap, then the closed-loop demo: sim + planner + controller as ROS 2 processes"
 	@echo "                on 4 bundled clips; metric + latency tables, MCAP bag, GIF (tools/demo.py)"
-	@echo "make test       bootstrap, ruff check, then the whole pytest suite"
+	@echo "make test       bootstrap, ruff check, then the whole pytest suite (unit, integration, ros)"
+	@echo "make test-fast  bootstrap, then the unit tier only (tests/unit, under 2 minutes)"
 	@echo "make bootstrap  create .venv with the pinned packages and colcon-build ros2_ws (idempotent)"
 	@echo "make build      colcon build ros2_ws again (incremental)"
 	@echo "make lint       ruff check of the repository"
@@ -31,6 +32,9 @@ lint: bootstrap
 test: bootstrap
 	$(VENV)/bin/ruff check .
 	$(IN_ROS_ENV) python -m pytest $(PYTEST_ARGS)
+
+test-fast: bootstrap
+	$(IN_ROS_ENV) python -m pytest tests/unit $(PYTEST_ARGS)
 
 demo: bootstrap
 	$(IN_ROS_ENV) python tools/demo.py

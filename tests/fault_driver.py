@@ -1,4 +1,4 @@
-"""Driver of tests/test_fault_injection.py (its own process in the ROS environment).
+"""Driver of tests/ros/test_fault_injection.py (its own process in the ROS environment).
 
 Plays the vehicle around the real vehicle graph (perception ``bev_features``, ``planner``,
 ``controller``, ``supervisor``, each its own process): odometry at 50 Hz and object lists at 10 Hz from

@@ -16,7 +16,7 @@ export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
 "$py" -c "import torch, onnxruntime as o; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
 'onnxruntime', o.__version__, o.get_available_providers())" | tee -a "$out/gpu.txt"
-"$py" -m pytest -q -p no:cacheprovider tests/test_backends.py -k cuda_graph 2>&1 | tail -3
+"$py" -m pytest -q -p no:cacheprovider tests/integration/test_backends.py -k cuda_graph 2>&1 | tail -3
 common=(--m 32 128 --cycles 200 --warmup 20)
 "$py" tools/bench_planner_latency.py --backend pytorch --device cuda --cuda-graphs off "${common[@]}" \
     --out "$out/torch_cuda_eager"

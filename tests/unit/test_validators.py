@@ -134,7 +134,7 @@ def test_a_log_of_the_impossible_is_refused_before_it_is_driven(clips):
 
     from bev_warp_sim.simulator import SimulationError, Simulator
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
     from bench_bev import _fixture_clips
 
     for clip in [*clips, *_fixture_clips()]:

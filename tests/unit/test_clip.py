@@ -246,7 +246,7 @@ def test_maps_without_the_new_parts_keep_their_ids():
 
     from rad2_core.clip import iter_dataset
 
-    clip = next(iter_dataset(Path(__file__).resolve().parents[1] / "data" / "eval_safety"))
+    clip = next(iter_dataset(Path(__file__).resolve().parents[2] / "data" / "eval_safety"))
     assert not clip.map.has_adjacency and clip.map.num_signals == 0 and clip.signal_states is None
     assert clip.map.content_hash() == clip.map.map_id
     assert clip.signals_at(0).shape == (0,)

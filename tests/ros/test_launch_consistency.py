@@ -20,7 +20,7 @@ import pytest
 import yaml
 from rad2_bringup import graphs as rad2_graph
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = ROOT / "launch"
 
 LAUNCH_FILES = {

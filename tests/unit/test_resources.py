@@ -17,7 +17,7 @@ import pytest
 from rad2_core import config
 from rad2_core.config import ResourceNotFoundError, resource_path, writable_dir
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = {  # what setup.py installs besides params/ (weights and config only: no onnx/ caches)
     "checkpoints/rad2_rl": ("config.json", "generator.safetensors", "discriminator.safetensors"),
     "checkpoints/rad2_il": ("config.json", "generator.safetensors", "discriminator.safetensors"),

@@ -18,7 +18,7 @@ from rad2_core.geometry import boxes_overlap  # noqa: E402
 from rad2_datasets.scenarios import generate as gen  # noqa: E402
 from rad2_datasets.scenarios import rich  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CFG = load_params("scenarios")["scenarios"]
 PARKED_BASE = 50_000_000  # convert.agent_int_id: parked<n> -> 50 million + n
 

@@ -14,7 +14,7 @@ from rad2_datasets.adapters.commonroad import (
     load_commonroad_scenario,
 )
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 AV2_DIR = FIXTURES / "av2" / "0a1e6f0a-1817-4a98-b02e-db8c9327d151"
 CR_FILE = FIXTURES / "commonroad" / "USA_US101-5_1_T-1.xml"
 

@@ -7,7 +7,7 @@
 - perception-features node: malformed object lists / odometry are rejected, it keeps publishing.
 - planner killed mid-clip in the closed loop (sim + planner + controller) -> the controller commands
   the minimal-risk stop at most 300 ms after the last trajectory (planner heartbeat lost) and reports
-  it (tests/test_hil.py holds the loop).
+  it (tests/ros/test_hil.py holds the loop).
 """
 
 from __future__ import annotations

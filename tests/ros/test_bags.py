@@ -23,7 +23,7 @@ from rad2_datasets import bags, input_bags
 from rad2_ros.latency import records_from_bag, summarise
 from synthetic_scenes import make_clip
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ROOT / "tools"
 
 PY = sys.executable

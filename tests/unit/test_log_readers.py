@@ -23,9 +23,9 @@ from rad2_core.clip import (
 )
 from rad2_core.config import load_params
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 AV2_DIR = FIXTURES / "av2" / "0a1e6f0a-1817-4a98-b02e-db8c9327d151"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SIM_DT = float(load_params("sim")["sim"]["dt"])
 
 # the synthetic WOMD scene: lanes 100 (y = 0) and 101 (y = 3.7, left of 100) run along +x for 200 m; lane 102

@@ -30,7 +30,7 @@ from rad2_datasets.adapters.lanelet2_map import (  # noqa: E402
 )
 from rad2_datasets.live_scene import LiveScene, LiveSceneError, load_map_and_route  # noqa: E402
 
-MAP = Path(__file__).parent / "fixtures" / "lanelet2" / "two_lane_road.osm"
+MAP = Path(__file__).parents[1] / "fixtures" / "lanelet2" / "two_lane_road.osm"
 KMH = 1 / 3.6
 
 

@@ -16,7 +16,7 @@ from rad2_datasets import bags
 from rad2_evaluation import replay
 from synthetic_scenes import make_clip
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ROOT / "tools"
 NODES = ROOT / "ros2_ws" / "src" / "rad2_ros" / "rad2_ros" / "nodes"
 INSTALL_LIB = ROOT / "ros2_ws" / "install" / "rad2_ros" / "lib" / "rad2_ros"

@@ -257,7 +257,7 @@ def test_a_planning_cycle_after_warm_up_imports_nothing(setup, tmp_path):
 
     _, onnx_dir, _ = setup
     res = subprocess.run([sys.executable, "-c", _FIRST_CYCLE_IMPORTS, str(onnx_dir),
-                          str(Path(__file__).parent)], capture_output=True, text=True, timeout=300)
+                          str(Path(__file__).parents[1])], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.strip().splitlines()[-1] == "[]", res.stdout[-2000:]
 

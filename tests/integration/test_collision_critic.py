@@ -30,7 +30,7 @@ from rad2_training.critic_data import CriticDataset, label_candidates, warning_s
 from synthetic_scenes import make_clip
 from tiny_models import randomised_model, tiny_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _straight(speed: float, plan_points: int = 8, plan_dt: float = 0.5) -> np.ndarray:

@@ -337,7 +337,7 @@ def test_logged_future_and_recovery_target():
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).parent))
+    sys.path.insert(0, str(Path(__file__).parents[1]))
     from rad2_training.imitation import recovery_target, sample_steps
     from synthetic_scenes import make_clip
 

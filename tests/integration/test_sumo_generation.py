@@ -18,7 +18,7 @@ from rad2_datasets.scenarios import events, networks  # noqa: E402
 from rad2_datasets.scenarios import generate as gen  # noqa: E402
 from rad2_datasets.scenarios.runner import sumo_to_center  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CFG = load_params("scenarios")["scenarios"]
 SIM = load_params("sim")
 THRESHOLD = float(CFG["safety"]["near_miss_ttc_s"])

@@ -19,7 +19,7 @@ from rad2_core.observation import (
 from rad2_datasets.adapters.av2 import load_av2_scenario
 from synthetic_scenes import make_clip
 
-AV2_DIR = Path(__file__).parent / "fixtures" / "av2" / "0a1e6f0a-1817-4a98-b02e-db8c9327d151"
+AV2_DIR = Path(__file__).parents[1] / "fixtures" / "av2" / "0a1e6f0a-1817-4a98-b02e-db8c9327d151"
 DELTAS = [(2.3, -1.7, 0.25), (-3.1, 2.2, -0.6), (0.26, 0.13, 1.3)]
 OCCUPANCY = ("drivable_area", "agents_t0", "agents_t-5", "agents_t-10")
 

@@ -17,7 +17,7 @@ import yaml
 from rad2_core import config
 from rad2_core.config import ParameterError, load_params, load_schema, params_dir, validate_overrides
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NAMES = sorted(p.stem for p in params_dir().glob("*.yaml") if not p.stem.endswith(".schema"))
 # module -> the node it defines; each module's PARAM_FILES / PREFIXES are what its node declares
 NODE_MODULES = (

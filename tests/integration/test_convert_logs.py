@@ -13,7 +13,7 @@ import pytest
 from rad2_core.clip import iter_dataset, read_index
 from rad2_datasets.adapters.logs import LogFormatError, convert_logs, find_logs, load_log, log_format
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
 AV2_DIR = FIXTURES / "av2" / "0a1e6f0a-1817-4a98-b02e-db8c9327d151"
 CR_FILE = FIXTURES / "commonroad" / "USA_US101-5_1_T-1.xml"

@@ -12,7 +12,7 @@ import torch
 from rad2_planner.networks import PlannerModel
 from tiny_models import randomised_model, tiny_config
 
-TOOL = Path(__file__).resolve().parents[1] / "tools" / "compose_checkpoint.py"
+TOOL = Path(__file__).resolve().parents[2] / "tools" / "compose_checkpoint.py"
 
 
 def _save(model: PlannerModel, d: Path, trained: bool, record: dict) -> Path:
