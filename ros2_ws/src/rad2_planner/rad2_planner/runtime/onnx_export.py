@@ -16,8 +16,8 @@ Why the tracing exporter and not ``dynamo=True``: on a 2-core CPU it exports a c
 seconds where the dynamo exporter took about a minute (13.2 s against 0.7 s for the denoiser alone),
 and after ONNX Runtime's own graph optimisation both run equally fast (denoiser at M = 32: 6.5 against
 6.8 ms) and agree to 1e-6. Tracing records one path through Python control flow, so every graph is
-checked against PyTorch over several B, M and K (tests/integration/test_backends.py), which is where a shape baked
-in by tracing would show.
+checked against PyTorch over several B, M and K (tests/integration/test_backends.py), which is
+where a shape baked in by tracing would show.
 """
 
 from __future__ import annotations
