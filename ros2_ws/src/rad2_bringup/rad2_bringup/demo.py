@@ -30,8 +30,8 @@ class DemoError(RuntimeError):
 
 def bundle_clips(splits: list[str], n: int, clip_ids: list[str] | None, out_dir: Path) -> list[str]:
     """Write a dataset of ``n`` clips taken round-robin from ``splits`` (or the named ones)."""
-    from rad2_core.clip import load_clip, read_index, save_dataset
     from rad2_core.config import resource_path
+    from rad2_core.storage import load_clip, read_index, save_dataset
 
     per_split = []
     for split in splits:
@@ -240,7 +240,7 @@ def run_demo(
 def render_gif(monitor: Any, out: Path) -> Path:
     """A GIF of the worst clip of the run (rad2_evaluation.closed_loop.render_episode_gif)."""
     from bev_warp_sim.metrics import EpisodeResult, worst_results
-    from rad2_core.clip import load_dataset
+    from rad2_core.storage import load_dataset
     from rad2_evaluation.closed_loop import render_episode_gif
 
     clips = {c.clip_id: c for c in load_dataset(out / "clips")}

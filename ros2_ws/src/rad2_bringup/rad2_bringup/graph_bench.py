@@ -30,9 +30,9 @@ def recorded_inputs(data: str, steps: int, frame_id: str) -> list[tuple[Any, Any
     """(BevFeatures, SceneTokens) messages of the first ``steps`` consecutive log steps of the clips of
     ``data`` (clip after clip), stamps to be set when published."""
     from rad2_core.bev import snapshot_from_clip
-    from rad2_core.clip import iter_dataset
     from rad2_core.config import load_params, resource_path
     from rad2_core.observation import build_observation
+    from rad2_core.storage import iter_dataset
     from rad2_ros import conversions as rc
 
     bev_params = load_params("bev")

@@ -18,8 +18,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from rad2_core.clip import read_index
 from rad2_core.config import resource_path
+from rad2_core.storage import read_index
 
 from rad2_bringup.bringup import Bringup
 

@@ -34,9 +34,10 @@ from typing import Any
 import cv2
 import numpy as np
 
-from rad2_core.clip import SIGNAL_GREEN, SIGNAL_RED, SIGNAL_YELLOW, Clip, LaneMap
+from rad2_core.clip import Clip
 from rad2_core.config import cached_config, default_params, load_params, require
 from rad2_core.geometry import box_corners, rotate_vectors, se2_inverse, se2_matrix
+from rad2_core.lane_map import SIGNAL_GREEN, SIGNAL_RED, SIGNAL_YELLOW, LaneMap
 
 
 class BevError(ValueError):

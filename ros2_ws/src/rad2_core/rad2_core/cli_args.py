@@ -105,8 +105,8 @@ def torch_device(text: str) -> str:
 # is not here), by module and class name: a tool's message, not a traceback. Checked through
 # sys.modules so that a tool that never imported torch does not import it to report a bad path.
 _INPUT_ERRORS = (
-    ("rad2_core.clip", "ClipFormatError"),
-    ("rad2_core.clip", "ClipValidationError"),
+    ("rad2_core.storage", "ClipFormatError"),
+    ("rad2_core.field_checks", "ClipValidationError"),
     ("bev_warp_sim.simulator", "SimulationError"),
     ("rad2_core.config", "ParameterError"),
     ("rad2_planner.networks.model", "CheckpointError"),

@@ -9,7 +9,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from rad2_core.clip import SIGNAL_RED, SIGNAL_UNKNOWN, SIGNAL_YELLOW, LaneMap
+from rad2_core.lane_map import SIGNAL_RED, SIGNAL_UNKNOWN, SIGNAL_YELLOW, LaneMap
 from rad2_core.tokens import arc_lengths, project_onto_polyline
 
 # Observation.stop_distance when no stop line applies (metres; beyond any planning horizon)

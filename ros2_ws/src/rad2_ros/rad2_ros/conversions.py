@@ -23,8 +23,8 @@ import numpy as np
 from builtin_interfaces.msg import Time
 from geometry_msgs.msg import Point, Pose2D, PoseStamped
 from nav_msgs.msg import Odometry, Path
-from rad2_core.clip import SIGNAL_STATE_NAMES
 from rad2_core.geometry import quaternion_to_yaw, yaw_to_quaternion
+from rad2_core.lane_map import SIGNAL_STATE_NAMES
 from rad2_core.tokens import MAP_FEATURES, signal_features, signal_state_of_features
 from rad2_datasets.bags import planning_diagnostics_record, time_to_ns
 from rad2_msgs.msg import (
