@@ -25,7 +25,7 @@ import numpy as np
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
 from nav_msgs.msg import Odometry
-from rad2_core.clip import load_clip, read_index
+from rad2_core.storage import load_clip, read_index
 from rad2_msgs.msg import (
     BevFeatures,
     ControlCommand,

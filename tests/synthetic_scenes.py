@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-from rad2_core.clip import AGENT_PEDESTRIAN, AGENT_VEHICLE, Clip, LaneMap
+from rad2_core.clip import AGENT_PEDESTRIAN, AGENT_VEHICLE, Clip
 from rad2_core.geometry import wrap_angle
+from rad2_core.lane_map import LaneMap
 
 LANE_WIDTH = 3.5
 
@@ -145,7 +146,7 @@ def make_signal_clip(red_steps: int, num_steps: int = 160, stop_line_x: float = 
     the logged one, so the log must stay near where a correct policy drives)."""
     from dataclasses import replace
 
-    from rad2_core.clip import SIGNAL_GREEN, SIGNAL_RED
+    from rad2_core.lane_map import SIGNAL_GREEN, SIGNAL_RED
 
     base = make_map()
     m = LaneMap.build(

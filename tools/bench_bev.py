@@ -39,7 +39,7 @@ def main(argv=None) -> int:
                         help="clips to use from a dataset (default 20)")
     parser.add_argument("--stride", type=int_at_least(1), default=1, help="use every N-th step (default 1)")
     args = parser.parse_args(argv)
-    from rad2_core.clip import iter_dataset
+    from rad2_core.storage import iter_dataset
     from rad2_evaluation.benchmarks.bev import print_bev_timings, time_bev_pipeline
 
     if args.dataset is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rad2_core.clip import ClipFormatError
+from rad2_core.storage import ClipFormatError
 from rad2_datasets import bags
 from rad2_datasets.input_bags import DEFAULT_START_TIME_S, clip_to_bag, load_clip_source, slice_steps
 

@@ -60,7 +60,8 @@ def _parser() -> argparse.ArgumentParser:
 def composition(directory: Path) -> list[dict]:
     """One row per source format of the dataset: clips, seconds, ego speed, agents per step by type."""
     import numpy as np
-    from rad2_core.clip import AGENT_CYCLIST, AGENT_PEDESTRIAN, AGENT_VEHICLE, iter_dataset
+    from rad2_core.clip import AGENT_CYCLIST, AGENT_PEDESTRIAN, AGENT_VEHICLE
+    from rad2_core.storage import iter_dataset
 
     rows: dict[str, dict] = {}
     for clip in iter_dataset(directory):
@@ -89,8 +90,8 @@ def main(argv=None) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
 
-    from rad2_core.clip import ClipValidationError
     from rad2_core.config import ParameterError, load_params
+    from rad2_core.field_checks import ClipValidationError
     from rad2_datasets.adapters.logs import LogFormatError, convert_logs
     from rich.console import Console
     from rich.table import Table

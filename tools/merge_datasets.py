@@ -4,7 +4,7 @@
 Example (the training set of the rich-scene fine-tune in the README):
     .venv/bin/python tools/merge_datasets.py out/train_large out/train_rich --out out/train_large_rich
 
-Clips are loaded and validated one by one and written with ``rad2_core.clip.save_dataset`` (each map
+Clips are loaded and validated one by one and written with ``rad2_core.storage.save_dataset`` (each map
 once). Clip ids must be unique across the inputs: a repeated id is refused, naming both datasets, since
 replacing one clip by another of the same name would silently change the training set. The merge is
 written to ``<out>.partial`` and renamed only when every clip loaded and validated, so a bad clip (named
@@ -17,7 +17,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from rad2_core.clip import load_clip, read_index, save_dataset
+from rad2_core.storage import load_clip, read_index, save_dataset
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 def load_any(source: Path, clip_id: str | None, index: int):
     """A clip from a dataset directory (by --clip-id or --index) or from any log of
     rad2_datasets.adapters.logs (a clip .npz, an AV2 scenario or sensor log, CommonRoad XML, WOMD)."""
-    from rad2_core.clip import iter_dataset, read_index
+    from rad2_core.storage import iter_dataset, read_index
     from rad2_datasets.adapters.logs import LogFormatError, load_log
 
     if source.is_dir() and (source / "index.json").is_file():

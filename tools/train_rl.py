@@ -66,8 +66,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from bev_warp_sim.simulator import simulator_params
-    from rad2_core.clip import load_dataset
     from rad2_core.config import ParameterError, load_params
+    from rad2_core.storage import load_dataset
     from rad2_planner.networks.model import CheckpointError, PlannerModel
     from rad2_planner.policy import resolve_path
     from rad2_training.session import rl_config, run_session, split_clips

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from rad2_core.clip import iter_dataset, read_index
+from rad2_core.storage import iter_dataset, read_index
 from rad2_datasets.adapters.logs import LogFormatError, convert_logs, find_logs, load_log, log_format
 
 ROOT = Path(__file__).resolve().parents[2]

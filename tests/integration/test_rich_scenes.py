@@ -12,9 +12,10 @@ pytest.importorskip("libsumo")
 pytest.importorskip("sumolib")
 
 from bev_warp_sim import safety  # noqa: E402
-from rad2_core.clip import AGENT_CYCLIST, AGENT_PEDESTRIAN, AGENT_VEHICLE, load_dataset  # noqa: E402
+from rad2_core.clip import AGENT_CYCLIST, AGENT_PEDESTRIAN, AGENT_VEHICLE  # noqa: E402
 from rad2_core.config import load_params  # noqa: E402
 from rad2_core.geometry import boxes_overlap  # noqa: E402
+from rad2_core.storage import load_dataset  # noqa: E402
 from rad2_datasets.scenarios import generate as gen  # noqa: E402
 from rad2_datasets.scenarios import rich  # noqa: E402
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 from bev_warp_sim.simulator import Simulator
-from rad2_core.clip import load_dataset
 from rad2_core.config import load_params
+from rad2_core.storage import load_dataset
 from rad2_planner.networks.model import PlannerModel
 from rad2_planner.policy import resolve_path
 from rad2_training.train import RLRun, config_from_params, train

@@ -8,7 +8,7 @@ from bev_warp_sim.reference_policies import make_policy
 from bev_warp_sim.rollout import PerRowPlanners, chunk_rows, decision_seed, expand_rows, run_rollouts
 from bev_warp_sim.simulator import Simulator
 from bev_warp_sim.trace import decision_intervals
-from rad2_core.clip import load_dataset
+from rad2_core.storage import load_dataset
 from rad2_planner.policy import resolve_path
 
 CHECKPOINT = str(resolve_path("checkpoints/rad2_il"))

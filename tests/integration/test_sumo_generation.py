@@ -12,8 +12,8 @@ pytest.importorskip("libsumo")
 pytest.importorskip("sumolib")
 
 from bev_warp_sim import safety  # noqa: E402
-from rad2_core.clip import load_dataset  # noqa: E402
 from rad2_core.config import load_params  # noqa: E402
+from rad2_core.storage import load_dataset  # noqa: E402
 from rad2_datasets.scenarios import events, networks  # noqa: E402
 from rad2_datasets.scenarios import generate as gen  # noqa: E402
 from rad2_datasets.scenarios.runner import sumo_to_center  # noqa: E402
@@ -246,7 +246,7 @@ def test_signalised_grid_exports_light_states_the_logged_driver_obeys(cache):
     """--signals: one map signal per signalised link (stop line across the junction lane's start), the
     logged states per step; SUMO's own ego never crosses a red line on its route, and the same seed
     without --signals gives the map the bundled sets were generated with."""
-    from rad2_core.clip import SIGNAL_GREEN, SIGNAL_RED
+    from rad2_core.lane_map import SIGNAL_GREEN, SIGNAL_RED
     from rad2_core.stop_lines import stop_line_crossings, stop_lines_on_route
 
     res = gen.generate_clip("free_road", 20260101, log_safety=safety.min_ttc_of_log, cache_dir=cache,

@@ -104,7 +104,7 @@ def test_bad_arguments_are_named(tool, args, name, tmp_path):
 
 
 def test_merge_datasets_keeps_every_clip_and_refuses_repeated_ids(tmp_path):
-    from rad2_core.clip import iter_dataset, read_index
+    from rad2_core.storage import iter_dataset, read_index
 
     data = TOOLS.parent / "data"
     merge = [sys.executable, str(TOOLS / "merge_datasets.py")]

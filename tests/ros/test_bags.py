@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rad2_core.clip import save_clip
 from rad2_core.geometry import wrap_angle
+from rad2_core.storage import save_clip
 from rad2_datasets import bags, input_bags
 from rad2_ros.latency import records_from_bag, summarise
 from synthetic_scenes import make_clip

@@ -27,7 +27,7 @@ SLACK_S = 0.25  # DDS delivery and scheduling on a loaded 2-core host, on top of
 
 def _straight_clip(num_steps: int = 900, speed: float = 10.0):
     """A two-lane straight road (2 km), the ego at ``speed`` in the right lane, a few agents."""
-    from rad2_core.clip import LaneMap
+    from rad2_core.lane_map import LaneMap
     from synthetic_scenes import LANE_WIDTH, _offset, make_clip
 
     def line(x0, x1, y):
@@ -47,7 +47,7 @@ def _straight_clip(num_steps: int = 900, speed: float = 10.0):
 def fault_run(tmp_path_factory):
     require_ros_build()
     from rad2_bringup.bringup import Bringup
-    from rad2_core.clip import save_dataset
+    from rad2_core.storage import save_dataset
 
     tmp = tmp_path_factory.mktemp("fault_injection")
     save_dataset([_straight_clip()], tmp / "ds")

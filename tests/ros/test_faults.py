@@ -358,7 +358,7 @@ PERCEPTION_DRIVER = textwrap.dedent(r"""
 def test_perception_node_rejects_malformed_inputs_and_keeps_running(tmp_path):
     require_ros_build()
     from rad2_bringup.bringup import Bringup
-    from rad2_core.clip import save_dataset
+    from rad2_core.storage import save_dataset
     from synthetic_scenes import make_clip
 
     save_dataset([make_clip(num_steps=60)], tmp_path / "ds")
@@ -398,8 +398,8 @@ KILL_CLIP = ("data/eval_efficiency", "sumo_free_road_20350103")
 
 def test_planner_killed_mid_clip_controller_stops(tmp_path):
     require_ros_build()
-    from rad2_core.clip import load_clip, read_index, save_dataset
     from rad2_core.config import load_params
+    from rad2_core.storage import load_clip, read_index, save_dataset
     from test_hil import _driver_args, _result
 
     split = ROOT / KILL_CLIP[0]

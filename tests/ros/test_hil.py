@@ -51,7 +51,7 @@ def _overrides(planner: dict | None = None) -> dict:
 
 @pytest.fixture(scope="module")
 def one_clip(tmp_path_factory):
-    from rad2_core.clip import load_clip, read_index, save_dataset
+    from rad2_core.storage import load_clip, read_index, save_dataset
 
     split = ROOT / CLIP[0]
     entry = next(e for e in read_index(split)["clips"] if e["clip_id"] == CLIP[1])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rad2_core.clip import save_clip
+from rad2_core.storage import save_clip
 from rad2_datasets import bags
 from rad2_evaluation import replay
 from synthetic_scenes import make_clip

@@ -79,7 +79,7 @@ DRIVER = textwrap.dedent("""
 
 def test_sim_node_closed_loop(tmp_path):
     require_ros_build()
-    from rad2_core.clip import save_dataset
+    from rad2_core.storage import save_dataset
 
     data = tmp_path / "data"
     save_dataset([make_clip(num_steps=121)], data)

@@ -4,8 +4,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rad2_core.clip import AGENT_OTHER, AGENT_PEDESTRIAN, AGENT_VEHICLE, load_clip, save_clip
+from rad2_core.clip import AGENT_OTHER, AGENT_PEDESTRIAN, AGENT_VEHICLE
 from rad2_core.config import load_params
+from rad2_core.storage import load_clip, save_clip
 from rad2_core.tokens import project_onto_polyline
 from rad2_datasets.adapters.av2 import load_av2_scenario
 from rad2_datasets.adapters.commonroad import (

@@ -5,10 +5,10 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from rad2_core.clip import (
+from rad2_core.field_checks import ClipValidationError
+from rad2_core.storage import (
     FORMAT_VERSION,
     ClipFormatError,
-    ClipValidationError,
     iter_dataset,
     load_clip,
     load_dataset,
@@ -185,7 +185,7 @@ def test_corrupted_files_are_errors_naming_the_file(tmp_path):
 
 def _two_lane_map_with_signal():
     """Two parallel eastbound lanes (ids 10 left, 11 right) with a signal at x = 30 on both."""
-    from rad2_core.clip import LaneMap
+    from rad2_core.lane_map import LaneMap
 
     xs = np.linspace(0.0, 60.0, 13)
     lanes = {10: 3.5, 11: 0.0}
@@ -200,14 +200,9 @@ def _two_lane_map_with_signal():
 
 
 def test_adjacency_and_signals_round_trip_and_validate(tmp_path):
-    from rad2_core.clip import (
-        NO_LANE,
-        SIGNAL_GREEN,
-        SIGNAL_RED,
-        ClipValidationError,
-        load_clip,
-        save_clip,
-    )
+    from rad2_core.field_checks import ClipValidationError
+    from rad2_core.lane_map import NO_LANE, SIGNAL_GREEN, SIGNAL_RED
+    from rad2_core.storage import load_clip, save_clip
 
     m = _two_lane_map_with_signal()
     m.validate()
@@ -244,7 +239,7 @@ def test_maps_without_the_new_parts_keep_their_ids():
     """Adjacency and signals are hashed only when present: the ids of every bundled map stay valid."""
     from pathlib import Path
 
-    from rad2_core.clip import iter_dataset
+    from rad2_core.storage import iter_dataset
 
     clip = next(iter_dataset(Path(__file__).resolve().parents[2] / "data" / "eval_safety"))
     assert not clip.map.has_adjacency and clip.map.num_signals == 0 and clip.signal_states is None

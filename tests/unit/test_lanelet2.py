@@ -18,8 +18,8 @@ import pytest
 lanelet2 = pytest.importorskip(
     "lanelet2", reason="the lanelet2 package is not installed (tools/requirements.txt pins lanelet2==1.2.3)")
 
-from rad2_core.clip import NO_LANE, LaneMap  # noqa: E402
 from rad2_core.config import load_params  # noqa: E402
+from rad2_core.lane_map import NO_LANE, LaneMap  # noqa: E402
 from rad2_core.tokens import project_onto_polyline  # noqa: E402
 from rad2_datasets.adapters import build_route  # noqa: E402
 from rad2_datasets.adapters.lanelet2_map import (  # noqa: E402

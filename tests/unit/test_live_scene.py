@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from rad2_core.bev import AgentFrame, snapshot_from_clip
-from rad2_core.clip import save_dataset
 from rad2_core.config import load_params
 from rad2_core.observation import build_observation
+from rad2_core.storage import save_dataset
 from rad2_datasets.live_scene import LiveScene, LiveSceneError, load_map_and_route
 from synthetic_scenes import make_clip
 

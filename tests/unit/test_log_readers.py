@@ -13,15 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rad2_core.clip import (
-    AGENT_PEDESTRIAN,
-    AGENT_VEHICLE,
-    NO_LANE,
-    SIGNAL_GREEN,
-    SIGNAL_RED,
-    load_dataset,
-)
+from rad2_core.clip import AGENT_PEDESTRIAN, AGENT_VEHICLE
 from rad2_core.config import load_params
+from rad2_core.lane_map import NO_LANE, SIGNAL_GREEN, SIGNAL_RED
+from rad2_core.storage import load_dataset
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 AV2_DIR = FIXTURES / "av2" / "0a1e6f0a-1817-4a98-b02e-db8c9327d151"

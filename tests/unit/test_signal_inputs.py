@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from rad2_core.bev import SIGNAL_CHANNEL_VALUES, get_config, snapshot_from_clip, world_to_pixel_affine
-from rad2_core.clip import SIGNAL_GREEN, SIGNAL_RED, SIGNAL_UNKNOWN, SIGNAL_YELLOW, LaneMap
+from rad2_core.lane_map import SIGNAL_GREEN, SIGNAL_RED, SIGNAL_UNKNOWN, SIGNAL_YELLOW, LaneMap
 from rad2_core.observation import ObservationError, build_observation
 from rad2_core.tokens import MAP_FEATURES, signal_features, signal_state_of_features
 from rad2_planner.policy import observation_inputs

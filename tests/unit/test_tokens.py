@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from rad2_core.clip import LaneMap
+from rad2_core.lane_map import LaneMap
 from rad2_core.tokens import TokenConfig, map_tokens
 
 CFG = TokenConfig(n_map=4, points=5, map_range=30.0, max_length=40.0, n_agents=4, agent_range=50.0,

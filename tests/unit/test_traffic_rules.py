@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from rad2_core.clip import SIGNAL_GREEN, SIGNAL_RED, SIGNAL_UNKNOWN, SIGNAL_YELLOW
 from rad2_core.config import load_params
+from rad2_core.lane_map import SIGNAL_GREEN, SIGNAL_RED, SIGNAL_UNKNOWN, SIGNAL_YELLOW
 from rad2_core.stop_lines import NO_STOP_M, next_signal_stop, stop_line_crossings, stop_lines_on_route
 from rad2_planner.traffic_rules import TrafficRuleParams, allowed_distance, limit_progress
 from synthetic_scenes import make_signal_clip

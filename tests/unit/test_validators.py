@@ -8,10 +8,10 @@ import pytest
 from rad2_core import validators as val
 from rad2_core.bev import snapshot_from_clip
 from rad2_core.bicycle import VehicleParams
-from rad2_core.clip import load_dataset
 from rad2_core.config import load_params
 from rad2_core.geometry import world_to_ego
 from rad2_core.observation import build_observation
+from rad2_core.storage import load_dataset
 from rad2_planner.policy import resolve_path
 
 LIMITS = val.load_limits()

@@ -19,18 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from rad2_core.clip import (
-    AGENT_CYCLIST,
-    AGENT_PEDESTRIAN,
-    AGENT_VEHICLE,
-    SIGNAL_GREEN,
-    SIGNAL_RED,
-    SIGNAL_UNKNOWN,
-    SIGNAL_YELLOW,
-    LaneMap,
-)
+from rad2_core.clip import AGENT_CYCLIST, AGENT_PEDESTRIAN, AGENT_VEHICLE
 from rad2_core.config import cached_config, load_params, require
 from rad2_core.geometry import rotate_vectors, world_to_ego
+from rad2_core.lane_map import SIGNAL_GREEN, SIGNAL_RED, SIGNAL_UNKNOWN, SIGNAL_YELLOW, LaneMap
 
 MAP_FEATURES = 8
 # Map-token features before the per-lane signal state was added (checkpoints trained then take these).

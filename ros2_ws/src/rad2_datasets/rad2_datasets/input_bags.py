@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rad2_core.clip import AGENT_CYCLIST, AGENT_PEDESTRIAN, AGENT_VEHICLE, Clip, load_clip, read_index
+from rad2_core.clip import AGENT_CYCLIST, AGENT_PEDESTRIAN, AGENT_VEHICLE, Clip
 from rad2_core.geometry import yaw_to_quaternion
+from rad2_core.storage import load_clip, read_index
 
 from rad2_datasets import bags
 

@@ -17,10 +17,12 @@ from typing import Any
 
 import numpy as np
 from rad2_core.bev import AgentFrame, SceneSnapshot, get_config, prepare_map
-from rad2_core.clip import Clip, LaneMap, load_clip, read_index
+from rad2_core.clip import Clip
 from rad2_core.config import require
 from rad2_core.geometry import wrap_angle
+from rad2_core.lane_map import LaneMap
 from rad2_core.observation import Observation, build_observation
+from rad2_core.storage import load_clip, read_index
 
 
 class LiveSceneError(ValueError):

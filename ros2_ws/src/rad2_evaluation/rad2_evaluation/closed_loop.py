@@ -89,7 +89,7 @@ def evaluate_split(
     ``runner`` replaces the in-process engine with one of the same signature as
     ``run_rollouts`` without its first two arguments (e.g. ``rad2_training.workers.RolloutPool.run``).
     """
-    from rad2_core.clip import load_dataset
+    from rad2_core.storage import load_dataset
     from tqdm import tqdm
 
     params = params if params is not None else load_params("sim")
@@ -244,7 +244,7 @@ def render_episode_gif(clip, track: np.ndarray, result: EpisodeResult, path: str
 
 
 def render_worst(evaluation: SplitEvaluation, out_dir: str | Path, n: int, fps: float = 10.0) -> list[Path]:
-    from rad2_core.clip import load_dataset
+    from rad2_core.storage import load_dataset
 
     worst = worst_results(evaluation.results, n)
     if not worst:

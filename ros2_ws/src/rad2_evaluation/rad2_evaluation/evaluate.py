@@ -31,7 +31,7 @@ def _runner(policy: str, params: dict, workers: int, checkpoint: str | None, dec
 
 def _worker_batch(split: str, params: dict, workers: int, max_clips: int | None) -> int:
     """Several chunks per worker keep them all busy to the end."""
-    from rad2_core.clip import read_index
+    from rad2_core.storage import read_index
 
     n = min(len(read_index(split)["clips"]), max_clips or 1 << 30)
     return max(1, min(int(params["evaluation"]["batch_size"]), -(-n // (4 * workers))))

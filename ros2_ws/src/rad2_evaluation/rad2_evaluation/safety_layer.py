@@ -329,9 +329,9 @@ def evaluate_safety_layer(
 ) -> dict[str, Any]:
     """The whole evaluation (see the module doc); returns what results.json holds."""
     from bev_warp_sim.simulator import Simulator
-    from rad2_core.clip import load_dataset
     from rad2_core.config import load_params
     from rad2_core.machine import hardware_record
+    from rad2_core.storage import load_dataset
     from rad2_planner.policy import Rad2Policy, SafetyLayerParams
 
     sim_params = load_params("sim")

@@ -94,7 +94,6 @@ from typing import Any
 
 import numpy as np
 from rad2_core.bev import get_config as get_bev_config
-from rad2_core.clip import SIGNAL_STATE_NAMES
 from rad2_core.config import (
     default_params,
     load_params,
@@ -104,6 +103,7 @@ from rad2_core.config import (
     validate_value,
 )
 from rad2_core.geometry import tracks_overlap
+from rad2_core.lane_map import SIGNAL_STATE_NAMES
 from rad2_core.observation import BOOL_FIELDS, FIELD_RANKS, ObservationError
 from rad2_core.open_loop_metrics import plan_headings
 from rad2_core.planning_interface import PlanResult

@@ -15,7 +15,7 @@ plan is executed as generated.
 - :func:`stop_line_crossings` -- which red stop lines the ego's front crossed between two poses (the
   red-light violation the metrics count as at fault).
 
-Signal states: :data:`rad2_core.clip.SIGNAL_RED` etc. An unknown state is not a constraint (logs
+Signal states: :data:`rad2_core.lane_map.SIGNAL_RED` etc. An unknown state is not a constraint (logs
 without signal states keep today's behaviour); a yellow one is, when the ego can still stop for it
 comfortably (otherwise it proceeds: the dilemma zone); a red one always is unless stopping would need
 more than ``max_decel`` (then it is too late to stop, and braking hard in the junction is worse).
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from rad2_core.clip import SIGNAL_RED, SIGNAL_YELLOW
+from rad2_core.lane_map import SIGNAL_RED, SIGNAL_YELLOW
 from rad2_core.stop_lines import NO_STOP_M
 from rad2_core.tokens import arc_lengths
 

@@ -162,7 +162,7 @@ def update(model: Any, reference: Any, optimizer: Any, batch: dict[str, np.ndarr
 
 def training_clips(dataset: str | Path, kinds: Sequence[str]) -> list:
     """The dataset's clips of the scenario ``kinds`` (ValueError naming the kinds when none match)."""
-    from rad2_core.clip import load_dataset
+    from rad2_core.storage import load_dataset
 
     clips = [c for c in load_dataset(dataset) if c.scenario_kind in set(kinds)]
     if not clips:

@@ -30,7 +30,7 @@ def pick_clips(split: str, n: int, seed: int) -> list:
     """``n`` clips of ``split`` (0: all) in a seeded random order (the index lists clips kind by kind,
     so its head would hold only one or two scenario kinds)."""
     import numpy as np
-    from rad2_core.clip import load_dataset
+    from rad2_core.storage import load_dataset
 
     clips = load_dataset(split)
     order = np.random.default_rng(seed).permutation(len(clips))

@@ -89,7 +89,7 @@ def judge(clips: Sequence[Any], rollouts: Sequence[Rollout], cfg: dict[str, Any]
 def write_sets(clips: Sequence[Any], verdicts: Sequence[ClipVerdict], out_dir: str | Path,
                held_out: Sequence[Any]) -> tuple[Path, Path]:
     """Write ``<out>/rl_safety`` and ``<out>/rl_efficiency`` and check them against the held-out clips."""
-    from rad2_core.clip import load_dataset, save_dataset
+    from rad2_core.storage import load_dataset, save_dataset
 
     out = Path(out_dir)
     dirs = (out / "rl_safety", out / "rl_efficiency")
@@ -175,8 +175,8 @@ def curate(pool_dirs: list[str], eval_dirs: list[str], out: str | Path, *, check
            seed: int | None = None, progress: bool = True, console: Any = None) -> int:
     """Curate (see the module doc) and write the two sets, summary.json and curation.png into ``out``;
     returns an exit code (2: no pool clip outside the evaluation sets, 1: the sets overlap them)."""
-    from rad2_core.clip import load_dataset
     from rad2_core.config import load_params
+    from rad2_core.storage import load_dataset
     from rich.console import Console
 
     console = console or Console()

@@ -82,8 +82,8 @@ def recovery_target(
 def _clip_samples(job):
     """Worker: observations + targets of one clip's samples."""
     from rad2_core.bev import snapshot_from_clip
-    from rad2_core.clip import load_clip
     from rad2_core.observation import build_observation
+    from rad2_core.storage import load_clip
 
     path, maps_dir, steps, deltas, plan_dt, plan_points, recovery = job
     torch.set_num_threads(1)
@@ -150,7 +150,7 @@ def build_cache(
     progress: bool = True,
 ) -> FeatureCache:
     """Compute (or reopen) the feature cache of ``dataset``."""
-    from rad2_core.clip import read_index
+    from rad2_core.storage import read_index
     from tqdm import tqdm
 
     dataset = Path(dataset)
@@ -404,7 +404,7 @@ def train(
 ) -> PlannerModel:
     """Run IL pretraining; writes checkpoints to ``out_dir`` (``last/`` while training, ``final/``)."""
     from rad2_core.bev import get_config
-    from rad2_core.clip import load_clip, read_index
+    from rad2_core.storage import load_clip, read_index
     from torch.utils.tensorboard import SummaryWriter
     from tqdm import tqdm
 
@@ -586,8 +586,8 @@ def evaluate_open_loop(
     ``params/planner.yaml``); observations are built at the logged poses.
     """
     from rad2_core.bev import get_config, snapshot_from_clip
-    from rad2_core.clip import iter_dataset, read_index
     from rad2_core.observation import build_observation
+    from rad2_core.storage import iter_dataset, read_index
     from rad2_planner.policy import Rad2Policy
     from tqdm import tqdm
 

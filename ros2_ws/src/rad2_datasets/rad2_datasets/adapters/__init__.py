@@ -16,9 +16,10 @@ from collections import deque
 from typing import Any
 
 import numpy as np
-from rad2_core.clip import NO_LANE, Clip, LaneMap
+from rad2_core.clip import Clip
 from rad2_core.config import load_params, require
 from rad2_core.geometry import wrap_angle
+from rad2_core.lane_map import NO_LANE, LaneMap
 from rad2_core.tokens import arc_lengths, clean_polyline, project_onto_polyline
 
 

@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rad2_core.clip import AGENT_CYCLIST, AGENT_OTHER, AGENT_PEDESTRIAN, AGENT_VEHICLE, Clip, LaneMap
+from rad2_core.clip import AGENT_CYCLIST, AGENT_OTHER, AGENT_PEDESTRIAN, AGENT_VEHICLE, Clip
 from rad2_core.config import load_params, require
 from rad2_core.geometry import wrap_angle
+from rad2_core.lane_map import LaneMap
 
 from rad2_datasets.adapters import logged_clip
 

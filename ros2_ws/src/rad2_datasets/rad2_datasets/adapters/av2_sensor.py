@@ -31,17 +31,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rad2_core.clip import (
-    AGENT_CYCLIST,
-    AGENT_OTHER,
-    AGENT_PEDESTRIAN,
-    AGENT_VEHICLE,
-    Clip,
-    ClipValidationError,
-    LaneMap,
-)
+from rad2_core.clip import AGENT_CYCLIST, AGENT_OTHER, AGENT_PEDESTRIAN, AGENT_VEHICLE, Clip
 from rad2_core.config import load_params, require
+from rad2_core.field_checks import ClipValidationError
 from rad2_core.geometry import wrap_angle
+from rad2_core.lane_map import LaneMap
 
 from rad2_datasets.adapters import logged_clip
 from rad2_datasets.adapters.av2 import AV2FormatError, load_av2_map

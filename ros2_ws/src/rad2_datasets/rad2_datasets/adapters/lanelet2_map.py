@@ -47,8 +47,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rad2_core.clip import NO_LANE, LaneMap
 from rad2_core.config import load_params, require
+from rad2_core.lane_map import NO_LANE, LaneMap
 from rad2_core.tokens import arc_lengths, clean_polyline, project_onto_polyline
 
 from rad2_datasets.adapters import lane_match_costs, route_polyline

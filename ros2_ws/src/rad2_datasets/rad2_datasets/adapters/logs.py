@@ -189,11 +189,11 @@ def clips_in_log(source: LogSource, params: dict[str, Any] | None = None, *, ego
                         raise
                     errors.append(str(exc))
         elif fmt == "clip":
-            from rad2_core.clip import load_clip
+            from rad2_core.storage import load_clip
 
             yield load_clip(path)
         elif fmt == "dataset":
-            from rad2_core.clip import iter_dataset
+            from rad2_core.storage import iter_dataset
 
             yield from iter_dataset(path)
         else:
@@ -221,8 +221,8 @@ def convert_logs(inputs, out: str | os.PathLike, params: dict[str, Any] | None =
     """Write every clip of the logs under ``inputs`` into the dataset ``out``; returns (clips written,
     the index, the messages of the logs skipped with ``skip_bad``). Without ``skip_bad`` the first log
     that does not convert raises :class:`LogFormatError` naming it (nothing is written to the index)."""
-    from rad2_core.clip import save_dataset
     from rad2_core.config import load_params
+    from rad2_core.storage import save_dataset
     from tqdm import tqdm
 
     if egos_per_scenario < 1:
@@ -274,7 +274,7 @@ def _expected_clips(source: LogSource, egos_per_scenario: int) -> int:
     if source.format == "commonroad":
         return egos_per_scenario
     if source.format == "dataset":
-        from rad2_core.clip import read_index
+        from rad2_core.storage import read_index
 
         try:
             return int(read_index(source.path)["num_clips"])

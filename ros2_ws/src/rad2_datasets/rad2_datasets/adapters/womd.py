@@ -50,21 +50,11 @@ from types import SimpleNamespace
 from typing import Any, BinaryIO
 
 import numpy as np
-from rad2_core.clip import (
-    AGENT_CYCLIST,
-    AGENT_OTHER,
-    AGENT_PEDESTRIAN,
-    AGENT_VEHICLE,
-    SIGNAL_GREEN,
-    SIGNAL_RED,
-    SIGNAL_UNKNOWN,
-    SIGNAL_YELLOW,
-    Clip,
-    ClipValidationError,
-    LaneMap,
-)
+from rad2_core.clip import AGENT_CYCLIST, AGENT_OTHER, AGENT_PEDESTRIAN, AGENT_VEHICLE, Clip
 from rad2_core.config import load_params, require
+from rad2_core.field_checks import ClipValidationError
 from rad2_core.geometry import wrap_angle
+from rad2_core.lane_map import SIGNAL_GREEN, SIGNAL_RED, SIGNAL_UNKNOWN, SIGNAL_YELLOW, LaneMap
 
 from rad2_datasets.adapters import logged_clip
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 
 import numpy as np
-from rad2_core.clip import Clip, LaneMap
+from rad2_core.clip import Clip
+from rad2_core.lane_map import LaneMap
 from rad2_core.tokens import arc_lengths, clean_polyline
 
 from rad2_datasets.scenarios.networks import LaneGeometry

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rad2_core.clip import Clip, save_dataset
+from rad2_core.clip import Clip
 from rad2_core.config import load_params, resource_path
+from rad2_core.storage import save_dataset
 
 from rad2_datasets.scenarios import convert, events, networks
 from rad2_datasets.scenarios import rich as rich_scenes

@@ -68,9 +68,9 @@ def sample_observations(cfg, n: int, data: str | Path | None = None) -> list:
             for i in range(n)
         ]
     from rad2_core.bev import snapshot_from_clip
-    from rad2_core.clip import iter_dataset
     from rad2_core.config import resource_path
     from rad2_core.observation import build_observation
+    from rad2_core.storage import iter_dataset
 
     obs = []
     for clip in iter_dataset(resource_path(data)):

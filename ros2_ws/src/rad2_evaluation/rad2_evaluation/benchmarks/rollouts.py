@@ -73,9 +73,9 @@ def run_rollout_benchmark(dataset: str, *, clips: int = 8, group: int = 4, h_reu
     """The Markdown table of tools/bench_rollouts.py (printed by the caller); ``backend`` / ``device``:
     the planner's runtime (``pytorch`` on ``cuda`` times the rollouts with the networks on a GPU);
     ``runtime_overrides``: its ``runtime.*`` settings (``{"openvino": {"precision": "bf16"}}``)."""
-    from rad2_core.clip import load_dataset
     from rad2_core.config import load_params
     from rad2_core.machine import machine_info
+    from rad2_core.storage import load_dataset
     from rad2_training.workers import PolicySpec
 
     clip_list = load_dataset(dataset)[:clips]

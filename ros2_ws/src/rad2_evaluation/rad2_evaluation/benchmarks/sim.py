@@ -127,7 +127,7 @@ def print_warp(console, warp_rows) -> None:
 
 def bench_clips(dataset: str | Path | None) -> list:
     """The clips of ``dataset``, or the first clip of DEFAULT_DATASET."""
-    from rad2_core.clip import load_clip, load_dataset, read_index
+    from rad2_core.storage import load_clip, load_dataset, read_index
 
     if dataset:
         return load_dataset(dataset)

@@ -46,9 +46,9 @@ def record_graph_inputs(params: dict, ckpt: Path, onnx_dir: Path, path: Path, da
     """Run ``cycles`` planning cycles (one per clip of ``data``) with the ONNX Runtime backend and save
     every graph call's inputs to ``path`` (the input of tools/trt_consistency.py)."""
     from rad2_core.bev import snapshot_from_clip
-    from rad2_core.clip import iter_dataset
     from rad2_core.config import resource_path
     from rad2_core.observation import build_observation
+    from rad2_core.storage import iter_dataset
 
     from rad2_planner.policy import Rad2Policy
 

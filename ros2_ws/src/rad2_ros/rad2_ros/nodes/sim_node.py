@@ -120,7 +120,7 @@ class SimNode(Node):
 
     # -- setup ----------------------------------------------------------------------------------------
     def _load_clips(self):
-        from rad2_core.clip import load_dataset
+        from rad2_core.storage import load_dataset
 
         clips = load_dataset(resource_path(self.cfg["dataset"]))  # sim.yaml names data/eval_safety
         wanted = [c.strip() for c in str(self.cfg["clip_ids"]).split(",") if c.strip()]
