@@ -35,8 +35,8 @@ def test_values_within_bounds_parse_and_others_name_the_value(type_, good, bad):
 
 
 def test_run_tool_reports_input_errors_and_reraises_the_rest(capsys):
-    from rad2_core.clip import iter_dataset
     from rad2_core.config import ParameterError
+    from rad2_core.storage import iter_dataset
 
     def bad_dataset():
         next(iter_dataset("nowhere_dataset"))
