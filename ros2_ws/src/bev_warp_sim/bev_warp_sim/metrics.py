@@ -7,7 +7,8 @@ Per clip (episode):
 - rho: ego progress along the route over the episode's *planned* window (start step to the clip end
   or ``sim.max_steps``) relative to the expert's progress over the same window — an episode that
   ends early (collision, off-road) keeps the progress it made, so it falls short of 1;
-- comfort: per-step nuPlan comfort violations of the driven path.
+- comfort: per-step nuPlan comfort violations of the driven path;
+- score: a nuPlan-style closed-loop score (:mod:`bev_warp_sim.nuplan_score`; its terms in score_terms).
 
 Over a split:
 - **CR**: fraction of clips with a collision; **AF-CR**: fraction with an at-fault collision;
@@ -17,6 +18,7 @@ Over a split:
   of a replay that completes the route);
 - comfort: fraction of clips with any violation, and mean fraction of violating steps;
 - red_light_rate: fraction of clips where the ego's front crossed a red stop line on its route;
+- score: the mean per-clip nuPlan-style score (nuPlan's final score is this mean);
 - plan_speed_change_m_s: plan-to-plan consistency, the mean change of the planned speed profile
   between consecutive planning cycles at the times both cover.
 """
@@ -29,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from bev_warp_sim import rewards as rw
+from bev_warp_sim.nuplan_score import nuplan_score_terms
 from bev_warp_sim.trace import EpisodeTrace
 
 SAFETY_COLUMNS = ("CR", "AF-CR", "Safety@1", "Safety@2")
@@ -63,6 +66,8 @@ class EpisodeResult:
     num_decisions: int = 0
     red_light_violations: int = 0  # red stop lines on the route the ego's front crossed
     plan_speed_change: float = float("nan")  # m/s, mean change of the planned speed between cycles
+    score: float = float("nan")  # nuPlan-style closed-loop score (NaN: not computed)
+    score_terms: dict[str, float] = field(default_factory=dict)  # its multipliers and weighted terms
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -73,6 +78,7 @@ def episode_outcome(trace: EpisodeTrace, params: dict[str, Any]) -> EpisodeResul
     """The :class:`EpisodeResult` of a finished rollout: a pure function of its trace."""
     ego_prog, exp_prog, rho = rw.episode_progress(trace, params)
     any_step, viol = rw.episode_comfort(trace, params)
+    terms = nuplan_score_terms(trace, params)
     return EpisodeResult(
         clip_id=trace.clip_id, scenario_kind=trace.scenario_kind, start_step=trace.start_step,
         end_step=trace.end_step, num_steps=trace.num_steps, termination=trace.termination,
@@ -87,6 +93,7 @@ def episode_outcome(trace: EpisodeTrace, params: dict[str, Any]) -> EpisodeResul
         num_decisions=len(trace.decisions),
         red_light_violations=len(trace.red_light_crossings),
         plan_speed_change=rw.episode_plan_consistency(trace),
+        score=terms["score"], score_terms=terms,
     )
 
 
@@ -119,6 +126,8 @@ def aggregate(results: list[EpisodeResult], params: dict[str, Any]) -> dict[str,
         "comfort_violation_steps": float(np.mean([r.comfort_violation_rate for r in results])),
         "offroad_rate": float(np.mean([r.offroad for r in results])),
         "red_light_rate": float(np.mean([r.red_light_violations > 0 for r in results])),
+        # NaN for results read back from before the score existed
+        "score": _nanmean([r.score for r in results]),
         # NaN for policies without plans (log replay): nanmean over those that have them
         "plan_speed_change_m_s": _nanmean([r.plan_speed_change for r in results]),
         "mean_r_coll": float(np.mean([r.r_coll for r in results])),

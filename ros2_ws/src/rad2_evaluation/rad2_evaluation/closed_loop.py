@@ -129,6 +129,14 @@ def _fmt(v: float) -> str:
     return f"{v:.3f}"
 
 
+def policy_score(evals: list[SplitEvaluation]) -> float:
+    """The nuPlan-style score of a policy over all its clips (every split, weighted by clips), as nuPlan
+    averages its scenario scores; NaN when no evaluation has it (read back from before it existed)."""
+    pairs = [(e.metrics.get("score", float("nan")), e.metrics["num_clips"]) for e in evals]
+    pairs = [(s, n) for s, n in pairs if np.isfinite(s)]
+    return float(sum(s * n for s, n in pairs) / sum(n for _, n in pairs)) if pairs else float("nan")
+
+
 def paper_table(evals: list[SplitEvaluation]):
     """rich Table in the paper's Table 1 layout: one row per policy."""
     from rich.table import Table
@@ -155,7 +163,7 @@ def full_table(evals: list[SplitEvaluation]):
     """Every metric on every split."""
     from rich.table import Table
 
-    cols = list(SAFETY_COLUMNS + EFFICIENCY_COLUMNS) + [
+    cols = list(SAFETY_COLUMNS + EFFICIENCY_COLUMNS) + ["score",
         "comfort_violation_clips", "offroad_rate", "mean_r_coll", "mean_r_eff", "mean_plan_r1", "num_clips"]
     table = Table(title="All metrics per split")
     table.add_column("Method")
@@ -164,20 +172,23 @@ def full_table(evals: list[SplitEvaluation]):
         table.add_column(c.replace("comfort_violation_clips", "comfort✗").replace("_", " "), justify="right")
     for e in evals:
         table.add_row(e.policy, Path(e.split).name,
-                      *[str(int(e.metrics[c])) if c == "num_clips" else _fmt(e.metrics[c]) for c in cols])
+                      *[str(int(e.metrics[c])) if c == "num_clips" else _fmt(e.metrics.get(c, float("nan")))
+                        for c in cols])
     return table
 
 
 def markdown_tables(evals: list[SplitEvaluation]) -> str:
-    """The paper-layout table as Markdown (for the README)."""
-    head = "| Method | " + " | ".join(SAFETY_COLUMNS + EFFICIENCY_COLUMNS) + " |"
-    lines = [head, "|" + " --- |" * (1 + len(SAFETY_COLUMNS) + len(EFFICIENCY_COLUMNS))]
+    """The paper-layout table as Markdown (for the README), with the nuPlan-style ``score`` over all the
+    policy's clips."""
+    head = "| Method | " + " | ".join(SAFETY_COLUMNS + EFFICIENCY_COLUMNS + ("score",)) + " |"
+    lines = [head, "|" + " --- |" * (2 + len(SAFETY_COLUMNS) + len(EFFICIENCY_COLUMNS))]
     for p in dict.fromkeys(e.policy for e in evals):
         mine = [e for e in evals if e.policy == p]
         saf = next((e for e in mine if split_kind(e.split) == "safety"), None)
         eff = next((e for e in mine if split_kind(e.split) == "efficiency"), None)
         vals = [_fmt(saf.metrics[c]) if saf else "-" for c in SAFETY_COLUMNS]
         vals += [_fmt(eff.metrics[c]) if eff else "-" for c in EFFICIENCY_COLUMNS]
+        vals.append(_fmt(policy_score(mine)))
         lines.append(f"| {p} | " + " | ".join(vals) + " |")
     return "\n".join(lines)
 
