@@ -44,7 +44,7 @@ import numpy as np
 from rad2_core.config import load_params
 from rad2_core.geometry import wrap_angle
 from rad2_core.planning_interface import PlanResult
-from rad2_core.route_path import RoutePath
+from rad2_core.route_path import RouteError, RouteLimits, check_route
 from rad2_core.stop_lines import next_signal_stop, stop_line_crossings
 from rad2_core.validators import PlausibilityError, check_clip, load_limits
 
@@ -182,7 +182,7 @@ class _MapGeometry:
 class _ClipData:
     """Immutable arrays of one clip the simulator reads every step."""
 
-    def __init__(self, clip, look: int, route_max_turn_deg: float = 180.0):
+    def __init__(self, clip, look: int, route_limits: RouteLimits):
         clip.validate() if hasattr(clip, "validate") else None
         self.clip = clip
         t_total = int(clip.num_steps)
@@ -201,12 +201,13 @@ class _ClipData:
             self.valid[:, :t_total] = clip.agent_valid
             self.vel[:, :t_total, 0] = clip.agent_vx
             self.vel[:, :t_total, 1] = clip.agent_vy
-        self.route = RoutePath(clip.route_polyline)
-        doubled = self.route.reversal(route_max_turn_deg)
-        if doubled:
-            raise SimulationError(f"clip {clip.clip_id!r}: {doubled} (EP would count progress along it "
-                                  "wrongly; rebuild the route)")
-        self.expert_s = self.route.project(np.stack([clip.ego_x, clip.ego_y], -1))[0]
+        expert_xy = np.stack([clip.ego_x, clip.ego_y], -1)
+        try:  # the same check that dataset conversion makes (rad2_core.route_path)
+            self.route = check_route(clip.route_polyline, expert_xy, route_limits)
+        except RouteError as exc:
+            raise SimulationError(f"clip {clip.clip_id!r}: {exc} (EP would count progress along it "
+                                  "wrongly; rebuild the route)") from None
+        self.expert_s = self.route.project(expert_xy)[0]
         # reactive agents: cumulative arc length of each logged path (non-decreasing over valid steps)
         self.agent_s = np.zeros((n, t_total))
         self.agent_speed = np.zeros((n, t_total))
@@ -354,7 +355,7 @@ class Simulator:
             if bad:
                 what = f"clip {clip.clip_id!r} is not a drivable log"
                 raise SimulationError(str(PlausibilityError(what, bad)))
-            data = _ClipData(clip, self.look, float(self.params["metrics"]["route_max_turn_deg"]))
+            data = _ClipData(clip, self.look, RouteLimits.from_params(self.params))
             self._clips[key] = data
             while len(self._clips) > 256:
                 self._clips.popitem(last=False)

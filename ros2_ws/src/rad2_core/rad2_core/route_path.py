@@ -3,9 +3,15 @@
 One implementation for everything that measures along a route: the simulator's progress and EP
 (``bev_warp_sim``), the IDM reference policy, and the planner's route-aware candidate selection
 (:func:`rad2_planner.policy.safe_medoid_index`).
+
+:func:`check_route` is the one validity check of a clip's route: dataset conversion refuses a clip
+that fails it and the simulator refuses to drive one, with the same reason.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -81,3 +87,94 @@ class RoutePath:
         rel = xy - self.points[k]
         lat = (seg_k[..., 0] * rel[..., 1] - seg_k[..., 1] * rel[..., 0]) / self.seg_len[k]
         return s, lat, self.heading[k]
+
+
+class RouteError(ValueError):
+    """A route along which progress cannot be measured. ``reason`` is a short key for counting refusals
+    (one of :data:`ROUTE_REFUSALS`); the message says where and by how much."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+# reason keys of RouteError
+ROUTE_REFUSALS = ("malformed", "doubles_back", "off_route", "runs_backward")
+
+
+@dataclass(frozen=True)
+class RouteLimits:
+    """What a route must satisfy (params/sim.yaml ``metrics.route_*``)."""
+
+    max_turn_deg: float  # heading change between two segments; more doubles back
+    max_offset_m: float  # the logged ego may be this far from the route at most
+    max_backtrack_m: float  # the logged ego's projection may fall back this far below its best so far
+
+    @classmethod
+    def from_params(cls, sim_params: dict[str, Any]) -> RouteLimits:
+        """From params/sim.yaml as :func:`rad2_core.config.load_params` gives it (or its ``metrics``)."""
+        m = sim_params.get("metrics", sim_params)
+        try:
+            return cls(float(m["route_max_turn_deg"]), float(m["route_max_offset_m"]),
+                       float(m["route_max_backtrack_m"]))
+        except KeyError as exc:
+            raise KeyError(f"params/sim.yaml: metrics.{exc.args[0]} is missing (route limits)") from None
+
+
+def default_route_limits() -> RouteLimits:
+    from rad2_core.config import load_params
+
+    return RouteLimits.from_params(load_params("sim"))
+
+
+def check_route(polyline, ego_xy=None, limits: RouteLimits | None = None) -> RoutePath:
+    """The :class:`RoutePath` of ``polyline`` when progress can be measured along it, else
+    :class:`RouteError` naming the reason and the place.
+
+    - ``malformed``: fewer than two distinct points or non-finite values;
+    - ``doubles_back``: the heading turns by more than ``limits.max_turn_deg`` between two segments
+      (progress would count a stretch twice, or jump);
+    - with the logged ego path ``ego_xy [T, 2]``: ``off_route``: a logged pose lies farther than
+      ``limits.max_offset_m`` from the route (the route does not follow the driver: the expert's
+      progress, EP's denominator, would stall or leap there); ``runs_backward``: the logged ego's
+      projection falls more than ``limits.max_backtrack_m`` below the farthest it had reached (the
+      route runs against the driver somewhere).
+
+    ``limits`` default to params/sim.yaml.
+    """
+    limits = default_route_limits() if limits is None else limits
+    pts = np.asarray(polyline, dtype=np.float64)
+    if pts.ndim != 2 or pts.shape[-1] != 2 or not np.all(np.isfinite(pts)):
+        raise RouteError("malformed",
+                         f"route_polyline: expected finite [P >= 2, 2] points, got shape {pts.shape}")
+    try:
+        route = RoutePath(pts)
+    except ValueError as exc:
+        raise RouteError("malformed", str(exc)) from None
+    doubled = route.reversal(limits.max_turn_deg)
+    if doubled:
+        raise RouteError("doubles_back", doubled)
+    if ego_xy is None:
+        return route
+    xy = np.asarray(ego_xy, dtype=np.float64).reshape(-1, 2)
+    if not len(xy):
+        return route
+    s, lat, _ = route.project(xy)
+    # a pose before the route's start or past its end counts as following it when it lies on the
+    # straight continuation (progress extrapolates there too), so only the lateral offset is limited
+    far = np.flatnonzero(np.abs(lat) > limits.max_offset_m)
+    if len(far):
+        t = int(far[0])
+        raise RouteError("off_route", f"route_polyline: the logged ego at step {t} ({xy[t, 0]:.1f}, "
+                                      f"{xy[t, 1]:.1f}) is {abs(lat[t]):.1f} m from the route > "
+                                      f"metrics.route_max_offset_m {limits.max_offset_m:g}")
+    best = np.maximum.accumulate(s)
+    back = best - s
+    bad = np.flatnonzero(back > limits.max_backtrack_m)
+    if len(bad):
+        t = int(bad[0])
+        raise RouteError("runs_backward",
+                         f"route_polyline: the logged ego's progress along the route falls back "
+                         f"{back[t]:.1f} m at step {t} ({xy[t, 0]:.1f}, {xy[t, 1]:.1f}) > "
+                         f"metrics.route_max_backtrack_m {limits.max_backtrack_m:g}")
+    return route
