@@ -185,7 +185,7 @@ def fault(kind: str) -> None:  # noqa: C901 -- one branch per fault kind
         stamp = rc.ns_to_time(node.get_clock().now().nanoseconds)
         data = np.frombuffer(bytes(bev.data), dtype=np.float32).copy()
         data[1000] = 1e30  # channel 0 (drivable_area), a cell in its first rows
-        bev.data = rc._float32_array(data)
+        bev.data = rc.float32_array(data)
         bev.header.stamp = stamp
         tok.header.stamp = stamp
         pub_bev.publish(bev)

@@ -122,7 +122,7 @@ PLANNER_DRIVER = textwrap.dedent(r"""
         bev, tok = messages(i, stamp)
         if kind == "nan_bev":
             data = np.frombuffer(bev.data, dtype=np.float32).copy(); data[1234] = np.nan
-            bev.data = rc._float32_array(data)
+            bev.data = rc.float32_array(data)
         elif kind == "nan_tokens":
             tok.ego_speed = float("nan")
         elif kind == "oversized":

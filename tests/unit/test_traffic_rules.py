@@ -125,9 +125,10 @@ def test_signals_reach_the_planner_through_the_ros_messages(clip):
     Observation; states the map does not know are reported, a stale report becomes unknown."""
     from rad2_core.bev import AgentFrame
     from rad2_datasets.live_scene import LiveScene, MapAndRoute
+    from rad2_msgs.msg import PerceptionInputs
     from rad2_ros import conversions as rc
 
-    no_agents = rc.perception_inputs_from_msg(rc.PerceptionInputs())[0]
+    no_agents = rc.perception_inputs_from_msg(PerceptionInputs())[0]
     msg = rc.perception_inputs_to_msg(no_agents, 1, signals={5: SIGNAL_RED, 99: SIGNAL_GREEN})
     signals = rc.perception_signals_from_msg(msg)
     assert signals == {5: SIGNAL_RED, 99: SIGNAL_GREEN}
