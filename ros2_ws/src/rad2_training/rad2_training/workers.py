@@ -157,34 +157,42 @@ class RolloutPool:
     def run(self, clips: Sequence[Any], group_size: int = 1, start_steps: int | Sequence[int] = 0, *,
             batch_size: int = 16, progress=None, **kwargs: Any) -> tuple[list[Rollout], RolloutStats]:
         """Same request and result as :func:`bev_warp_sim.rollout.run_rollouts`, on the workers."""
-        import ray
-
         chunks = chunk_rows(expand_rows(clips, group_size, start_steps), batch_size)
-        queue = list(enumerate(chunks))
-        pending: dict[Any, tuple[int, Any]] = {}
-
-        def submit(actor) -> None:  # the next chunk goes to whichever worker is free (no straggler)
-            if queue:
-                i, chunk = queue.pop(0)
-                pending[actor.run_chunk.remote(chunk, kwargs)] = (i, actor)
-
-        for actor in self.actors:
-            submit(actor)
         results: dict[int, tuple[list[Rollout], RolloutStats]] = {}
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            for ref in ready:
-                i, actor = pending.pop(ref)
-                results[i] = ray.get(ref)
-                submit(actor)
-                if progress is not None:
-                    progress(len(results[i][0]))
+        self.run_chunks(chunks, on_chunk=lambda i, rollouts, st: results.__setitem__(i, (rollouts, st)),
+                        progress=progress, **kwargs)
         stats = RolloutStats()
         out: list[Rollout] = []
         for i in range(len(chunks)):
             out += results[i][0]
             stats.add(results[i][1])
         return out, stats
+
+    def run_chunks(self, chunks: Sequence[Sequence[Any]], *, on_chunk, progress=None, **kwargs: Any) -> None:
+        """Run chunks of rows (:func:`bev_warp_sim.rollout.chunk_rows`) on the workers;
+        ``on_chunk(i, rollouts, stats)`` is called in this process as soon as chunk ``i`` is back (in
+        completion order), so a caller can keep each finished chunk before the others end."""
+        import ray
+
+        queue = list(enumerate(chunks))
+        pending: dict[Any, tuple[int, Any]] = {}
+
+        def submit(actor) -> None:  # the next chunk goes to whichever worker is free (no straggler)
+            if queue:
+                i, chunk = queue.pop(0)
+                pending[actor.run_chunk.remote(list(chunk), kwargs)] = (i, actor)
+
+        for actor in self.actors:
+            submit(actor)
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                i, actor = pending.pop(ref)
+                rollouts, stats = ray.get(ref)
+                submit(actor)
+                on_chunk(i, rollouts, stats)
+                if progress is not None:
+                    progress(len(rollouts))
 
     def set_weights(self, state_dict: dict[str, Any], discriminator_trained: bool | None = None) -> None:
         import ray
