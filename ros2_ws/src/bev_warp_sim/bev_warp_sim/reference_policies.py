@@ -11,6 +11,9 @@
   ``fallback_speed``); the Intelligent Driver Model is integrated over the plan horizon with the
   leader moving at its current speed along the route, and the resulting arc lengths are placed on
   the route polyline.
+- ``pdm_closed``: PDM-Closed (Dauner et al., CoRL 2023), :mod:`bev_warp_sim.pdm_closed`: IDM proposals
+  at several target speeds on the route centreline and parallel paths, simulated, scored with
+  nuPlan's closed-loop metrics, the best one executed; parameters params/pdm_closed.yaml.
 
 Learned planners join through :data:`POLICIES` (name -> factory), e.g. ``rad2`` -> ``Rad2Policy``.
 """
@@ -198,10 +201,17 @@ def _rad2_factory(checkpoint_dir: str | None = None, traffic_rules: bool | None 
                                   **({"backend": backend} if backend else {}))
 
 
+def _pdm_closed_factory(**kwargs: Any):
+    from bev_warp_sim.pdm_closed import make_pdm_closed
+
+    return make_pdm_closed(**kwargs)
+
+
 POLICIES: dict[str, Callable[..., Any]] = {
     "expert": ExpertReplay,
     "constant_velocity": ConstantVelocity,
     "idm": IdmLaneFollower,
+    "pdm_closed": _pdm_closed_factory,
     "rad2": _rad2_factory,
 }
 
