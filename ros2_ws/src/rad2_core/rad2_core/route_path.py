@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from rad2_core.field_checks import ClipValidationError
+
 
 def observation_route(route_tokens, route_mask) -> np.ndarray:
     """The valid route points ``[P >= 2, 2]`` of an observation (ego frame), starting at the ego.
@@ -89,9 +91,10 @@ class RoutePath:
         return s, lat, self.heading[k]
 
 
-class RouteError(ValueError):
-    """A route along which progress cannot be measured. ``reason`` is a short key for counting refusals
-    (one of :data:`ROUTE_REFUSALS`); the message says where and by how much."""
+class RouteError(ClipValidationError):
+    """A route along which progress cannot be measured (a clip with it is invalid, so readers that skip
+    invalid clips skip it). ``reason`` is a short key for counting refusals (one of
+    :data:`ROUTE_REFUSALS`); the message says where and by how much."""
 
     def __init__(self, reason: str, message: str):
         super().__init__(message)

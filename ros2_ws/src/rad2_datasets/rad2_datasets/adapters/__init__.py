@@ -20,6 +20,7 @@ from rad2_core.clip import Clip
 from rad2_core.config import load_params, require
 from rad2_core.geometry import wrap_angle
 from rad2_core.lane_map import NO_LANE, LaneMap
+from rad2_core.route_path import RouteError, RouteLimits, check_route, default_route_limits
 from rad2_core.tokens import arc_lengths, clean_polyline, project_onto_polyline
 
 
@@ -253,32 +254,23 @@ def _is_neighbor(lane_map: LaneMap, a: int, b: int) -> bool:
     return b in _neighbor_indices(lane_map, a)
 
 
-def _chain_successors(lane_map: LaneMap, per_pose: np.ndarray) -> list[int]:
-    """Route lanes of a matched path on a map without adjacency: the matched lanes in order, gaps
-    bridged through successors, each lane once."""
-    seq: list[int] = []
-    for k in per_pose.tolist():
-        if not seq or seq[-1] != k:
-            seq.append(k)
-    chained: list[int] = [seq[0]]
-    for k in seq[1:]:
-        mids = _successor_path(lane_map, chained[-1], k)
-        if mids:
-            chained.extend(m for m in mids if m not in chained)
-        if k not in chained:
-            chained.append(k)
-    return chained
+def _is_successor(lane_map: LaneMap, a: int, b: int) -> bool:
+    return b in _successor_indices(lane_map)[a]
 
 
-def _chain_with_lane_changes(
-    lane_map: LaneMap, per_pose: np.ndarray, xy: np.ndarray
-) -> tuple[list[int], dict[int, np.ndarray]]:
-    """Route lanes of a matched path on a map with adjacency, so that consecutive lanes are
-    successors or neighbours wherever the map connects them, and where the lane changes happened:
-    ``{i: point}`` for a change from route lane i to route lane i + 1 (the midpoint of the two poses
-    between which the matched lane switched). A lane left by a change may be entered again by a
-    later change (an overtake); a switch the map does not connect is kept as a jump, as without
-    adjacency."""
+def _chain_lanes(lane_map: LaneMap, per_pose: np.ndarray, xy: np.ndarray
+                 ) -> tuple[list[int], dict[int, np.ndarray]]:
+    """Route lanes of a matched path in the order the ego drove them, and where it moved sideways
+    between them: ``{i: point}`` for a change from route lane i to route lane i + 1 (the midpoint of
+    the two poses between which the matched lane switched).
+
+    A switch the map connects through successors inserts the lanes between. On a map with adjacency
+    a lane change is bridged through the stated neighbours (the lanes on both sides of the change
+    are on the route). Any other switch (a lane change on a map without adjacency, a ramp merging
+    where the map states no relation, overlapping lanelets in a junction) is joined sideways at the
+    point where it happened, like a lane change, instead of appending the whole next lane (whose
+    start may lie far behind the ego: the route would double back). A lane left by a change may be
+    entered again later (an overtake)."""
     chained = [int(per_pose[0])]
     crossings: dict[int, np.ndarray] = {}
     for t in range(1, len(per_pose)):
@@ -286,16 +278,33 @@ def _chain_with_lane_changes(
         if b == a:
             continue
         crossing = 0.5 * (xy[t - 1] + xy[t])
-        bridge = _lane_change_bridge(lane_map, a, b, crossing)
-        if bridge is None:
-            if b not in chained:
-                chained.append(b)
-            continue
-        for k in bridge[1:]:
-            if _is_neighbor(lane_map, chained[-1], k):
+        if lane_map.has_adjacency:
+            bridge = _lane_change_bridge(lane_map, a, b, crossing)
+        else:
+            mids = _successor_path(lane_map, a, b)
+            bridge = None if mids is None else [a, *mids, b]
+        for k in (bridge[1:] if bridge is not None else [b]):
+            if not _is_successor(lane_map, chained[-1], k):
                 crossings[len(chained) - 1] = crossing
             chained.append(k)
     return chained, crossings
+
+
+def _straightest_successors(lane_map: LaneMap, lane: int, ahead: float, extension_m: float,
+                            avoid: list[int]) -> list[int]:
+    """Lanes continuing from ``lane`` along the successor that turns least, until ``extension_m`` is
+    covered (``ahead``: what ``lane`` itself still has beyond the point of interest) or the map ends."""
+    out: list[int] = []
+    cur = lane
+    while ahead < extension_m and len(out) < 64:
+        options = [o for o in _successor_indices(lane_map)[cur] if o not in avoid and o not in out]
+        if not options:
+            break
+        h = _heading_at(lane_map.centerlines[cur], end=True)
+        cur = min(options, key=lambda o: abs(wrap_angle(_heading_at(lane_map.centerlines[o], False) - h)))
+        out.append(cur)
+        ahead += polyline_length(lane_map.centerlines[cur])
+    return out
 
 
 def _heading_at(poly: np.ndarray, end: bool) -> float:
@@ -411,6 +420,73 @@ def route_polyline(
     return _route_polyline(lane_map, chained, points)
 
 
+# The logged path as route geometry (when no lane route follows the driver): poses thinned to at least
+# this spacing, so that a standing car's position noise makes no zigzag; the lane continuation past the
+# last pose joins this far ahead of it (at least), so the join turns gently; a continuation heading
+# more than _PATH_JOIN_MAX_TURN_DEG away from the ego's last heading is not the way it was going, and
+# the route then continues straight instead.
+_PATH_STEP_M = 2.0
+_PATH_JOIN_LEAD_M = 8.0
+_PATH_JOIN_MAX_TURN_DEG = 45.0
+
+
+def _lane_route(lane_map: LaneMap, per_pose: np.ndarray, xy: np.ndarray, extension_m: float
+                ) -> tuple[list[int], np.ndarray]:
+    """Lane indices and polyline of the route through the matched lanes (centrelines joined by blends
+    at the lane changes), extended along the straightest successors past the last pose."""
+    chained, crossings = _chain_lanes(lane_map, per_pose, xy)
+    last = lane_map.centerlines[chained[-1]]
+    ahead = polyline_length(last) - project_onto_polyline(last, xy[-1])[0] if len(last) > 1 else 0.0
+    chained += _straightest_successors(lane_map, chained[-1], ahead, extension_m, chained)
+    return chained, _route_polyline(lane_map, chained, crossings)
+
+
+def _thin_path(xy: np.ndarray, step: float) -> np.ndarray:
+    kept = [xy[0]]
+    for p in xy[1:]:
+        if np.linalg.norm(p - kept[-1]) >= step:
+            kept.append(p)
+    if len(kept) > 1 and np.linalg.norm(xy[-1] - kept[-1]) > 1e-6:
+        kept[-1] = xy[-1]  # end at the last pose (the last kept point is within one step of it)
+    return np.asarray(kept)
+
+
+def _path_route(lane_map: LaneMap, per_pose: np.ndarray, xy: np.ndarray, yaw: np.ndarray,
+                extension_m: float) -> tuple[list[int], np.ndarray]:
+    """Lane indices and polyline of the route that is the logged path itself (thinned), continued past
+    the last pose along its last matched lane and that lane's straightest successors (or straight on,
+    where that lane does not go the ego's way or the map ends within the join). The lanes are those
+    the ego occupied, in time order, then the continuation."""
+    path = _thin_path(xy, _PATH_STEP_M)
+    if len(path) < 2:  # the ego hardly moved: a stub along its heading
+        path = np.stack([xy[0], xy[0] + _PATH_STEP_M * np.array([np.cos(yaw[-1]), np.sin(yaw[-1])])])
+    heading = float(np.arctan2(*(path[-1] - path[-2])[::-1]))
+    lanes: list[int] = []
+    for k in per_pose.tolist():
+        if k not in lanes:
+            lanes.append(int(k))
+    last = int(per_pose[-1])
+    cl = lane_map.centerlines[last]
+    tail = np.zeros((0, 2))
+    cont: list[int] = []
+    if len(cl) > 1:
+        cum = arc_lengths(cl)
+        s_last, offset = project_onto_polyline(cl, xy[-1], cum)
+        lead = max(_PATH_JOIN_LEAD_M, _BLEND_PER_LATERAL * float(offset))
+        cont = _straightest_successors(lane_map, last, float(cum[-1] - s_last), extension_m + lead, lanes)
+        ahead = _concat_centerlines(lane_map, [last, *cont])
+        ahead_cum = arc_lengths(ahead)
+        if ahead_cum[-1] > s_last + lead:
+            tail = _slice(ahead, ahead_cum, s_last + lead, min(ahead_cum[-1], s_last + lead + extension_m))
+            join = np.arctan2(*(tail[0] - path[-1])[::-1])
+            if abs(wrap_angle(join - heading)) > np.deg2rad(_PATH_JOIN_MAX_TURN_DEG):
+                tail, cont = np.zeros((0, 2)), []
+    if not len(tail):
+        tail = path[-1] + np.outer(np.arange(1.0, 1.0 + extension_m / _PATH_STEP_M) * _PATH_STEP_M,
+                                   [np.cos(heading), np.sin(heading)])
+    return [*lanes, *cont], clean_polyline(np.concatenate([path, tail]), 1e-6)
+
+
 def build_route(
     lane_map: LaneMap,
     xy: np.ndarray,
@@ -419,37 +495,39 @@ def build_route(
     heading_weight: float,
     change_penalty: float,
     lane_allowed: np.ndarray | None = None,
+    limits: RouteLimits | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The route a logged ego path follows: (route_lane_ids [R], route_polyline [Pr, 2]).
+    """The route a logged ego path follows: (route_lane_ids [R], route_polyline [Pr, 2]), one that
+    passes :func:`rad2_core.route_path.check_route` against the path (``limits``: params/sim.yaml when
+    None), else :class:`RouteError` with the reason.
 
-    Lanes traversed by the path (gaps bridged through successors), then extended along the
-    straightest successors until ``extension_m`` beyond the last pose's lane end is covered. On a
-    map with lane adjacency the route follows lane changes too: the lanes on both sides of a change
-    are on the route (consecutive lanes are successors or neighbours where the map connects them)
-    and the polyline blends from one centreline to the other around the point where the ego crossed,
-    so the ego's projection on it only moves forward.
+    First choice, the lanes the path traverses in time order (matched by :func:`match_path_to_lanes`,
+    gaps bridged through successors and, on maps with adjacency, through the neighbours of a lane
+    change), the polyline blending from one centreline to the next around the point where the ego
+    moved across, then extended along the straightest successors until ``extension_m`` past the last
+    pose or the map's end. When that route does not follow the driver (a junction whose lanelets
+    overlap, a lane the match got wrong), the logged path itself is the route, continued past the last
+    pose along the lane the ego was on; the route lanes are then the lanes it occupied.
     """
+    xy = np.asarray(xy, np.float64)
+    yaw = np.asarray(yaw, np.float64)
+    limits = default_route_limits() if limits is None else limits
     per_pose = match_path_to_lanes(lane_map, xy, yaw, heading_weight, change_penalty, lane_allowed)
-    if lane_map.has_adjacency:
-        chained, crossings = _chain_with_lane_changes(lane_map, per_pose, np.asarray(xy, np.float64))
-    else:
-        chained, crossings = _chain_successors(lane_map, per_pose), {}
-    index = lane_map.lane_index()
-    # how far the last lane continues past the last pose
-    last = lane_map.centerlines[chained[-1]]
-    d = np.linalg.norm(last - xy[-1], axis=1)
-    ahead = polyline_length(last[int(np.argmin(d)) :])
-    while ahead < extension_m and len(chained) < 64:
-        cur = chained[-1]
-        options = [index[int(s)] for s in lane_map.successors[cur] if int(s) in index]
-        options = [o for o in options if o not in chained]
-        if not options:
-            break
-        h = _heading_at(lane_map.centerlines[cur], end=True)
-        nxt = min(options, key=lambda o: abs(wrap_angle(_heading_at(lane_map.centerlines[o], False) - h)))
-        chained.append(nxt)
-        ahead += polyline_length(lane_map.centerlines[nxt])
-    return lane_map.lane_ids[chained].astype(np.int64), _route_polyline(lane_map, chained, crossings)
+    failures = []
+    for name, make in (("lanes", _lane_route), ("logged path", None)):
+        if make is not None:
+            lanes, poly = make(lane_map, per_pose, xy, extension_m)
+        else:
+            lanes, poly = _path_route(lane_map, per_pose, xy, yaw, extension_m)
+        try:
+            check_route(poly, xy, limits)
+        except RouteError as exc:
+            failures.append((name, exc))
+            continue
+        return lane_map.lane_ids[lanes].astype(np.int64), poly
+    reason = failures[-1][1].reason
+    raise RouteError(reason, "no route follows the logged ego: " + "; ".join(f"along the {n}: {e}"
+                                                                              for n, e in failures))
 
 
 def logged_clip(

@@ -23,7 +23,7 @@ import numpy as np
 from rad2_core.clip import AGENT_CYCLIST, AGENT_OTHER, AGENT_PEDESTRIAN, AGENT_VEHICLE, Clip
 from rad2_core.config import load_params, require
 from rad2_core.geometry import boxes_overlap, wrap_angle
-from rad2_core.lane_map import LaneMap
+from rad2_core.lane_map import NO_LANE, LaneMap
 
 from rad2_datasets.adapters import lane_match_costs, logged_clip
 
@@ -99,8 +99,27 @@ def _speed_limit(lanelet, network, limits: dict[str, float]) -> float:
     return float(limits["default"])
 
 
+# Line markings a lane change may cross. UNKNOWN and NO_MARKING count as crossable: the map does not
+# forbid the change (Lankershim marks many of its boundaries UNKNOWN).
+_CROSSABLE_MARKINGS = {"DASHED", "BROAD_DASHED", "UNKNOWN", "NO_MARKING"}
+
+
+def _neighbour(lanelet, side: str, known: set[int]) -> tuple[int, bool]:
+    """(lane id of the same-direction neighbour on ``side`` or NO_LANE, whether a change into it is
+    allowed by the marking between them)."""
+    nb = getattr(lanelet, f"adj_{side}")
+    if nb is None or not getattr(lanelet, f"adj_{side}_same_direction") or int(nb) not in known:
+        return NO_LANE, False
+    if int(nb) == int(lanelet.lanelet_id):
+        return NO_LANE, False
+    marking = getattr(getattr(lanelet, f"line_marking_{side}_vertices"), "name", "UNKNOWN")
+    return int(nb), marking in _CROSSABLE_MARKINGS
+
+
 def lanelet_map(scenario, params: dict[str, Any]) -> LaneMap:
-    """The scenario's lanelet network as a LaneMap."""
+    """The scenario's lanelet network as a LaneMap, with adjacency: a neighbour of the same direction
+    (``adj_left/right`` with ``*_same_direction``), a change into it allowed unless the marking between
+    them is solid (so the route builder follows the ego's lane changes instead of stitching lanes)."""
     limits = require(params, "adapters.commonroad_speed_limits")
     network = scenario.lanelet_network
     lanelets = sorted(network.lanelets, key=lambda ll: ll.lanelet_id)
@@ -108,6 +127,8 @@ def lanelet_map(scenario, params: dict[str, Any]) -> LaneMap:
         raise CommonRoadAdapterError("scenario has no lanelets")
     ids = [int(ll.lanelet_id) for ll in lanelets]
     known = set(ids)
+    left = [_neighbour(ll, "left", known) for ll in lanelets]
+    right = [_neighbour(ll, "right", known) for ll in lanelets]
     return LaneMap.build(
         lane_ids=ids,
         centerlines=[np.asarray(ll.center_vertices) for ll in lanelets],
@@ -120,6 +141,10 @@ def lanelet_map(scenario, params: dict[str, Any]) -> LaneMap:
             for ll in lanelets
         ],
         crosswalks=[],
+        left_neighbors=[nb for nb, _ in left],
+        right_neighbors=[nb for nb, _ in right],
+        lane_change_left=[ok for _, ok in left],
+        lane_change_right=[ok for _, ok in right],
     )
 
 
@@ -238,12 +263,21 @@ def commonroad_ego_candidates(path: str | os.PathLike, params: dict[str, Any] | 
 def load_commonroad_scenario(
     path: str | os.PathLike, ego_obstacle_id: int | None = None, params: dict[str, Any] | None = None
 ) -> Clip:
-    """Read a CommonRoad XML file into a validated :class:`Clip`, promoting an obstacle to ego."""
-    path = Path(path)
+    """Read a CommonRoad XML file into a validated :class:`Clip`, promoting an obstacle to ego (None:
+    the best of :func:`rank_egos`). A route that does not follow the ego is a
+    :class:`rad2_core.route_path.RouteError` naming the reason."""
     params = params if params is not None else load_params("bev")
     scenario, planning = read_commonroad_file(path)
+    return scenario_clip(scenario, planning, ego_obstacle_id, params)
+
+
+def scenario_clip(scenario, planning, ego_obstacle_id: int | None, params: dict[str, Any],
+                  lane_map: LaneMap | None = None) -> Clip:
+    """The clip of an opened CommonRoad scenario with obstacle ``ego_obstacle_id`` as the ego (None: the
+    best of :func:`rank_egos`); ``lane_map``: :func:`lanelet_map` of the scenario when the caller has
+    it already (several egos of one scenario share it)."""
     dt = float(scenario.dt)
-    lane_map = lanelet_map(scenario, params)
+    lane_map = lanelet_map(scenario, params) if lane_map is None else lane_map
     if ego_obstacle_id is None:
         ego_obstacle_id = rank_egos(scenario, lane_map, params)[0]
     ego = scenario.obstacle_by_id(int(ego_obstacle_id))

@@ -162,6 +162,8 @@ def clips_in_log(source: LogSource, params: dict[str, Any] | None = None, *, ego
 
             yield plausible_clip(load_av2_sensor_log(path, params), str(path))
         elif fmt == "commonroad":
+            from rad2_core.route_path import RouteError
+
             from rad2_datasets.adapters.commonroad import (
                 CommonRoadAdapterError,
                 commonroad_ego_candidates,
@@ -172,7 +174,7 @@ def clips_in_log(source: LogSource, params: dict[str, Any] | None = None, *, ego
                 try:
                     clip = plausible_clip(load_commonroad_scenario(path, ego_obstacle_id=ego, params=params),
                                           f"{path}: ego {ego}")
-                except (CommonRoadAdapterError, LogFormatError) as exc:
+                except (CommonRoadAdapterError, LogFormatError, RouteError) as exc:
                     if errors is None:
                         raise
                     errors.append(f"{path}: ego {ego}: {exc}")
