@@ -363,7 +363,7 @@ def test_cuda_graphs_are_ignored_on_the_cpu(setup):
     assert np.array_equal(a, b)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on a lent GPU)")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on a GPU machine)")
 def test_cuda_graph_replay_matches_eager_cuda():
     """Replayed graphs compute what eager CUDA computes, one graph per M, and a returned output is
     not overwritten by the next replay; a capture that fails falls back to eager."""

@@ -245,7 +245,8 @@ def test_experiment_arms_parse_the_discriminator_candidates_option():
 
 def test_rule_arms_on_an_rl_checkpoint_never_select_by_its_discriminator():
     """il:RULE --il-checkpoint <RL checkpoint>: the rule, in this process and in every Ray worker (each
-    builds its decider from the spec); before session 37 the workers used the trained discriminator."""
+    builds its decider from the spec); a worker that rebuilt the policy without the flag once used the
+    trained discriminator."""
     from rad2_evaluation.experiments import parse_arm, policy_spec
 
     rl_ckpt = str(resolve_path("checkpoints/rad2_rl"))

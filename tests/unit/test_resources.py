@@ -1,4 +1,4 @@
-"""Issue 11: an install copied away from the checkout is self-contained. ``setup.py`` installs the shipped
+"""An install copied away from the checkout is self-contained. ``setup.py`` installs the shipped
 checkpoints and the demo's evaluation splits into share/rad2_bringup; ``config.resource_path`` resolves a
 repository-relative path in the checkout, else in that share (through the ament index), else fails
 naming the path and both places; an ONNX export that would go into a read-only checkpoint directory

@@ -1,7 +1,7 @@
 """What every benchmark reports beside its timings, so that its figures can be reproduced and judged.
 
-A latency on a shared 2-core VM means little alone: the same code measured 1.4-1.8x apart between
-sessions. Each benchmark therefore prints the machine (CPU model, logical CPUs, threads used), the
+A latency on a shared 2-core cloud machine means little alone: the same code measured 1.4-1.8x apart
+between hours. Each benchmark therefore prints the machine (CPU model, logical CPUs, threads used), the
 1-minute load before and after, and an efficiency ratio measured in the same run: the time of a
 stage divided by its FLOP floor, the time the stage's floating-point work would take at the
 throughput that large matrix products reach on this machine right now (:func:`matmul_probe`).
@@ -105,8 +105,8 @@ def matmul_probes(threads: int, size: int = 1024, seconds: float = 1.0,
     where built in) and ``onnxruntime`` (MLAS, what the planner's ONNX graphs run on), or on a CUDA
     ``device`` PyTorch alone (4096 x 4096, with PyTorch's default float32 precision, as the planner).
 
-    Every CPU library is probed because their speed depends on the CPU vendor: on the AMD EPYC VM of
-    session 38, MKL reached 190 GFLOP/s, MLAS about 400 and oneDNN about 455 on the same two threads,
+    Every CPU library is probed because their speed depends on the CPU vendor: on a 2-vCPU AMD EPYC
+    (Zen 5), MKL reached 190 GFLOP/s, MLAS about 400 and oneDNN about 455 on the same two threads,
     so a floor taken from one library alone can be less than half of what the machine does. The best
     repeat is taken because the floor is what the machine can do, not what a busy moment allowed.
     """
@@ -306,7 +306,7 @@ def bench_summary(out: Path, include_rollouts: bool = False, elapsed_s: float = 
         + ". Load: 1-minute load average before / after each benchmark "
         f"(⚠ above {LOAD_LIMIT}: busy machine, figures not comparable).",
         "",
-        "| benchmark | figure | median | p99 | bar | load |",
+        "| benchmark | figure | median | p99 | target | load |",
         "|---|---|---|---|---|---|",
     ]
     load = _load_flag(run["load_before"], run["load_after"])
@@ -381,7 +381,7 @@ def bench_summary(out: Path, include_rollouts: bool = False, elapsed_s: float = 
                              f"{bar} | |")
     if include_rollouts:
         lines += ["", (out / "rollouts.md").read_text()]
-    lines += ["", f"GPU: none on this machine ({os.cpu_count()} CPUs); CUDA figures need a lent device.", ""]
+    lines += ["", f"GPU: none on this machine ({os.cpu_count()} CPUs); CUDA figures need a CUDA machine.", ""]
     return "\n".join(lines)
 
 

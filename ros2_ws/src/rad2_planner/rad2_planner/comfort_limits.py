@@ -20,8 +20,9 @@ Before that, :func:`limit_curve_speed` applies the lateral limit of the same smo
 4-6 m radius at 7 m/s (the SUMO expert), faster than a car whose steering builds up at
 ``vehicle.max_steer_rate`` can follow. The plan is slowed along its path wherever its curvature asks for
 more than ``max_lateral_accel`` (braked into the curve at ``curve_decel``), never below
-``min_curve_speed``. On the bundled turn clips it did not gain progress and cost comfort (README,
-"Stalls at junction turns, traced"), hence off. Parameters: ``comfort_limits.*`` in params/planner.yaml.
+``min_curve_speed``. On the bundled turn clips it did not gain progress and cost comfort
+(docs/results.md, "Inference-time stages"), hence off. Parameters: ``comfort_limits.*`` in
+params/planner.yaml.
 """
 
 from __future__ import annotations

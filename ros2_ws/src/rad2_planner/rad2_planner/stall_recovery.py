@@ -8,14 +8,14 @@ instead (no ROS, no networks).
    creeps (an Argoverse 2 street with a parked row: 0.5 m/s for 4 s while the logged driver left at
    9 m/s) or never sets off. The same shape at speed makes it lag: leaving a corner at 3-8 m/s it
    took 6 s to reach the speed the logged driver reached in 3 s, and on the SUMO free-road clips of
-   ``data/eval_efficiency`` that cost most of the progress it lost (README, session 16).
+   ``data/eval_efficiency`` that cost most of the progress it lost (docs/results.md).
    :func:`even_start` re-times the selected plan along its own path so that the ego accelerates evenly
    from now to the plan's speed at ``start_horizon_s`` (below ``start_speed``: by default at every
    speed of a street); the plan's later speeds follow, and it never goes past the plan's own end. A
    plan that is not faster at ``start_horizon_s`` than the ego now (cruising, braking) is left alone.
    Where the wait was for a reason the later stages know (a red signal, an agent in the path), they
-   still stop it. (A first version skipped the initial dwell outright: the sudden start cost comfort,
-   README, session 14.)
+   still stop it. (Skipping the initial dwell outright instead was measured to cost comfort: the start
+   is sudden.)
 2. **A plan that asks for reversing.** The generator also imitates drivers who take junction corners on
    4-6 m radii at 7 m/s. A car whose steering builds up at ``vehicle.max_steer_rate`` cannot follow such
    a corner; the tracker brakes, the ego comes to stand a few metres before the corner, and from there

@@ -107,7 +107,7 @@ def correction_samples(rollouts: Sequence[Any], reward: str, ogo: OGOConfig, pla
             if kind == "accelerate" and tr.collided:
                 # lagging is not what to fix in a rollout that collided. (Keeping acceleration targets
                 # after not-at-fault collisions, rear-ends on a slow ego, was tried: safety-split CR
-                # 0.133 against 0.117, README "Closed-loop fine-tuning of the corrector".)
+                # 0.133 against 0.117 over three seeds.)
                 kind = None
             if kind is not None:
                 raw = segment(tr, d, ogo, plan_points, plan_dt)

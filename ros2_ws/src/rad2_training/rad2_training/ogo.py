@@ -16,8 +16,8 @@ or when the safety check breaks the latch), saturated braking of the tracker and
 a constant-velocity continuation. In the pending targets of a full RAD-2 run its first 0.5 s differed
 from the ego's speed at the decision by a median 3.1 m/s² of average acceleration (logged expert
 futures: 0.5 m/s²). The committed plan is the generator's own proposal, as on-policy as a target can
-be (median 1.9 m/s² in the pending targets of a run that used it). Measured on ``eval_rich`` (README,
-session 24), the generator fine-tuned on executed segments made 0.33-0.36 comfort-violating steps,
+be (median 1.9 m/s² in the pending targets of a run that used it). Measured on ``eval_rich``
+(docs/results.md), the generator fine-tuned on executed segments made 0.33-0.36 comfort-violating steps,
 on committed plans 0.26 (the IL generator: 0.20), and it collided less. The closed-loop outcome then
 re-times the segment *along the same path*:
 
@@ -40,7 +40,7 @@ vehicles behind): with the follower time to collision ``T^rear_t`` of the simula
 ``rl.ogo.kinds`` can keep one of the two kinds only. ``accelerate`` is for simulators whose agents
 replay their logs: a follower does not brake for a slower ego, so a deceleration target can teach
 the generator the very slowing that gets it rear-ended, while the planner's safety envelope and the
-discriminator already slow it for a hazard ahead. Measured (README, session 33): it drove further
+discriminator already slow it for a hazard ahead. Measured (docs/results.md): it drove further
 held out but collided more with leaders, because the frozen discriminator then ranks candidates it was
 not trained on.
 
@@ -87,7 +87,7 @@ class OGOConfig:
     update_scene_encoder: bool = False
     # Which halves of Eq. 19 make targets: both (RAD-2), or only one kind. Why one: with log-replayed
     # agents that do not react, a deceleration target teaches the generator a slowing that a follower
-    # replaying its log drives into (README, sessions 29-30); ``accelerate`` keeps the efficiency half
+    # replaying its log drives into (docs/results.md); ``accelerate`` keeps the efficiency half
     # and leaves slowing for a hazard to the discriminator and the planner's safety envelope.
     kinds: str = "both"
     # > 0: the follower time to collision T^rear_t enters the decision (module docstring); 0: RAD-2's rule
@@ -220,7 +220,7 @@ def minibatch(targets: Sequence[OGOTarget], size: int, rng: np.random.Generator,
     """Indices of one generator minibatch of at most ``size`` targets, drawn without replacement.
 
     Uniform draws follow the targets' mix. In dense log-replayed traffic most decision points are
-    below γ_safe, so most targets are decelerations (56-74 % in the README's session-29 run) and the
+    below γ_safe, so most targets are decelerations (56-74 % in OGO runs on the shipped planner) and the
     generator learns to be slower everywhere, which there means rear-ends by followers that do not
     react. ``balance_kinds`` draws half of each minibatch from each kind, so the update shifts the
     speed where the closed loop asked for it without a net pull in one direction."""

@@ -86,8 +86,8 @@ def split_clips(clips: list, cfg, groups: Sequence[int] | None = None) -> tuple[
     ``groups`` (one label per clip, e.g. which ``--train-data`` set it came from) stratifies the held-out
     clips: each group gets its share of them in proportion to its size (largest remainders), taken in
     the permutation's order. A plain permutation of a pool of several sets can leave one set nearly
-    out of validation, and then ``best/`` cannot see the policy forget it (session 27: 2 of 16
-    validation clips from the old safety set). One group gives the unstratified split."""
+    out of validation, and then ``best/`` cannot see the policy forget it (a four-set run once drew 2 of
+    16 validation clips from the old safety set). One group gives the unstratified split."""
     order = np.random.default_rng(cfg.seed).permutation(len(clips))
     n_val = min(cfg.validation_clips, max(len(clips) - cfg.clips_per_iteration, 0))
     if groups is None:

@@ -391,7 +391,7 @@ def train(run: RLRun, out_dir: str | Path, budget_s: float = math.inf,
     cfg = run.cfg
     if run.state.iteration == 0 and run.state.start_validation is None and run.val_clips:
         # The starting planner competes for best/ too. A run that fine-tunes a good checkpoint and
-        # whose rounds all validate worse (OGO on the shipped planner, README session 29) must leave
+        # whose rounds all validate worse (OGO on the shipped planner, docs/results.md) must leave
         # best/ = the start, not its least bad round.
         val = run.validate()
         run.state.start_validation = val

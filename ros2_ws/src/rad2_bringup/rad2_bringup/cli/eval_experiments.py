@@ -42,7 +42,7 @@ def main(argv=None) -> int:
                     help="arms to evaluate (see above)")
     ap.add_argument("--il-checkpoint", default=None,
                     help="generator of the il: arms (default: planner.checkpoint_dir of params/planner.yaml, "
-                         "the shipped generator; checkpoints/rad2_il for the session-2 table)")
+                         "the shipped generator; e.g. checkpoints/rad2_il_rich for the imitation baselines)")
     ap.add_argument("--splits", nargs="+", default=["data/eval_safety", "data/eval_efficiency"])
     ap.add_argument("--seeds", nargs="+", type=int_at_least(0, 2**32 - 1), default=[0, 1, 2],
                     help="evaluation seeds (>= 3 for a spread)")

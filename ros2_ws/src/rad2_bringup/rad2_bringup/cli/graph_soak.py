@@ -13,7 +13,7 @@ input is a false one; it reports:
   - late inputs (stale under load: rejected correctly, counted apart), starved planner periods and
     plans the planner itself produced implausible (valid input, output rejected by its own check);
   - clips driven, collisions and at-fault collisions (bev_warp_sim.metrics; the IL policy has its own
-    at-fault rate without any fault, see README), load average.
+    at-fault rate without any fault, see docs/results.md), load average.
 With --kills N it then kills the planner N times (SIGKILL just after a trajectory, restarted in
 between) and reports the time from the last trajectory to the controller's first minimal-risk stop.
 The work is done by rad2_bringup.soak.run_soak.

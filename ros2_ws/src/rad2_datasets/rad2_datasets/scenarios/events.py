@@ -517,7 +517,7 @@ class JunctionStart(Event):
 
     Why this kind exists: closed loop, the IL planner that had slowed to a stop before a sharp junction
     turn proposed only plans that went backwards, because the SUMO logs hold almost no starts from rest
-    (README, "Where the remaining progress goes"). Here the stop is made in the unlogged prologue (a SUMO
+    (docs/results.md, "Imitation, data and inputs"). Here the stop is made in the unlogged prologue (a SUMO
     stop ``stop_gap_m`` before the end of the approach lane) and released as logging starts, so the
     logged driver, at rest at step 0, drives off at once: with probability ``turn_fraction`` into a turn
     (left or right), otherwise straight on. A traffic light on that approach is frozen at green, so the

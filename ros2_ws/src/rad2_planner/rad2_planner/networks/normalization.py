@@ -12,9 +12,9 @@ so a unit of z means the same "surprise" at every speed and horizon.
 ``k · speed_step`` (k = 0..K−1), interpolated linearly in v and held constant beyond the last one. Why
 the tables exist: drivers slow down on average, so the residual mean over all speeds is a braking one
 (about −6 m at 4 s on the SUMO training set), which centres a standing ego on a plan that reverses.
-Fine-tuning the shipped generator with them did not stop its reversing plans at rest (README,
-"Speed-conditioned normaliser"), so they are opt-in. Works on NumPy arrays and torch tensors alike
-(only broadcasting arithmetic and a gather).
+Fine-tuning the shipped generator with them did not stop its reversing plans at rest
+(docs/results.md, "Imitation, data and inputs"), so they are opt-in. Works on NumPy arrays and torch
+tensors alike (only broadcasting arithmetic and a gather).
 """
 
 from __future__ import annotations

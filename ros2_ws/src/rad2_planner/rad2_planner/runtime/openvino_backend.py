@@ -2,7 +2,7 @@
 
 Why a second CPU runtime: on batched calls OpenVINO spreads one call over the threads better than
 ONNX Runtime does, and on CPUs with native bfloat16 it can run the matrix products in it. Measured on
-the shipped K = 4 generator (AMD EPYC Zen 5, 2 vCPUs; README "OpenVINO", session 40): 16 scenes x 32
+the shipped K = 4 generator (AMD EPYC Zen 5, 2 vCPUs; docs/performance.md "Runtimes"): 16 scenes x 32
 candidates took 110 ms in f32 and 67 ms in bf16 against ONNX Runtime's 149 ms (one call, 2 threads).
 In the planner's batch-1 cycle it is not faster: ONNX Runtime's candidate shards and pinned-shape
 sessions (ort_backend.py) fit that call better, so ONNX Runtime stays the default.

@@ -16,11 +16,11 @@ Runtime's own optimisation). A session whose symbolic dimensions are pinned
 operators. :class:`ShapeSessions` opens one such session per shape a graph is called with at batch 1
 and at most ``runtime.ort_fixed_shapes_max_candidates`` candidates per call (the planner's cycle, where
 the per-operator cost is the cycle's), the first time it is (0.2–0.6 s), and keeps the most recent
-``runtime.ort_fixed_shape_sessions`` of them. Measured interleaved in one process (README, session
-36): 5 % off the M = 32 cycle (16 candidates per call), nothing at 32 per call, 3 % slower at 64 per
-call, where the operators' own work dominates. Batched calls (rollouts of many clips, whose batch
-shrinks as episodes end) use the symbolic session: a new session per batch size would cost more than
-the few operators it saves per row.
+``runtime.ort_fixed_shape_sessions`` of them. Measured interleaved in one process
+(docs/performance.md): 5 % off the M = 32 cycle (16 candidates per call), nothing at 32 per call,
+3 % slower at 64 per call, where the operators' own work dominates. Batched calls (rollouts of many
+clips, whose batch shrinks as episodes end) use the symbolic session: a new session per batch size
+would cost more than the few operators it saves per row.
 """
 
 from __future__ import annotations
