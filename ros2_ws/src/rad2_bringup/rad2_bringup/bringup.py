@@ -7,9 +7,9 @@ Two modes:
                        the ROS graph with its publishers/subscriptions; SIGINT, then SIGTERM, then
                        SIGKILL on shutdown.
   composed             every node of the graph in one process on a MultiThreadedExecutor
-                       (``run_composed``; ``Bringup(composed=True)`` runs tools/bringup.py --composed).
+                       (``run_composed``; ``Bringup(composed=True)`` runs ``rad2 graph up --composed``).
 
-The CLI is tools/bringup.py. Imports rclpy only inside ``run_composed``.
+The command is ``rad2 graph up`` (rad2_bringup.cli.graph_up). Imports rclpy only inside ``run_composed``.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from rad2_ros.rosenv import REPO_ROOT, child_environment, exit_with_parent, ros_
 from rad2_bringup import graphs
 
 INSTALL = REPO_ROOT / "ros2_ws" / "install"
-# The CLI the composed mode runs as its one child process (argument handling lives there).
-BRINGUP_CLI = REPO_ROOT / "tools" / "bringup.py"
+# The command the composed mode runs as its one child process (argument handling lives there).
+BRINGUP_COMMAND = ["-m", "rad2_bringup.cli", "graph", "up"]
 
 
 class BringupError(RuntimeError):
@@ -186,7 +186,7 @@ class Bringup:
         self.env = {**ros_environment(self.domain_id), "PYTHONUNBUFFERED": "1", **self.extra_env}
         nodes = [n for n in self.spec.nodes if self.only is None or n.name in self.only]
         if self.composed:
-            cmd = [sys.executable, str(BRINGUP_CLI), self.graph, "--composed", "--foreground",
+            cmd = [sys.executable, *BRINGUP_COMMAND, self.graph, "--composed", "--foreground",
                    "--domain-id", str(self.domain_id)]
             for k, v in self.args.items():
                 cmd += ["--arg", f"{k}={v}"]

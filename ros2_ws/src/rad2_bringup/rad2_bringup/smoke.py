@@ -1,6 +1,6 @@
 """ROS 2 graph smoke check: two processes exchange every rad2_msgs message type over Fast DDS.
 
-The library side of tools/smoke_graph.py: :func:`run_echo` (republish each request as a reply),
+The library side of ``rad2 graph smoke``: :func:`run_echo` (republish each request as a reply),
 :func:`run_probe` (publish realistic content, check the echo decodes to the same content, time the round
 trips) and :func:`run_orchestrator` (both as child processes of the CLI, then the table). The content,
 its encoding/decoding and the result line are rad2_ros.msg_roundtrip; rclpy is imported where used.
@@ -33,10 +33,11 @@ from rad2_ros.msg_roundtrip import (
     parse_probe_output,
     sample_arrays,
 )
-from rad2_ros.rosenv import REPO_ROOT, RosProcess, RosProcessError, ros_env
+from rad2_ros.rosenv import RosProcess, RosProcessError, ros_env
 
 #: The CLI whose echo / probe roles the orchestrator starts as child processes.
-SMOKE_CLI = REPO_ROOT / "tools" / "smoke_graph.py"
+# How the orchestrator starts its two roles: ``rad2 graph smoke echo`` / ``probe`` in the child's python.
+SMOKE_COMMAND = ["-m", "rad2_bringup.cli", "graph", "smoke"]
 
 
 def _reliable_qos():
@@ -190,10 +191,9 @@ def print_table(results: list[dict]) -> None:
 
 def run_orchestrator(count: int, seed: int, timeout: float, bev_channels: int | None = None,
                      bev_size: int | None = None, domain_id: int | None = None) -> int:
-    """Start the echo and the probe (tools/smoke_graph.py echo / probe) as two processes in the ROS
+    """Start the echo and the probe (``rad2 graph smoke echo`` / ``probe``) as two processes in the ROS
     environment, print the table; 0 when every type round-tripped."""
     env = ros_env(domain_id)
-    here = str(SMOKE_CLI)
     common = ["--seed", str(seed), "--timeout", str(timeout)]
     if bev_channels is not None:
         common += ["--bev-channels", str(bev_channels)]
@@ -203,10 +203,11 @@ def run_orchestrator(count: int, seed: int, timeout: float, bev_channels: int | 
         f"[smoke] two processes on ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']}, {env['RMW_IMPLEMENTATION']}, "
         f"profile {Path(env['FASTDDS_DEFAULT_PROFILES_FILE']).name}; {count} round trips per type"
     )
-    with RosProcess([here, "echo", "--timeout", str(timeout + 30)], env, name="echo") as echo:
+    with RosProcess([*SMOKE_COMMAND, "echo", "--timeout", str(timeout + 30)], env, name="echo") as echo:
         try:
             echo.wait_for_output(READY_LINE, timeout=60)
-            with RosProcess([here, "probe", "--count", str(count), *common], env, name="probe") as probe:
+            probe_args = [*SMOKE_COMMAND, "probe", "--count", str(count), *common]
+            with RosProcess(probe_args, env, name="probe") as probe:
                 code = probe.wait(timeout=timeout + 60)
                 log = probe.log()
         except RosProcessError as err:

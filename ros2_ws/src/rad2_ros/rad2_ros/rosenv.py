@@ -330,10 +330,12 @@ class RosProcess:
         self.stop()
 
 
-def ensure_ros_environment(script: str | Path, argv: list[str], domain_id: int | None) -> None:
-    """Re-execute ``script argv`` in this environment when rclpy/rad2_msgs are not importable here
-    (exits with its return code); otherwise just set ROS_DOMAIN_ID. Used by the CLIs that talk to a
-    live graph (record_bag, replay_eval, demo) so they also run outside ``source tools/env.sh``."""
+def ensure_ros_environment(script: str | Path | list[str], argv: list[str], domain_id: int | None) -> None:
+    """Re-execute ``python script argv`` in this environment when rclpy/rad2_msgs are not importable here
+    (exits with its return code); otherwise just set ROS_DOMAIN_ID. ``script`` is a file, or the python
+    arguments before ``argv`` as a list (``["-m", "rad2_bringup.cli", "graph", "record"]``). Used by the
+    ``rad2`` verbs that talk to a live graph (graph record, eval replay, demo) so they also run outside
+    ``source tools/env.sh``."""
     try:
         import rad2_msgs.msg  # noqa: F401
         import rclpy  # noqa: F401
@@ -348,7 +350,8 @@ def ensure_ros_environment(script: str | Path, argv: list[str], domain_id: int |
     env = ros_environment(domain_id, require_build=True)
     env["RAD2_RECORD_REEXEC"] = "1"
     venv_python = str(Path(env["RAD2_VENV"]) / "bin" / "python")
-    result = subprocess.run([venv_python, str(Path(script).resolve()), *argv], env=env, check=False)
+    head = list(script) if isinstance(script, list) else [str(Path(script).resolve())]
+    result = subprocess.run([venv_python, *head, *argv], env=env, check=False)
     sys.exit(result.returncode)
 
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Benchmark the batched iLQR tracker against CasADi + IPOPT on the same tracking problems.
 
 Both solvers get the same model (midpoint bicycle step of rad2_core.bicycle), the same
@@ -8,25 +7,27 @@ with random initial offsets. Reported: solve time median / p99 (single problem c
 warm-started from the previous step's solution, batch of 64 in one call) and the final cost relative
 to IPOPT's (IPOPT solved to tolerance 1e-9 on every problem).
 
-Run single-core figures with ``taskset -c 0 .venv/bin/python tools/bench_ilqr.py``; the load average
-is printed with them (timings on a busy machine are not comparable). ``--kernel`` forces the iLQR
-kernel (default: the per-problem one for small batches, the batched numpy one otherwise).
+Run single-core figures with ``taskset -c 0 rad2 bench ilqr``; the load average is printed with them
+(timings on a busy machine are not comparable). ``--kernel`` forces the iLQR kernel (default: the
+per-problem one for small batches, the batched numpy one otherwise).
 The benchmark itself is rad2_evaluation.benchmarks.ilqr.
+
+examples:
+  rad2 bench ilqr                              # also writes docs/figures/bench_ilqr.png
+  rad2 bench ilqr --no-ipopt --batch 64 --json out/ilqr.json --png out/ilqr.png
 """
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from rad2_core.cli_args import int_at_least
-from rad2_evaluation.benchmarks.ilqr import run_benchmark
-
-ROOT = Path(__file__).resolve().parents[1]
+from rad2_bringup.cli.common import verb_parser
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str]) -> int:
+    from rad2_core.cli_args import int_at_least
+
+    ap = verb_parser("bench ilqr", __doc__)
     ap.add_argument("--problems", type=int_at_least(1, 100000), default=40,
                     help="number of tracking problems (default 40)")
     ap.add_argument("--repeats", type=int_at_least(1), default=5,
@@ -39,23 +40,19 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--png",
         type=Path,
-        default=ROOT / "docs" / "figures" / "bench_ilqr.png",
-        help="where to save the figure",
+        default=Path("docs") / "figures" / "bench_ilqr.png",
+        help="where to save the figure (default docs/figures/bench_ilqr.png, the README's)",
     )
     ap.add_argument("--no-ipopt", action="store_true", help="skip the CasADi/IPOPT side")
     ap.add_argument("--json", type=Path, default=None,
-                    help="also write the timings as JSON (tools/bench_all.py)")
+                    help="also write the timings as JSON (rad2 bench all)")
     ap.add_argument(
         "--kernel", choices=("auto", "numpy", "small"), default="auto", help="iLQR kernel (default auto)"
     )
     args = ap.parse_args(argv)
+    from rad2_evaluation.benchmarks.ilqr import run_benchmark
 
     run_benchmark(args.problems, args.repeats, args.batch, args.batch_repeats, args.seed, args.png,
                   ipopt=not args.no_ipopt, json_path=args.json, kernel=args.kernel)
     return 0
 
-
-if __name__ == "__main__":
-    from rad2_core.cli_args import run_tool
-
-    raise SystemExit(run_tool(main, "bench_ilqr"))

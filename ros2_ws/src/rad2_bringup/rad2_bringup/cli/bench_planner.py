@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Latency of one RAD-2 planning cycle per stage: encode, K denoising steps for M candidates, score, select.
 
 For each M it runs --warmup + --cycles full cycles (``Rad2Policy.plan``, discriminator always run) and
@@ -15,21 +14,21 @@ scenes with --agents agents.
 
 The benchmark itself is rad2_evaluation.benchmarks.planner.
 
-Examples:
-    .venv/bin/python tools/bench_planner_latency.py --backend onnxruntime --out out/bench_latency
-    .venv/bin/python tools/bench_planner_latency.py --compare-fixed-shapes --m 32 64 128 --cycles 400
-    .venv/bin/python tools/bench_planner_latency.py --op-profile --m 32 --cycles 100   # time per operator
+examples:
+  rad2 bench planner --backend onnxruntime --out out/bench_latency
+  rad2 bench planner --compare-fixed-shapes --m 32 64 128 --cycles 400
+  rad2 bench planner --op-profile --m 32 --cycles 100   # time per operator
 """
 
 from __future__ import annotations
 
-import argparse
+from rad2_bringup.cli.common import verb_parser
 
 
-def main(argv=None) -> int:
+def main(argv: list[str]) -> int:
     from rad2_core.cli_args import int_at_least, schema_value, torch_device
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = verb_parser("bench planner", __doc__)
     ap.add_argument("--backend", type=schema_value("planner", "planner.backend"), default=None,
                     help="pytorch | onnxruntime | openvino | tensorrt (default: planner.backend)")
     ap.add_argument("--device", type=torch_device, default=None,
@@ -110,7 +109,3 @@ def main(argv=None) -> int:
                           agents=args.agents, out=args.out, runtime_overrides=runtime_overrides)
     return 0
 
-if __name__ == "__main__":
-    from rad2_core.cli_args import run_tool
-
-    raise SystemExit(run_tool(main, "bench_planner_latency"))

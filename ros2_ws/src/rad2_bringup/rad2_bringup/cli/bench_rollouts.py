@@ -1,25 +1,25 @@
-#!/usr/bin/env python3
 """Benchmark closed-loop rollout collection: environment steps/s and decisions/s of the rollout engine
 (bev_warp_sim.rollout) with the real planner — M candidates, ONNX Runtime, the discriminator scoring
 every candidate and the executed one sampled (softmax), latched for H_reuse steps — in this process and
 in Ray workers, and of the simulator alone (fixed controls, no planner, no iLQR). Also prints the
 pickled size of a simulator state. Prints the machine and the load before and after.
 
-  bench_rollouts.py                                   # 8 clips x G = 4, H_reuse = 8, 1 process and 2 workers
-  bench_rollouts.py --clips 16 --workers 0 2 --h-reuse 8 --out runs/bench_rollouts.md
+examples:
+  rad2 bench rollouts                        # 8 clips x G = 4, H_reuse = 8, 1 process and 2 workers
+  rad2 bench rollouts --clips 16 --workers 0 2 --h-reuse 8 --out runs/bench_rollouts.md
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
+from rad2_bringup.cli.common import dataset_dirs, verb_parser
 
-def main(argv=None) -> int:
+
+def main(argv: list[str]) -> int:
     from rad2_core.cli_args import int_at_least, schema_value, torch_device
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = verb_parser("bench rollouts", __doc__)
     ap.add_argument("--dataset", default="data/eval_safety", help="dataset directory of the clips")
     ap.add_argument("--clips", type=int_at_least(1, 100000), default=8, help="clips (initial states)")
     ap.add_argument("--group", type=schema_value("training", "rollout.group_size"), default=4,
@@ -44,13 +44,12 @@ def main(argv=None) -> int:
         ap.error(f"--device {args.device}: only with --backend pytorch (got --backend {args.backend})")
     if args.openvino_precision is not None and args.backend != "openvino":
         ap.error(f"--openvino-precision: only with --backend openvino (got --backend {args.backend})")
-    if not (Path(args.dataset) / "index.json").is_file():
-        ap.error(f"--dataset: {args.dataset} is not a dataset directory (no index.json)")
+    dataset = str(dataset_dirs(ap, "--dataset", [args.dataset])[0])
 
     from rad2_evaluation.benchmarks.rollouts import run_rollout_benchmark
     from rich.console import Console
 
-    text = run_rollout_benchmark(args.dataset, clips=args.clips, group=args.group, h_reuse=args.h_reuse,
+    text = run_rollout_benchmark(dataset, clips=args.clips, group=args.group, h_reuse=args.h_reuse,
                                  batch=args.batch, candidates=args.candidates, workers=args.workers,
                                  backend=args.backend, device=args.device, runtime_overrides=(
                                      {"openvino": {"precision": args.openvino_precision}}
@@ -61,7 +60,3 @@ def main(argv=None) -> int:
         Path(args.out).write_text(text + "\n")
     return 0
 
-if __name__ == "__main__":
-    from rad2_core.cli_args import run_tool
-
-    sys.exit(run_tool(main, "bench_rollouts"))

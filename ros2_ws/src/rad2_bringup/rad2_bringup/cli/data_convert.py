@@ -1,19 +1,21 @@
-#!/usr/bin/env python3
 """Convert real driving logs (Argoverse 2 scenarios and sensor logs, CommonRoad XML, Waymo Open Motion
 TFRecords, or clips of this project) into one rad2 clip dataset, and print what it holds.
 
-Examples:
-  tools/convert_logs.py ~/av2/motion-forecasting/val --out out/av2_val --limit 200 --skip-bad
-  tools/convert_logs.py ~/commonroad/scenarios --out out/ngsim --egos-per-scenario 5
-  tools/convert_logs.py tests/fixtures/av2 tests/fixtures/commonroad --out out/real_fixtures
-  tools/convert_logs.py ~/womd/validation --format womd --out out/womd_val --limit 200 --skip-bad
-  tools/evaluate_policy.py --policy rad2 idm --split out/real_fixtures --out runs/real
-
 Inputs are files or directories, searched recursively; the format of each log is recognised from what
-is on disk (see rad2_datasets/adapters/logs.py). Every clip is at the simulator's step (params/sim.yaml
-sim.dt); conversion parameters are params/bev.yaml adapters.*. CommonRoad scenes recorded without an
-ego (NGSIM) give one clip per promoted ego: moving vehicles of passenger-car size, best first
-(adapters.promoted_ego). Output: index.json, clips/<clip_id>.npz, maps/<map_id>.npz.
+is on disk (see rad2_datasets/adapters/logs.py); --format keeps only logs of the formats named. Every
+clip is at the simulator's step (params/sim.yaml sim.dt); conversion parameters are params/bev.yaml
+adapters.*. CommonRoad scenes recorded without an ego (NGSIM) give one clip per promoted ego: moving
+vehicles of passenger-car size, best first (adapters.promoted_ego). Waymo Open Motion (WOMD) needs no
+TensorFlow: each Scenario record becomes one clip with the SDC as the ego (adapters/womd.py), and the
+record CRCs are checked unless --no-verify-crc. Output: index.json, clips/<clip_id>.npz, maps/<map_id>.npz.
+
+examples:
+  rad2 data convert ~/av2/motion-forecasting/val --out out/av2_val --limit 200 --skip-bad
+  rad2 data convert ~/commonroad/scenarios --out out/ngsim --egos-per-scenario 5
+  rad2 data convert tests/fixtures/av2 tests/fixtures/commonroad --out out/real_fixtures
+  rad2 data convert ~/womd/validation --format womd --out out/womd_val --limit 200 --skip-bad
+  rad2 data convert shard.tfrecord --format womd --out out/womd --append
+  rad2 eval policy --policy rad2 idm --split out/real_fixtures --out runs/real
 """
 
 from __future__ import annotations
@@ -23,29 +25,22 @@ import sys
 import time
 from pathlib import Path
 
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
-    return v
+from rad2_bringup.cli.common import verb_parser
 
 
 def _parser() -> argparse.ArgumentParser:
+    from rad2_core.cli_args import int_at_least
     from rad2_datasets.adapters.logs import FORMATS
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = verb_parser("data convert", __doc__)
     ap.add_argument("inputs", nargs="+", type=Path, help="log files or directories (searched recursively)")
     ap.add_argument("--out", type=Path, required=True, help="output dataset directory")
     ap.add_argument("--format", nargs="+", choices=FORMATS, dest="formats",
                     help="convert only logs of these formats (default: every format found)")
-    ap.add_argument("--egos-per-scenario", type=_positive_int, default=1,
+    ap.add_argument("--egos-per-scenario", type=int_at_least(1), default=1,
                     help="CommonRoad scenes without a recorded ego: clips per scene, one per promoted ego "
                          "(default 1)")
-    ap.add_argument("--limit", type=_positive_int, help="write at most this many clips")
+    ap.add_argument("--limit", type=int_at_least(1), help="write at most this many clips")
     ap.add_argument("--append", action="store_true",
                     help="add to an existing dataset (same clip_id replaced) instead of starting a new index")
     ap.add_argument("--skip-bad", action="store_true",
@@ -57,42 +52,13 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def composition(directory: Path) -> list[dict]:
-    """One row per source format of the dataset: clips, seconds, ego speed, agents per step by type."""
-    import numpy as np
-    from rad2_core.clip import AGENT_CYCLIST, AGENT_PEDESTRIAN, AGENT_VEHICLE
-    from rad2_core.storage import iter_dataset
-
-    rows: dict[str, dict] = {}
-    for clip in iter_dataset(directory):
-        src = str(clip.metadata.get("source", "clip"))
-        r = rows.setdefault(src, {"source": src, "clips": 0, "seconds": 0.0, "speeds": [], "agents": [],
-                                  "vehicles": 0, "pedestrians": 0, "cyclists": 0, "lanes": []})
-        r["clips"] += 1
-        r["seconds"] += clip.duration_s
-        r["speeds"].append(float(np.mean(clip.ego_speed)))
-        r["agents"].append(float(clip.agent_valid.sum(axis=0).mean()) if clip.num_agents else 0.0)
-        types = np.asarray(clip.agent_types)
-        r["vehicles"] += int((types == AGENT_VEHICLE).sum())
-        r["pedestrians"] += int((types == AGENT_PEDESTRIAN).sum())
-        r["cyclists"] += int((types == AGENT_CYCLIST).sum())
-        r["lanes"].append(clip.map.num_lanes)
-    out = []
-    for r in rows.values():
-        out.append({"source": r["source"], "clips": r["clips"], "min": r["seconds"] / 60.0,
-                    "ego m/s": float(np.mean(r["speeds"])), "agents/step": float(np.mean(r["agents"])),
-                    "veh": r["vehicles"], "ped": r["pedestrians"], "cyc": r["cyclists"],
-                    "lanes/map": float(np.mean(r["lanes"]))})
-    return out
-
-
-def main(argv=None) -> int:
-    ap = _parser()
-    args = ap.parse_args(argv)
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
 
     from rad2_core.config import ParameterError, load_params
     from rad2_core.field_checks import ClipValidationError
     from rad2_datasets.adapters.logs import LogFormatError, convert_logs
+    from rad2_datasets.datasets import composition
     from rich.console import Console
     from rich.table import Table
 
@@ -104,30 +70,23 @@ def main(argv=None) -> int:
             limit=args.limit, append=args.append, skip_bad=args.skip_bad, verify_crc=not args.no_verify_crc,
             progress=not args.no_progress)
     except (ParameterError, LogFormatError, ClipValidationError, OSError) as exc:
-        print(f"convert_logs: {exc}", file=sys.stderr)
+        print(f"rad2 data convert: error: {exc}", file=sys.stderr)
         return 1
     if errors:
-        print(f"convert_logs: skipped {len(errors)} that did not convert:", file=sys.stderr)
+        print(f"rad2 data convert: skipped {len(errors)} that did not convert:", file=sys.stderr)
         for e in errors:
             print(f"  {e}", file=sys.stderr)
     if written == 0:
         inputs = ", ".join(str(p) for p in args.inputs)
-        print(f"convert_logs: no clip converted from {inputs}", file=sys.stderr)
+        print(f"rad2 data convert: error: no clip converted from {inputs}", file=sys.stderr)
         return 1
-    console = Console()
     table = Table(title=f"{args.out}: {index['num_clips']} clips")
     rows = composition(args.out)
     for key in rows[0] if rows else ():
         table.add_column(key, justify="left" if key == "source" else "right")
     for r in rows:
         table.add_row(*(f"{v:.1f}" if isinstance(v, float) else str(v) for v in r.values()))
-    console.print(table)
-    print(f"convert_logs: {written} clips written to {args.out} ({index['num_clips']} in the index) in "
+    Console().print(table)
+    print(f"rad2 data convert: {written} clips written to {args.out} ({index['num_clips']} in the index) in "
           f"{time.perf_counter() - start:.1f} s")
     return 0
-
-
-if __name__ == "__main__":
-    from rad2_core.cli_args import run_tool
-
-    sys.exit(run_tool(main, "convert_logs"))

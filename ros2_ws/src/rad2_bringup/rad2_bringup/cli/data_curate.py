@@ -1,24 +1,22 @@
-#!/usr/bin/env python3
 """Curate the RL training sets (RAD-2 §4.1): drive every pool clip closed loop with the IL generator and
 a uniformly random candidate per decision, keep the safety-oriented clips with elevated collision risk
 and the efficiency-oriented ones with poor progress, and write two datasets disjoint from the
 evaluation sets (checked), a summary table, summary.json and a scatter plot (rad2_training.curation.curate).
 
-  curate_scenarios.py                                  # data/train -> out/rl_train/{rl_safety,rl_efficiency}
-  curate_scenarios.py --pool data/train out/train_large --workers 2 --out out/rl_train
+examples:
+  rad2 data curate                          # data/train -> out/rl_train/{rl_safety,rl_efficiency}
+  rad2 data curate --pool data/train out/train_large --workers 2 --out out/rl_train
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
-from pathlib import Path
+from rad2_bringup.cli.common import dataset_dirs, verb_parser
 
 
-def main(argv=None) -> int:
+def main(argv: list[str]) -> int:
     from rad2_core.cli_args import int_at_least, schema_value
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = verb_parser("data curate", __doc__)
     ap.add_argument("--pool", nargs="+", default=["data/train"],
                     help="dataset directories of candidate clips")
     ap.add_argument("--eval", nargs="+", default=["data/eval_safety", "data/eval_efficiency"],
@@ -36,18 +34,11 @@ def main(argv=None) -> int:
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
 
-    for d in args.pool + args.eval:
-        if not (Path(d) / "index.json").is_file():
-            ap.error(f"{d} is not a dataset directory (no index.json)")
+    pool = [str(d) for d in dataset_dirs(ap, "--pool", args.pool)]
+    held_out = [str(d) for d in dataset_dirs(ap, "--eval", args.eval)]
     from rad2_training.curation import curate
     from rich.console import Console
 
-    return curate(args.pool, args.eval, args.out, checkpoint=args.checkpoint, workers=args.workers,
+    return curate(pool, held_out, args.out, checkpoint=args.checkpoint, workers=args.workers,
                   rollouts_per_clip=args.rollouts_per_clip, max_clips=args.max_clips, seed=args.seed,
                   progress=not args.no_progress, console=Console(width=max(Console().width, 120)))
-
-
-if __name__ == "__main__":
-    from rad2_core.cli_args import run_tool
-
-    sys.exit(run_tool(main, "curate_scenarios"))

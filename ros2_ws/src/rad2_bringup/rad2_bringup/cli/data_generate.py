@@ -1,39 +1,27 @@
-#!/usr/bin/env python3
 """Generate SUMO driving clips (rad2 Clip datasets) with injected safety events or efficiency cases.
 
-Examples:
-  tools/generate_scenarios.py --out out/my_set --kinds hard_brake cut_in --count 20 --seed 1
-  tools/generate_scenarios.py --bundled                 # regenerate data/eval_safety, eval_efficiency, train
-  tools/generate_scenarios.py --preset train_large --out out/train_large --workers 2 [--count 5000]
-
 All tunables live in params/scenarios.yaml; the same seed always gives the same clips.
+
+examples:
+  rad2 data generate --out out/my_set --kinds hard_brake cut_in --count 20 --seed 1
+  rad2 data generate --bundled                 # regenerate data/eval_safety, eval_efficiency, train
+  rad2 data generate --preset train_large --out out/train_large --workers 2 [--count 5000]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-from bev_warp_sim.safety import min_ttc_of_log
-from rad2_datasets.scenarios import events
-from rad2_datasets.scenarios.generate import (
-    clean_dataset_dir,
-    generate_bundled,
-    generate_dataset,
-    load_config,
-    print_report,
-)
-
-ROOT = Path(__file__).resolve().parents[1]
-
+from rad2_bringup.cli.common import verb_parser
 
 
 def _parser() -> argparse.ArgumentParser:
     from rad2_core.cli_args import int_at_least
+    from rad2_datasets.scenarios import events
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = verb_parser("data generate", __doc__)
     ap.add_argument("--out", type=Path, help="output dataset directory")
     ap.add_argument("--kinds", nargs="+", choices=list(events.ALL_KINDS), help="scenario kinds (round-robin)")
     ap.add_argument("--count", type=int_at_least(1, 1000000), help="number of clips")
@@ -47,9 +35,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--preset", help="a preset of params/scenarios.yaml (e.g. train_large); flags override it"
     )
-    ap.add_argument(
-        "--data-dir", type=Path, default=ROOT / "data", help="where --bundled writes (default data/)"
-    )
+    ap.add_argument("--data-dir", type=Path, default=None,
+                    help="where --bundled writes (default: data/ of the checkout)")
     ap.add_argument("--cache-dir", type=Path, help="network cache (default scenarios.network_cache_dir)")
     ap.add_argument(
         "--append", action="store_true", help="add to an existing dataset instead of replacing it"
@@ -68,6 +55,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _settings(args: argparse.Namespace, ap: argparse.ArgumentParser, presets: dict) -> tuple:
     """(kinds, network, signals, rich, count, seed) from the flags over the --preset (flags win)."""
+    from rad2_datasets.scenarios import events
+
     spec = {}
     if args.preset:
         args.preset = args.preset.replace("-", "_")
@@ -89,13 +78,23 @@ def _settings(args: argparse.Namespace, ap: argparse.ArgumentParser, presets: di
     return kinds, network, signals, rich, count, seed
 
 
-def main(argv=None) -> int:
+def main(argv: list[str]) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
-    presets = load_config()[0].get("presets", {})
+    from bev_warp_sim.safety import min_ttc_of_log
+    from rad2_core.config import resource_path
+    from rad2_datasets.scenarios.generate import (
+        clean_dataset_dir,
+        generate_bundled,
+        generate_dataset,
+        load_config,
+        print_report,
+    )
 
+    presets = load_config()[0].get("presets", {})
     if args.bundled:
-        generate_bundled(args.data_dir, min_ttc_of_log, seed=args.seed, workers=args.workers,
+        data_dir = args.data_dir if args.data_dir is not None else resource_path("data", required=False)
+        generate_bundled(data_dir, min_ttc_of_log, seed=args.seed, workers=args.workers,
                          cache_dir=args.cache_dir)
         return 0
 
@@ -121,9 +120,3 @@ def main(argv=None) -> int:
     print_report(args.out.name, rep)
     print(json.dumps({"out": str(args.out), "clips": rep["clips"]}))
     return 0
-
-
-if __name__ == "__main__":
-    from rad2_core.cli_args import run_tool
-
-    sys.exit(run_tool(main, "generate_scenarios"))

@@ -1,48 +1,23 @@
-#!/usr/bin/env python3
 """Render a clip (a dataset clip, a clip .npz, an AV2 scenario or sensor log, a CommonRoad XML or a WOMD
 TFRecord's first scenario) to PNG (one frame: world view + BEV channels) and/or GIF (the whole clip).
 
-  render_clip.py data/eval_safety --clip-id <id> --step 30 --png out/frame.png
-  render_clip.py tests/fixtures/av2/0a1e6f0a-1817-4a98-b02e-db8c9327d151 --gif out/av2.gif --stride 3
-  render_clip.py tests/fixtures/commonroad/USA_US101-5_1_T-1.xml --png out/cr.png --step 50
+examples:
+  rad2 data render data/eval_safety --clip-id <id> --step 30 --png out/frame.png
+  rad2 data render tests/fixtures/av2/0a1e6f0a-1817-4a98-b02e-db8c9327d151 --gif out/av2.gif --stride 3
+  rad2 data render tests/fixtures/commonroad/USA_US101-5_1_T-1.xml --png out/cr.png --step 50
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
-
-def load_any(source: Path, clip_id: str | None, index: int):
-    """A clip from a dataset directory (by --clip-id or --index) or from any log of
-    rad2_datasets.adapters.logs (a clip .npz, an AV2 scenario or sensor log, CommonRoad XML, WOMD)."""
-    from rad2_core.storage import iter_dataset, read_index
-    from rad2_datasets.adapters.logs import LogFormatError, load_log
-
-    if source.is_dir() and (source / "index.json").is_file():
-        entries = read_index(source)["clips"]
-        if clip_id is not None:
-            if clip_id not in {e["clip_id"] for e in entries}:
-                raise SystemExit(f"--clip-id: {clip_id!r} not in {source}/index.json")
-        elif not 0 <= index < len(entries):
-            raise SystemExit(f"--index: {index} outside 0..{len(entries) - 1}")
-        want = clip_id if clip_id is not None else entries[index]["clip_id"]
-        for c in iter_dataset(source):
-            if c.clip_id == want:
-                return c
-    try:
-        return load_log(source)
-    except LogFormatError as exc:
-        raise SystemExit(f"source: {exc}") from None
+from rad2_bringup.cli.common import verb_parser
 
 
-def main(argv=None) -> int:
+def main(argv: list[str]) -> int:
     from rad2_core.cli_args import float_in, int_at_least
 
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = verb_parser("data render", __doc__)
     parser.add_argument(
         "source", type=Path, help="dataset dir, clip .npz, AV2 scenario dir or CommonRoad .xml"
     )
@@ -62,8 +37,15 @@ def main(argv=None) -> int:
     if args.png is None and args.gif is None:
         parser.error("give --png and/or --gif")
     from rad2_core.render import save_clip_gif, save_frame_png
+    from rad2_datasets.adapters.logs import LogFormatError
+    from rad2_datasets.datasets import ClipNotFoundError, pick_clip
 
-    clip = load_any(args.source, args.clip_id, args.index)
+    try:
+        clip = pick_clip(args.source, args.clip_id, args.index)
+    except ClipNotFoundError as exc:
+        parser.error(f"{'--clip-id' if args.clip_id is not None else '--index'}: {exc}")
+    except LogFormatError as exc:
+        parser.error(f"source: {exc}")
     kw = dict(view_radius=args.radius, show_bev=not args.no_bev)
     if args.png is not None:
         step = clip.num_steps // 2 if args.step is None else args.step
@@ -73,9 +55,3 @@ def main(argv=None) -> int:
     if args.gif is not None:
         print(save_clip_gif(clip, args.gif, stride=args.stride, **kw))
     return 0
-
-
-if __name__ == "__main__":
-    from rad2_core.cli_args import run_tool
-
-    sys.exit(run_tool(main, "render_clip"))

@@ -1,27 +1,30 @@
-#!/usr/bin/env python3
 """Convert a logged clip (rad2_core.clip) into a rosbag2 MCAP bag of perception inputs.
 
 The bag holds, per log step, /clock, localization/odometry, perception/objects and visualisation
 markers in the map frame (the topic table is in rad2_datasets.input_bags); metadata.yaml names the clip
 file and id, which replay passes to the perception node.
-The conversion itself is rad2_datasets.input_bags.
+The conversion itself is rad2_datasets.input_bags; `rad2 eval replay --bag` plays such a bag through
+the real nodes.
+
+examples:
+  rad2 data to-bag --dataset data/eval_safety --index 0 --out runs/bags/clip0
+  rad2 data to-bag --clip out/clip.npz --steps 0:40 --out runs/bags/short --force
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from rad2_core.storage import ClipFormatError
-from rad2_datasets import bags
-from rad2_datasets.input_bags import DEFAULT_START_TIME_S, clip_to_bag, load_clip_source, slice_steps
+from rad2_bringup.cli.common import verb_parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str]) -> int:
     from rad2_core.cli_args import float_in, int_at_least
+    from rad2_core.storage import ClipFormatError
+    from rad2_datasets import bags
+    from rad2_datasets.input_bags import DEFAULT_START_TIME_S, clip_to_bag, load_clip_source, slice_steps
 
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = verb_parser("data to-bag", __doc__)
     src = parser.add_argument_group("clip (one of --clip, --dataset [--clip-id | --index])")
     src.add_argument("--dataset", help="dataset directory (index.json, clips/, maps/), e.g. data/eval_safety")
     src.add_argument("--clip-id", help="clip id inside --dataset")
@@ -43,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         counts = clip_to_bag(source, args.out, start_time_s=args.start_time, viz=not args.no_viz,
                              viz_radius_m=args.viz_radius, overwrite=args.force, progress=True)
     except (ValueError, ClipFormatError, bags.BagError, OSError) as exc:
-        print(f"clip_to_bag: error: {exc}", file=sys.stderr)
+        print(f"rad2 data to-bag: error: {exc}", file=sys.stderr)
         return 2
     from rich.console import Console
     from rich.table import Table
@@ -55,9 +58,3 @@ def main(argv: list[str] | None = None) -> int:
         table.add_row(topic, str(n))
     Console().print(table)
     return 0
-
-
-if __name__ == "__main__":
-    from rad2_core.cli_args import run_tool
-
-    sys.exit(run_tool(main, "clip_to_bag"))

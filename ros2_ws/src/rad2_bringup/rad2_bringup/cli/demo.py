@@ -1,5 +1,4 @@
-#!/usr/bin/env python3
-"""`make demo`: the full ROS 2 graph closed-loop on bundled evaluation clips, as separate processes.
+"""The closed-loop demo (`make demo`): the ROS 2 graph on bundled evaluation clips, as separate processes.
 
 Brings up graph "simulation" of launch/graphs.yaml with rad2_bringup.bringup (planner + controller first,
 then the BEV-Warp sim node, which replaces the vehicle and the perception node), drives a handful of
@@ -18,9 +17,10 @@ Each run prints the closed-loop metric table (bev_warp_sim.metrics) and the late
 <out>/demo.json and a GIF of the worst clip (rad2_evaluation.closed_loop.render_episode_gif).
 The work is done by rad2_bringup.demo.run_demo.
 
-  python tools/demo.py                      # 4 clips (2 + 2), outputs in runs/demo
-  python tools/demo.py --clips 2 --no-gif --out /tmp/demo
-  python tools/demo.py --dataset data/eval_safety --clip-ids sumo_cut_in_20250102
+examples:
+  rad2 demo                                 # 4 clips (2 + 2), outputs in runs/demo
+  rad2 demo --clips 2 --no-gif --out /tmp/demo
+  rad2 demo --dataset data/eval_safety --clip-ids sumo_cut_in_20250102
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from rad2_bringup.cli.common import in_ros_environment, verb_parser
 from rad2_bringup.demo import (
     DEFAULT_BASELINE,
     DEFAULT_SPLITS,
@@ -41,8 +42,7 @@ from rad2_bringup.demo import (
 def _parser() -> argparse.ArgumentParser:
     from rad2_core.cli_args import float_in, int_at_least, schema_value
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = verb_parser("demo", __doc__)
     ap.add_argument("--clips", type=int_at_least(1, 10000), default=4,
                     help="number of clips, round-robin over the datasets")
     ap.add_argument("--dataset", nargs="+", default=None,
@@ -73,18 +73,18 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    from rad2_ros.rosenv import RosEnvironmentError, ensure_ros_environment
+    from rad2_ros.rosenv import RosEnvironmentError
 
     try:
-        ensure_ros_environment(__file__, argv, args.domain_id)
+        in_ros_environment("demo", argv, args.domain_id)
     except RosEnvironmentError as exc:
-        print(f"demo: {exc}", file=sys.stderr)
+        print(f"rad2 demo: error: {exc}", file=sys.stderr)
         return 2
-    from rad2_bringup.bringup import BringupError
     from rad2_core.config import ParameterError
+
+    from rad2_bringup.bringup import BringupError
 
     try:
         kwargs = dict(splits=args.dataset, num_clips=args.clips, clip_ids=args.clip_ids,
@@ -97,12 +97,6 @@ def main(argv: list[str] | None = None) -> int:
         else:
             run_comparison(args.out, args.baseline, **kwargs)
     except (DemoError, BringupError, ParameterError) as exc:
-        print(f"demo: {exc}", file=sys.stderr)
+        print(f"rad2 demo: error: {exc}", file=sys.stderr)
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    from rad2_core.cli_args import run_tool
-
-    sys.exit(run_tool(main, "demo"))

@@ -1,32 +1,32 @@
-#!/usr/bin/env python3
 """Compare TensorRT engines with ONNX Runtime on recorded inputs (run this on the target with TensorRT).
 
 Builds (or loads from the engine cache) TensorRT engines from the SAME ONNX files the onnxruntime backend
-uses, runs every recorded graph call (an .npz written by tools/export_onnx.py --record) through both,
+uses, runs every recorded graph call (an .npz written by `rad2 export onnx --record`) through both,
 and prints the max absolute and relative error per graph output. Exit status 1 when an output exceeds
 --atol/--rtol, 2 when TensorRT is not available here.
 
-Example (on the vehicle computer):
-    python tools/export_onnx.py --checkpoint checkpoints/rad2_il --record out/trt_inputs.npz
-    python tools/trt_consistency.py --onnx-dir checkpoints/rad2_il/onnx --inputs out/trt_inputs.npz
+examples (on the vehicle computer):
+  rad2 export onnx --checkpoint checkpoints/rad2_il --record out/trt_inputs.npz
+  rad2 eval consistency --onnx-dir checkpoints/rad2_il/onnx --inputs out/trt_inputs.npz
 """
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
+from rad2_bringup.cli.common import verb_parser
 
-def main(argv=None) -> int:
+
+def main(argv: list[str]) -> int:
     from rad2_core.cli_args import float_in
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = verb_parser("eval consistency", __doc__)
     ap.add_argument(
         "--onnx-dir", required=True,
         help="directory with scene_encoder/denoiser/discriminator.onnx (and the generator graph of a "
              "recording made with runtime.fused_sampler)"
     )
-    ap.add_argument("--inputs", required=True, help=".npz of recorded inputs (tools/export_onnx.py --record)")
+    ap.add_argument("--inputs", required=True, help=".npz of recorded inputs (rad2 export onnx --record)")
     ap.add_argument("--fp32", action="store_true", help="build FP32 engines (default: runtime.tensorrt.fp16)")
     ap.add_argument("--atol", type=float_in(0.0, 10.0), default=5e-2,
                     help="max abs error allowed (FP16 default)")
@@ -70,7 +70,3 @@ def main(argv=None) -> int:
         print(f"{k:<32} {ae:10.3e} {re:10.3e}{flag}")
     return 1 if failed else 0
 
-if __name__ == "__main__":
-    from rad2_core.cli_args import run_tool
-
-    raise SystemExit(run_tool(main, "trt_consistency"))

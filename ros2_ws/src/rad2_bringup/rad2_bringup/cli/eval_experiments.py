@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """RAD-2 experiments: closed-loop metrics of several planner configurations ("arms") on the held-out
 sets, each cell the mean over evaluation seeds with its spread, as one Markdown table and a plot.
 
@@ -21,23 +20,25 @@ brakes for a slower ego instead of driving into it).
 Metrics (bev_warp_sim.metrics.aggregate): CR, AF-CR and Safety@1 on the safety split, EP-Mean and EP@1.0
 on the efficiency split, comfort-violating steps on both.
 
-    .venv/bin/python tools/rl_experiments.py --arms il:uniform il:medoid il:safe_medoid \\
-        ckpt:runs/rl_seed0/final --seeds 0 1 2 --workers 2 --out out/rl_experiments
-    .venv/bin/python tools/rl_experiments.py --arms il:safe_medoid@M=8 il:safe_medoid@M=128 --seeds 0 1 2
+examples:
+  rad2 eval experiments --arms il:uniform il:medoid il:safe_medoid \\
+      ckpt:runs/rl_seed0/final --seeds 0 1 2 --workers 2 --out out/rl_experiments
+  rad2 eval experiments --arms il:safe_medoid@M=8 il:safe_medoid@M=128 --seeds 0 1 2
+  rad2 eval experiments --merge out/e_s0/results.json out/e_s1/results.json --out out/experiments
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
+from rad2_bringup.cli.common import verb_parser
 
-def main(argv=None) -> int:
+
+def main(argv: list[str]) -> int:
     from rad2_core.cli_args import int_at_least, schema_value, torch_device
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = verb_parser("eval experiments", __doc__)
     ap.add_argument("--arms", nargs="+", default=["il:uniform", "il:medoid", "il:safe_medoid"],
                     help="arms to evaluate (see above)")
     ap.add_argument("--il-checkpoint", default=None,
@@ -119,8 +120,3 @@ def main(argv=None) -> int:
     print(f"wrote {args.out / 'experiments.md'}, experiments.png and results.json")
     return 0
 
-
-if __name__ == "__main__":
-    from rad2_core.cli_args import run_tool
-
-    sys.exit(run_tool(main, "rl_experiments"))

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Summarise planning-cycle latency from rad2_msgs/PlanningDiagnostics: a live run or a bag.
 
 For every stage the planner reports (preprocess, encode, denoise_0..K-1, score, select, publish, ...)
@@ -8,8 +7,9 @@ deadline-miss rate (cycles flagged ``deadline_missed``, and from the node's own 
 which also count cycles whose diagnostics were dropped), fallbacks and rejected inputs. Prints a rich
 table; optionally writes JSON and a histogram PNG.
 
-  latency_report.py --bag runs/replay_bag            # from a recorded bag
-  latency_report.py --duration 20                    # live: subscribe for 20 s (needs the colcon build)
+examples:
+  rad2 eval latency-report --bag runs/demo/bag          # from a recorded bag
+  rad2 eval latency-report --duration 20 --png out/latency.png   # live: subscribe for 20 s
 """
 
 from __future__ import annotations
@@ -19,15 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-from rad2_datasets import bags
-from rad2_ros.latency import (
-    default_deadline,
-    jsonable,
-    plot_histograms,
-    print_tables,
-    records_from_bag,
-    summarise,
-)
+from rad2_bringup.cli.common import verb_parser
 
 DEFAULT_TOPIC = "/planning/diagnostics"  # live mode
 
@@ -35,8 +27,7 @@ DEFAULT_TOPIC = "/planning/diagnostics"  # live mode
 def _parser() -> argparse.ArgumentParser:
     from rad2_core.cli_args import float_in, int_at_least, schema_value
 
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = verb_parser("eval latency-report", __doc__)
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--bag", help="rosbag2 directory holding PlanningDiagnostics")
     src.add_argument("--duration", type=float_in(0.0, 86400.0, exclusive_min=True),
@@ -52,9 +43,19 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str]) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    from rad2_datasets import bags
+    from rad2_ros.latency import (
+        default_deadline,
+        jsonable,
+        plot_histograms,
+        print_tables,
+        records_from_bag,
+        summarise,
+    )
+
     deadline = args.deadline_ms if args.deadline_ms is not None else default_deadline()
     try:
         if args.bag:
@@ -68,10 +69,10 @@ def main(argv: list[str] | None = None) -> int:
             records = records_live(args.topic or DEFAULT_TOPIC, args.duration, args.domain_id)
             title = f"latency, live {args.duration:.0f} s on {args.topic or DEFAULT_TOPIC}"
     except (bags.BagError, RuntimeError, ValueError) as exc:
-        print(f"latency_report: error: {exc}", file=sys.stderr)
+        print(f"rad2 eval latency-report: error: {exc}", file=sys.stderr)
         return 2
     if not records:
-        print("latency_report: error: no PlanningDiagnostics messages received", file=sys.stderr)
+        print("rad2 eval latency-report: error: no PlanningDiagnostics messages received", file=sys.stderr)
         return 3
     summary = summarise(records)
     print_tables(summary, deadline, title)
@@ -84,8 +85,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"histogram: {args.png}")
     return 0
 
-
-if __name__ == "__main__":
-    from rad2_core.cli_args import run_tool
-
-    sys.exit(run_tool(main, "latency_report"))

@@ -1,27 +1,28 @@
-#!/usr/bin/env python3
 """Evaluate policies closed-loop in the BEV-Warp simulator on dataset splits.
 
 Prints the paper-layout table (safety columns from the safety split, efficiency columns from the
 efficiency split) and a table of every metric per split, writes JSON and renders GIFs of the worst
-clips of each split.
+clips of each split (rad2_evaluation.evaluate).
 
-  evaluate_policy.py --policy expert idm constant_velocity \\
+examples:
+  rad2 eval policy --policy expert idm constant_velocity \\
       --split data/eval_safety data/eval_efficiency --out runs/eval
-  evaluate_policy.py --policy rad2 --checkpoint checkpoints/rad2_il --split data/eval_safety --max-clips 20
+  rad2 eval policy --policy rad2 --checkpoint checkpoints/rad2_il --split data/eval_safety --max-clips 20
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
+
+from rad2_bringup.cli.common import dataset_dirs, verb_parser
 
 
 def _parser() -> argparse.ArgumentParser:
     from bev_warp_sim.reference_policies import POLICIES
     from rad2_core.cli_args import int_at_least, schema_value
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = verb_parser("eval policy", __doc__)
     ap.add_argument("--policy", nargs="+", default=["expert"], choices=sorted(POLICIES),
                     help="policies to evaluate (default: expert)")
     ap.add_argument("--split", nargs="+", default=["data/eval_safety", "data/eval_efficiency"],
@@ -53,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv=None) -> int:
+def main(argv: list[str]) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
     from rad2_core.config import ResourceNotFoundError, load_params
@@ -69,14 +70,12 @@ def main(argv=None) -> int:
     params = load_params("sim")
     if args.reactive:
         params["sim"]["reactive_agents"] = True
-    for split in args.split:
-        if not (Path(split) / "index.json").is_file():
-            ap.error(f"--split: {split} is not a dataset directory (no index.json)")
+    splits = [str(d) for d in dataset_dirs(ap, "--split", args.split)]
     if args.no_traffic_rules and args.workers:
         ap.error("--no-traffic-rules: only with --workers 0 (the workers load params/planner.yaml as it is)")
     console = Console(width=max(Console().width, 160))
     try:
-        evals = evaluate_policies(args.policy, args.split, params, console, workers=args.workers,
+        evals = evaluate_policies(args.policy, splits, params, console, workers=args.workers,
                                   checkpoint=args.checkpoint, traffic_rules=not args.no_traffic_rules,
                                   max_clips=args.max_clips, batch_size=args.batch_size, h_reuse=args.h_reuse,
                                   seed=args.seed, progress=not args.no_progress,
@@ -87,8 +86,3 @@ def main(argv=None) -> int:
         ap.error(f"--checkpoint: {exc}")
     write_evaluation(evals, params, Path(args.out), console, args.gifs)
     return 0
-
-if __name__ == "__main__":
-    from rad2_core.cli_args import run_tool
-
-    sys.exit(run_tool(main, "evaluate_policy"))

@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """Replay a bag of perception inputs through the real perception-features and planner nodes.
 
 The nodes run as separate processes (graph ``replay`` of launch/graphs.yaml via rad2_bringup.bringup,
-``use_sim_time`` on); this tool is the player: per log step it publishes ``/clock`` (the log time),
+``use_sim_time`` on); this command is the player: per log step it publishes ``/clock`` (the log time),
 ``/localization/odometry`` and ``/perception/objects`` as the serialized bytes stored in the bag.
 
   as fast as possible (default)  after each step, wait for the planner's CandidateSet of that step
@@ -15,10 +14,12 @@ of the plans against the log (ADE/FDE of the selected and best-of-M candidates v
 future, CR/DCR/SCR, via rad2_core.open_loop_metrics), the per-stage latency and deadline misses
 from planning/diagnostics, and the wall-clock latency input-publish -> candidates-received.
 Writes <out>/replay_eval.json, <out>/*.png and the bag <out>/outputs. The work is done by
-rad2_bringup.replay_player.run_replay (scoring and plots: rad2_evaluation.replay).
+rad2_bringup.replay_player.run_replay (scoring and plots: rad2_evaluation.replay). The bag of inputs
+comes from `rad2 data to-bag` (or a recording of a vehicle's inputs).
 
-  replay_eval.py --bag runs/bags/clip0 --out runs/replay/clip0
-  replay_eval.py --bag runs/bags/clip0 --realtime --max-steps 50
+examples:
+  rad2 eval replay --bag runs/bags/clip0 --out runs/replay/clip0
+  rad2 eval replay --bag runs/bags/clip0 --realtime --max-steps 50
 """
 
 from __future__ import annotations
@@ -32,14 +33,14 @@ from rad2_core.config import parse_node_overrides
 from rad2_datasets import bags
 from rad2_evaluation.replay import ReplayError
 from rad2_ros.nodes.recording import RecordError
-from rad2_ros.rosenv import ensure_ros_environment
 
-ROOT = Path(__file__).resolve().parents[1]
+from rad2_bringup.cli.common import in_ros_environment, verb_parser
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from rad2_bringup.replay_player import run_replay
     from rich.console import Console
+
+    from rad2_bringup.replay_player import run_replay
 
     console = Console()
     report = run_replay(
@@ -64,9 +65,8 @@ def _replay(args: argparse.Namespace) -> int:
 def _parser() -> argparse.ArgumentParser:
     from rad2_core.cli_args import float_in, int_at_least
 
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--bag", required=True, help="bag of perception inputs (tools/clip_to_bag.py)")
+    parser = verb_parser("eval replay", __doc__)
+    parser.add_argument("--bag", required=True, help="bag of perception inputs (rad2 data to-bag)")
     parser.add_argument("--out", help="output directory (default runs/replay/<bag name>)")
     parser.add_argument("--realtime", action="store_true",
                         help="play on the bag's timeline instead of lock-step")
@@ -94,30 +94,25 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def main(argv: list[str]) -> int:
+    argv = list(argv)
     parser = _parser()
     args = parser.parse_args(argv)
     if args.domain_id is None:
         args.domain_id = 100 + os.getpid() % 100
         argv += ["--domain-id", str(args.domain_id)]
     if args.out is None:
-        args.out = str(ROOT / "runs" / "replay" / Path(args.bag).resolve().name)
+        args.out = str(Path("runs") / "replay" / Path(args.bag).resolve().name)
     try:
         bags.resolve_bag_path(args.bag)  # fail fast on a missing bag, before any environment work
-        ensure_ros_environment(__file__, argv, args.domain_id)
+        in_ros_environment("eval replay", argv, args.domain_id)
         return _replay(args)
     except (ReplayError, RecordError, bags.BagError, ValueError) as exc:
-        print(f"replay_eval: error: {exc}", file=sys.stderr)
+        print(f"rad2 eval replay: error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # bring-up failures (BringupError) and the like
         if type(exc).__name__ in ("BringupError", "GraphError", "RosEnvironmentError"):
-            print(f"replay_eval: error: {exc}", file=sys.stderr)
+            print(f"rad2 eval replay: error: {exc}", file=sys.stderr)
             return 2
         raise
 
-
-if __name__ == "__main__":
-    from rad2_core.cli_args import run_tool
-
-    sys.exit(run_tool(main, "replay_eval"))

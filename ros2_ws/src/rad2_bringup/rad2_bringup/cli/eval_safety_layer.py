@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """One command for the safety-layer table: RAD-2 without the layer, with rejection sampling, with
 candidate selection and with self-correction (params/planner.yaml ``safety_layer``), closed loop on the
 evaluation splits.
@@ -15,33 +14,34 @@ latency of single-observation cycles (B = 1, M candidates) on this CPU with the 
 round budget and with safety_layer.round_budget_ms (the closed-loop runs use no budget, so their
 metrics do not depend on the machine's speed).
 
-Self-correction uses safety_layer.correction_checkpoint (tools/train_self_correction.py).
+Self-correction uses safety_layer.correction_checkpoint (rad2 train self-correction).
 
 Writes --out/results.json, --out/table.md and --out/safety_layer.png. The work is done by
 rad2_evaluation.safety_layer.evaluate_safety_layer.
 
-Example (about 10 minutes on 2 shared cores):
-    python tools/eval_safety_layer.py --max-clips 12 --seeds 0
-    python tools/eval_safety_layer.py --seeds 0 1 2            # the full splits, three seeds
-One process per core, then one table:
-    python tools/eval_safety_layer.py --modes off self_correction --out out/sl_a &
-    python tools/eval_safety_layer.py --modes rejection_sampling candidate_selection --out out/sl_b
-    python tools/eval_safety_layer.py --merge out/sl_a out/sl_b --out out/safety_layer
+examples (the first about 10 minutes on 2 shared cores; then the full splits, three seeds; then one
+process per core, merged into one table):
+  rad2 eval safety-layer --max-clips 12 --seeds 0
+  rad2 eval safety-layer --seeds 0 1 2
+  rad2 eval safety-layer --modes off self_correction --out out/sl_a &
+  rad2 eval safety-layer --modes rejection_sampling candidate_selection --out out/sl_b
+  rad2 eval safety-layer --merge out/sl_a out/sl_b --out out/safety_layer
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
+import shlex
 from pathlib import Path
 
-from rad2_evaluation.safety_layer import MODES
+from rad2_bringup.cli.common import dataset_dirs, verb_parser
 
 
 def _parser() -> argparse.ArgumentParser:
     from rad2_core.cli_args import int_at_least, schema_value
+    from rad2_evaluation.safety_layer import MODES
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = verb_parser("eval safety-layer", __doc__)
     ap.add_argument(
         "--splits",
         nargs="+",
@@ -98,7 +98,7 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv=None) -> int:
+def main(argv: list[str]) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
     if args.merge:
@@ -112,9 +112,7 @@ def main(argv=None) -> int:
         except ValueError as exc:
             ap.error(str(exc))
         return 0
-    for split in args.splits:
-        if not (Path(split) / "index.json").is_file():
-            ap.error(f"--splits: {split} is not a dataset directory (no index.json)")
+    splits = [str(d) for d in dataset_dirs(ap, "--splits", args.splits)]
 
     from rad2_core.config import load_params
     from rad2_evaluation.safety_layer import evaluate_safety_layer, safety_layers
@@ -124,15 +122,10 @@ def main(argv=None) -> int:
                                args.critic, args.correction)
     except ValueError as exc:
         ap.error(str(exc))
-    command = " ".join([Path(sys.argv[0]).name] + (sys.argv[1:] if argv is None else list(argv)))
-    evaluate_safety_layer(args.splits, args.seeds, layers, out=args.out, command=command,
+    command = shlex.join(["rad2", "eval", "safety-layer", *argv])
+    evaluate_safety_layer(splits, args.seeds, layers, out=args.out, command=command,
                           max_clips=args.max_clips, num_candidates=args.num_candidates, backend=args.backend,
                           batch_size=args.batch_size, latency_cycles=args.latency_cycles,
                           progress=not args.no_progress)
     return 0
 
-
-if __name__ == "__main__":
-    from rad2_core.cli_args import run_tool
-
-    sys.exit(run_tool(main, "eval_safety_layer"))

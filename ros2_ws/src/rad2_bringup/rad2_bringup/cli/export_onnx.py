@@ -1,25 +1,26 @@
-#!/usr/bin/env python3
 """Export a planner checkpoint to ONNX (scene encoder, one denoising step, discriminator) and check it.
 
 Writes <out>/{scene_encoder,denoiser,discriminator}.onnx + manifest.json (dynamic B and M),
 then compares ONNX Runtime with PyTorch on the same inputs and prints the max abs error per output.
 --record FILE.npz also saves the exact inputs of each graph from a few real planning cycles, for
-tools/trt_consistency.py on the target machine.
+`rad2 eval consistency` on the target machine.
 
-Example:
-    .venv/bin/python tools/export_onnx.py --checkpoint checkpoints/rad2_il --record out/trt_inputs.npz
+examples:
+  rad2 export onnx                          # the configured planner's checkpoint, into <checkpoint>/onnx
+  rad2 export onnx --checkpoint checkpoints/rad2_il --record out/trt_inputs.npz
 """
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
+from rad2_bringup.cli.common import verb_parser
 
-def main(argv=None) -> int:
+
+def main(argv: list[str]) -> int:
     from rad2_core.cli_args import int_at_least
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = verb_parser("export onnx", __doc__)
     ap.add_argument("--checkpoint", default=None, help="checkpoint dir (default: planner.checkpoint_dir)")
     ap.add_argument("--out", default=None, help="ONNX dir (default: <checkpoint>/onnx)")
     ap.add_argument("--force", action="store_true", help="re-export even if the cache matches the weights")
@@ -53,8 +54,3 @@ def main(argv=None) -> int:
         return 1
     return 0
 
-
-if __name__ == "__main__":
-    from rad2_core.cli_args import run_tool
-
-    raise SystemExit(run_tool(main, "export_onnx"))

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Record topics of a live ROS 2 graph into a rosbag2 MCAP bag (what `ros2 bag record` does).
 
 Subscriptions are generic: every message is taken serialized (``raw=True``) and written as-is, with
@@ -7,15 +6,16 @@ prefixes) embedded in the MCAP so Foxglove can open the bag. QoS adapts to the p
 only if every publisher is, transient-local likewise), so best-effort sensor topics are recorded too.
 Topics are discovered continuously: ones that appear later are picked up.
 
-  record_bag.py --out runs/live_bag --duration 30                   # every topic of the graph
-  record_bag.py --out runs/plan_bag --topics /planning/trajectory /planning/diagnostics
-
 Stops after --duration seconds, --max-messages messages, or on Ctrl-C / SIGTERM (the bag is closed
 properly in every case). Messages reach the disk in MCAP chunks of at most --chunk-duration seconds
 (params/nodes.yaml recording.chunk_duration_s), each flushed and fsynced: if the recorder is killed
-outright (SIGKILL, power loss) at most that much is lost, and tools/repair_bag.py BAG makes the
+outright (SIGKILL, power loss) at most that much is lost, and `rad2 data repair-bag BAG` makes the
 unfinished bag readable again. Run it in the rad2 environment (``source tools/env.sh``) or pass
 --domain-id; it re-executes itself in that environment when rclpy is not importable.
+
+examples:
+  rad2 graph record --out runs/live_bag --duration 30                   # every topic of the graph
+  rad2 graph record --out runs/plan_bag --topics /planning/trajectory /planning/diagnostics
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ from pathlib import Path
 
 from rad2_datasets import bags
 from rad2_ros.nodes.recording import RecordError, record_topics
-from rad2_ros.rosenv import RosEnvironmentError, ensure_ros_environment
+from rad2_ros.rosenv import RosEnvironmentError
+
+from rad2_bringup.cli.common import in_ros_environment, verb_parser
 
 
 def record(args: argparse.Namespace) -> int:
@@ -36,15 +38,14 @@ def record(args: argparse.Namespace) -> int:
         chunk_duration=args.chunk_duration, overwrite=args.force)
     print(f"wrote {sum(counts.values())} messages on {len(counts)} topics to {args.out}")
     for topic, why in skipped.items():
-        print(f"record_bag: warning: skipped {topic}: {why}", file=sys.stderr)
+        print(f"rad2 graph record: warning: skipped {topic}: {why}", file=sys.stderr)
     return 0
 
 
 def _parser() -> argparse.ArgumentParser:
     from rad2_core.cli_args import float_in, int_at_least
 
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = verb_parser("graph record", __doc__)
     parser.add_argument("--out", required=True,
                         help="bag directory to create (rosbag2 layout, MCAP storage)")
     parser.add_argument("--topics", nargs="+", metavar="TOPIC",
@@ -68,14 +69,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def main(argv: list[str]) -> int:
+    argv = list(argv)
     parser = _parser()
     args = parser.parse_args(argv)
     out = Path(args.out)
     existed = out.exists()
     try:
-        ensure_ros_environment(__file__, argv, args.domain_id)
+        in_ros_environment("graph record", argv, args.domain_id)
         if existed and not args.force:
             raise RecordError(f"{args.out} exists already (pass --force to replace it)")
         return record(args)
@@ -84,11 +85,6 @@ def main(argv: list[str] | None = None) -> int:
             for child in out.iterdir():
                 child.unlink()
             out.rmdir()
-        print(f"record_bag: error: {exc}", file=sys.stderr)
+        print(f"rad2 graph record: error: {exc}", file=sys.stderr)
         return 2
 
-
-if __name__ == "__main__":
-    from rad2_core.cli_args import run_tool
-
-    sys.exit(run_tool(main, "record_bag"))

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """ROS 2 graph smoke check: two processes exchange every rad2_msgs message type over Fast DDS.
 
 Default (orchestrator): starts an `echo` process (subscribes to /rad2_smoke/request/<Type> and
@@ -10,26 +9,26 @@ round-tripped. Exit code 0 only when every type round-tripped.
 
 The content, its encoding/decoding and the result line are rad2_ros.msg_roundtrip (shared with the
 tests, which compare what the probe received with the same content); the roles are
-rad2_bringup.smoke, the child processes rad2_ros.rosenv's RosProcess.
+rad2_bringup.smoke, the child processes rad2_ros.rosenv's RosProcess. Run it in the ROS environment
+(source tools/env.sh; make demo does).
+
+examples:
+  rad2 graph smoke
+  rad2 graph smoke --count 50 --bev-size 256
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from rad2_bringup.smoke import run_echo, run_orchestrator, run_probe
+from rad2_bringup.cli.common import verb_parser
 
 
 def _parser() -> argparse.ArgumentParser:
     from rad2_core.cli_args import float_in, int_at_least
 
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Run inside the ROS environment: source tools/env.sh (make demo does).",
-    )
+    parser = verb_parser("graph smoke", __doc__)
     parser.add_argument(
         "role",
         nargs="?",
@@ -64,9 +63,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str]) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    from rad2_bringup.smoke import run_echo, run_orchestrator, run_probe
+
     if args.role == "echo":
         return run_echo(args.timeout)
     if args.role == "probe":
@@ -74,8 +75,3 @@ def main(argv: list[str] | None = None) -> int:
     return run_orchestrator(args.count, args.seed, args.timeout, args.bev_channels, args.bev_size,
                             args.domain_id)
 
-
-if __name__ == "__main__":
-    from rad2_core.cli_args import run_tool
-
-    sys.exit(run_tool(main, "smoke_graph"))

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Soak benchmark of the safety layer (not a test): the closed-loop simulation graph under a CPU hog.
 
 Brings up graph "simulation" of launch/graphs.yaml as separate processes (planner, controller,
@@ -18,25 +17,24 @@ With --kills N it then kills the planner N times (SIGKILL just after a trajector
 between) and reports the time from the last trajectory to the controller's first minimal-risk stop.
 The work is done by rad2_bringup.soak.run_soak.
 
-  python tools/soak_faults.py --minutes 10 --hogs 4
-  python tools/soak_faults.py --minutes 2 --hogs 4 --kills 10 --out runs/soak/soak.json
+examples:
+  rad2 graph soak --minutes 10 --hogs 4
+  rad2 graph soak --minutes 2 --hogs 4 --kills 10 --out runs/soak/soak.json
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
-from rad2_bringup.soak import run_soak
+from rad2_bringup.cli.common import in_ros_environment, verb_parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str]) -> int:
     from rad2_core.cli_args import float_in, int_at_least
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = verb_parser("graph soak", __doc__)
     ap.add_argument("--minutes", type=float_in(0.0, 1440.0, exclusive_min=True), default=10.0,
                     help="soak duration under the CPU hog")
     ap.add_argument("--hogs", type=int_at_least(0, 64), default=4,
@@ -51,20 +49,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ready-timeout", type=float_in(0.0, 3600.0, exclusive_min=True), default=120.0)
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
-    from rad2_ros.rosenv import RosEnvironmentError, ensure_ros_environment
+    from rad2_ros.rosenv import RosEnvironmentError
 
     try:
-        ensure_ros_environment(__file__, sys.argv[1:] if argv is None else argv, args.domain_id)
+        in_ros_environment("graph soak", argv, args.domain_id)
     except RosEnvironmentError as exc:
-        print(f"soak_faults: {exc}", file=sys.stderr)
+        print(f"rad2 graph soak: error: {exc}", file=sys.stderr)
         return 2
     from rad2_bringup.bringup import BringupError
+    from rad2_bringup.soak import run_soak
 
     try:
         res = run_soak(args.dataset, args.minutes, args.hogs, args.kills, args.domain_id, args.log_dir,
                        args.ready_timeout, progress=not args.no_progress)
     except BringupError as exc:
-        print(f"soak_faults: {exc}", file=sys.stderr)
+        print(f"rad2 graph soak: error: {exc}", file=sys.stderr)
         return 1
     print(json.dumps(res, indent=2, default=float))
     if args.out:
@@ -72,8 +71,3 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.out).write_text(json.dumps(res, indent=2, default=float))
     return 0
 
-
-if __name__ == "__main__":
-    from rad2_core.cli_args import run_tool
-
-    sys.exit(run_tool(main, "soak_faults"))

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Bring up a rad2 ROS 2 graph without `ros2 launch`: the same executables, node names and parameter
 files as launch/*.launch.py, all read from launch/graphs.yaml.
 
@@ -9,11 +8,11 @@ Two modes:
                        SIGKILL on shutdown.
   --composed           every node of the graph in this one process on a MultiThreadedExecutor.
 
-Examples:
-  python tools/bringup.py simulation --arg dataset=data/eval_safety --arg num_clips=2
-  python tools/bringup.py vehicle --set planner.deadline_ms=80 --duration 30
-  python tools/bringup.py simulation --composed --domain-id 42
-  python tools/bringup.py --list
+examples:
+  rad2 graph up simulation --arg dataset=data/eval_safety --arg num_clips=2
+  rad2 graph up vehicle --set planner.deadline_ms=80 --duration 30
+  rad2 graph up simulation --composed --domain-id 42
+  rad2 graph up --list
 """
 
 from __future__ import annotations
@@ -23,9 +22,11 @@ import os
 import sys
 from pathlib import Path
 
+from rad2_core.config import ParameterError, parse_node_overrides
+
 from rad2_bringup import graphs
 from rad2_bringup.bringup import Bringup, BringupError, run_composed
-from rad2_core.config import ParameterError, parse_node_overrides
+from rad2_bringup.cli.common import verb_parser
 
 
 # -- CLI -------------------------------------------------------------------------------------------
@@ -33,7 +34,7 @@ def _parse_kv(items: list[str], what: str) -> list[tuple[str, str]]:
     out = []
     for item in items:
         if "=" not in item:
-            raise SystemExit(f"bringup: {what} {item!r} is not KEY=VALUE")
+            raise SystemExit(f"rad2 graph up: error: {what} {item!r} is not KEY=VALUE")
         k, v = item.split("=", 1)
         out.append((k.strip(), v))
     return out
@@ -42,11 +43,7 @@ def _parse_kv(items: list[str], what: str) -> list[tuple[str, str]]:
 def _parser() -> argparse.ArgumentParser:
     from rad2_core.cli_args import float_in, int_at_least
 
-    ap = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        epilog=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    ap = verb_parser("graph up", __doc__)
     ap.add_argument("graph", nargs="?", help="graph name from launch/graphs.yaml")
     ap.add_argument("--list", action="store_true", help="list graphs, their nodes and arguments")
     ap.add_argument("--print", action="store_true", help="print the commands and exit")
@@ -68,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str]) -> int:
     ap = _parser()
     ns = ap.parse_args(argv)
 
@@ -81,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         overrides = parse_node_overrides(ns.set)
     except ParameterError as exc:
-        raise SystemExit(f"bringup: {exc}") from None
+        raise SystemExit(f"rad2 graph up: error: {exc}") from None
     if ns.composed and ns.foreground:
         return run_composed(ns.graph, args, overrides, ns.domain_id, ns.duration, ns.only)
 
@@ -89,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         bringup = Bringup(ns.graph, args, ns.domain_id, ns.log_dir, overrides, composed=ns.composed,
                           only=ns.only)
     except (graphs.GraphError, BringupError) as exc:
-        print(f"bringup: {exc}", file=sys.stderr)
+        print(f"rad2 graph up: error: {exc}", file=sys.stderr)
         return 2
     if ns.print:
         for p in bringup.processes:
@@ -97,8 +94,3 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     return bringup.run(ns.ready_timeout, ns.duration)
 
-
-if __name__ == "__main__":
-    from rad2_core.cli_args import run_tool
-
-    sys.exit(run_tool(main, "bringup"))

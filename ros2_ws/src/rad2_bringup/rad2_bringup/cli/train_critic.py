@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Train the collision critic of the safety layer on labels from the simulator, and report its warnings.
 
 1. Data (cached under --data-dir, rebuilt with --rebuild): the shipped planner (params/planner.yaml,
@@ -17,22 +16,22 @@ warnings.md and warnings.png.
 
 The work is done by rad2_training.critic_run (data, training, report) and rad2_training.critic_data.
 
-Example (about 20 minutes on 2 shared cores, two thirds of it driving the planner for the data):
-    python tools/train_critic.py --train-clips 150 --test-clips 0 --epochs 8 \
-        --candidates-per-decision 8 --seed 0
+example (about 20 minutes on 2 shared cores, two thirds of it driving the planner for the data):
+  rad2 train critic --train-clips 150 --test-clips 0 --epochs 8 --candidates-per-decision 8 --seed 0
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
+import shlex
+
+from rad2_bringup.cli.common import find_dataset, verb_parser
 
 
 def _parser() -> argparse.ArgumentParser:
     from rad2_core.cli_args import float_in, int_at_least, schema_value
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = verb_parser("train critic", __doc__)
     ap.add_argument("--train-split", default="data/train", help="dataset the critic is trained on")
     ap.add_argument("--train-clips", type=int_at_least(0), default=150,
                     help="clips of --train-split to drive (0: all)")
@@ -86,23 +85,21 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv=None) -> int:
+def main(argv: list[str]) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
     if args.val_fraction >= 1.0:
         ap.error(f"--val-fraction: must be in [0, 1), got {args.val_fraction}")
-    for split in (args.train_split, args.test_split):
-        if not (Path(split) / "index.json").is_file():
-            ap.error(f"{split} is not a dataset directory (no index.json)")
+    for option in ("train_split", "test_split"):
+        found = find_dataset(getattr(args, option))
+        if found is None:
+            ap.error(f"--{option.replace('_', '-')}: {getattr(args, option)} is not a dataset directory "
+                     "(no index.json)")
+        setattr(args, option, str(found))
 
     from rad2_training.critic_run import train_and_report
 
-    command = " ".join([Path(sys.argv[0]).name] + (sys.argv[1:] if argv is None else list(argv)))
+    command = shlex.join(["rad2", "train", "critic", *argv])
     train_and_report(command=command, **vars(args))
     return 0
 
-
-if __name__ == "__main__":
-    from rad2_core.cli_args import run_tool
-
-    sys.exit(run_tool(main, "train_critic"))

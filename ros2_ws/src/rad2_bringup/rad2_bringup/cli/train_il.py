@@ -1,10 +1,12 @@
-#!/usr/bin/env python3
 """Imitation pretraining of the RAD-2 generator on a clip dataset (see rad2_training/imitation.py).
 
-Example (the shipped checkpoint's command is recorded in its config.json under training.command):
-    nice -n 10 .venv/bin/python tools/train_il.py --data out/train_large --out out/il_run --seed 0
 Resume an interrupted run with --resume (same --out). TensorBoard logs: <out>/tb.
 Hyper-parameters come from params/training.yaml (imitation.*); --set key=value overrides one.
+With --eval-only CHECKPOINT it trains nothing and prints the open-loop metrics of CHECKPOINT on --data.
+
+examples (the shipped checkpoint's command is recorded in its config.json under training.command):
+  nice -n 10 rad2 train il --data out/train_large --out out/il_run --seed 0
+  rad2 train il --data data/eval_safety --eval-only checkpoints/rad2_il
 """
 
 from __future__ import annotations
@@ -12,14 +14,15 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import sys
 from pathlib import Path
+
+from rad2_bringup.cli.common import verb_parser
 
 
 def _parser() -> argparse.ArgumentParser:
     from rad2_core.cli_args import float_in, int_at_least, schema_value
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = verb_parser("train il", __doc__)
     ap.add_argument("--data", required=True, nargs="+", help="dataset directory (index.json, clips/, maps/)")
     ap.add_argument("--out", default=None, help="run directory (checkpoints last/ and final/, tb/)")
     ap.add_argument(
@@ -75,7 +78,7 @@ def _overrides(args: argparse.Namespace, ap: argparse.ArgumentParser) -> dict:
     return overrides
 
 
-def main(argv=None) -> int:
+def main(argv: list[str]) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
 
@@ -99,7 +102,7 @@ def main(argv=None) -> int:
     data = Path(args.data[0])
     if not (data / "index.json").is_file():
         ap.error(f"--data {data}: no index.json (not a dataset directory)")
-    command = "python tools/train_il.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    command = shlex.join(["rad2", "train", "il", *argv])
     train(
         data,
         args.out,
@@ -121,8 +124,3 @@ def main(argv=None) -> int:
         print(f"exported (float16 weights) to {args.export_to}")
     return 0
 
-
-if __name__ == "__main__":
-    from rad2_core.cli_args import run_tool
-
-    raise SystemExit(run_tool(main, "train_il"))

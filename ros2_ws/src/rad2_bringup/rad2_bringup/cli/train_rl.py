@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Closed-loop RL of RAD-2 (TC-GRPO for the discriminator, On-policy Generator Optimization for the
 generator) on the BEV-Warp simulator: rad2_training/train.py, driven from the command line.
 
@@ -13,11 +12,11 @@ under ``training.previous_rl``.
 Kill it at any time and rerun with ``--resume``: it continues from the last checkpoint with the same
 weights, optimisers, buffer, entropy temperature and random generators.
 
-Examples:
-    .venv/bin/python tools/train_rl.py --train-data out/rl_train/safety out/rl_train/efficiency \\
-        --out runs/rl_seed0 --seed 0 --budget-min 120
-    .venv/bin/python tools/train_rl.py --out runs/rl_seed0 --resume
-    .venv/bin/python tools/train_rl.py --train-data data/train --set rl.tc_grpo.advantage=vd_grpo
+examples:
+  rad2 train rl --train-data out/rl_train/rl_safety out/rl_train/rl_efficiency \\
+      --out runs/rl_seed0 --seed 0 --budget-min 120
+  rad2 train rl --out runs/rl_seed0 --resume
+  rad2 train rl --train-data data/train --set rl.tc_grpo.advantage=vd_grpo
 """
 
 from __future__ import annotations
@@ -27,14 +26,16 @@ import json
 import math
 from pathlib import Path
 
+from rad2_bringup.cli.common import verb_parser
+
 
 def _parser() -> argparse.ArgumentParser:
     from rad2_core.cli_args import float_in, int_at_least, schema_value
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = verb_parser("train rl", __doc__)
     ap.add_argument("--train-data", nargs="+", default=["data/train"],
                     help="dataset directories to train on (default data/train; the curated sets of "
-                         "tools/curate_scenarios.py are the intended input); the validation clips are "
+                         "rad2 data curate are the intended input); the validation clips are "
                          "held out of every set in proportion to its size")
     ap.add_argument("--checkpoint", default=None,
                     help="starting planner checkpoint (default: planner.checkpoint_dir)")
@@ -61,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv=None) -> int:
+def main(argv: list[str]) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
 
@@ -128,8 +129,3 @@ def main(argv=None) -> int:
                 export_fp16=args.export_fp16, progress=not args.no_progress, sim_params=sim_params)
     return 0
 
-
-if __name__ == "__main__":
-    from rad2_core.cli_args import run_tool
-
-    raise SystemExit(run_tool(main, "train_rl"))

@@ -1,13 +1,13 @@
-#!/usr/bin/env python3
 """Imitation with correction: fine-tune the generator to propose again given the proposals the collision
 critic rejected (CorrectionPlanner's self-correction; see rad2_training/correction.py).
 
-Example (the shipped checkpoint's command is recorded in its config.json under training.command):
-    .venv/bin/python tools/train_self_correction.py --data data/train --out out/self_correction \\
-        --export-to checkpoints/self_correction
 Hyper-parameters come from params/training.yaml (self_correction.*; the feature cache from imitation.*);
 --set key=value overrides one. Prints the held-out check: the critic's acceptance of one corrected
 round against one round of rejection sampling.
+
+example (the shipped checkpoint's command is recorded in its config.json under training.command):
+  rad2 train self-correction --data data/train --out out/self_correction \\
+      --export-to checkpoints/self_correction
 """
 
 from __future__ import annotations
@@ -15,19 +15,15 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import sys
 from pathlib import Path
 
-import torch
-from rad2_planner.networks import PlannerModel
-from rad2_planner.policy import resolve_path
-from rad2_training.correction import train_self_correction
+from rad2_bringup.cli.common import verb_parser
 
 
 def _parser() -> argparse.ArgumentParser:
     from rad2_core.cli_args import float_in, int_at_least
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = verb_parser("train self-correction", __doc__)
     ap.add_argument("--data", required=True, help="dataset directory (index.json, clips/, maps/)")
     ap.add_argument("--out", required=True, help="run directory (final/, tb/)")
     ap.add_argument("--base", default=None,
@@ -45,9 +41,9 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
     ap = _parser()
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if not (Path(args.data) / "index.json").is_file():
         ap.error(f"--data: {args.data} is not a dataset directory (no index.json)")
     from rad2_core.config import (
@@ -60,6 +56,8 @@ def main() -> int:
     )
     from rad2_planner.networks.critic import CriticCheckpointError
     from rad2_planner.networks.model import CheckpointError
+    from rad2_planner.policy import resolve_path
+    from rad2_training.correction import train_self_correction
 
     try:
         overrides = parse_block_overrides("training", "self_correction", args.set)
@@ -67,19 +65,17 @@ def main() -> int:
             args.base = str(require(load_params("planner"), "planner.checkpoint_dir"))
         model, check = train_self_correction(
             args.data, args.out, resolve_path(args.base), resolve_path(args.critic), overrides, args.workers,
-            not args.no_progress, " ".join(shlex.quote(a) for a in sys.argv),
+            not args.no_progress, shlex.join(["rad2", "train", "self-correction", *argv]),
             budget_seconds(args.time_budget_min, "--time-budget-min"))
     except (ParameterError, ResourceNotFoundError, CheckpointError, CriticCheckpointError) as exc:
         ap.error(str(exc))
     if args.export_to:
+        import torch
+        from rad2_planner.networks import PlannerModel
+
         model.save(args.export_to, dtype=torch.float16)
         PlannerModel.load(args.export_to)  # the shipped form must load
         print(f"exported to {args.export_to}")
     print(json.dumps(check, indent=1))
     return 0
 
-
-if __name__ == "__main__":
-    from rad2_core.cli_args import run_tool
-
-    sys.exit(run_tool(main, "train_self_correction"))

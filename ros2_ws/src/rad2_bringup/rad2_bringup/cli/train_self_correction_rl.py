@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Closed-loop fine-tuning of the self-correcting generator with the rollout engine (CorrectionPlanner's
 RL stage on RAD-2's diffusion generator; see ros2_ws/src/rad2_training/rad2_training/correction_rl.py).
 
@@ -6,26 +5,28 @@ Starts from the imitation corrector (safety_layer.correction_checkpoint of param
 --start), drives training clips with the self-correction planner, and fine-tunes the corrector on the
 decisions it took part in. Writes <out>/iter_<k>/, <out>/final/, history.json and history.png.
 
-Example (the shipped checkpoint's command is recorded in its config.json under training.command):
-    .venv/bin/python tools/finetune_self_correction.py --data data/train --out out/self_correction_rl \\
-        --export-to checkpoints/self_correction
 Hyper-parameters come from params/training.yaml (self_correction_rl.*); --set key=value overrides one.
 Evaluate the result against the other safety layers with
-    .venv/bin/python tools/eval_safety_layer.py --correction out/self_correction_rl/final ...
+`rad2 eval safety-layer --correction out/self_correction_rl/final ...`.
+
+example (the shipped checkpoint's command is recorded in its config.json under training.command):
+  rad2 train self-correction-rl --data data/train --out out/self_correction_rl \\
+      --export-to checkpoints/self_correction
 """
 
 from __future__ import annotations
 
 import argparse
 import shlex
-import sys
 from pathlib import Path
+
+from rad2_bringup.cli.common import verb_parser
 
 
 def _parser() -> argparse.ArgumentParser:
     from rad2_core.cli_args import float_in
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = verb_parser("train self-correction-rl", __doc__)
     ap.add_argument("--data", default="data/train", help="dataset directory of the training clips")
     ap.add_argument("--out", default="out/self_correction_rl", help="run directory")
     ap.add_argument("--start", default=None,
@@ -39,9 +40,9 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
     ap = _parser()
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if not (Path(args.data) / "index.json").is_file():
         ap.error(f"--data: {args.data} is not a dataset directory (no index.json)")
     import torch
@@ -60,7 +61,7 @@ def main() -> int:
         overrides = parse_block_overrides("training", "self_correction_rl", args.set)
         cfg = CorrectionRLConfig.from_params(load_params("training")["self_correction_rl"], **overrides)
         model, history = finetune(
-            args.data, args.out, cfg, command=" ".join(shlex.quote(a) for a in sys.argv),
+            args.data, args.out, cfg, command=shlex.join(["rad2", "train", "self-correction-rl", *argv]),
             correction_checkpoint=args.start, progress=not args.no_progress,
             time_budget_s=budget_seconds(args.time_budget_min, "--time-budget-min"))
     except (ParameterError, ResourceNotFoundError, CheckpointError, ValueError) as exc:
@@ -75,8 +76,3 @@ def main() -> int:
           f"wrote {Path(args.out) / 'final'}, history.json, history.png")
     return 0
 
-
-if __name__ == "__main__":
-    from rad2_core.cli_args import run_tool
-
-    sys.exit(run_tool(main, "finetune_self_correction"))
