@@ -275,8 +275,11 @@ class PdmClosedPlanner:
         limit = route_speed_limit(observation, c.fallback_speed)
         agents = self._forecast(observation)
         route = RoutePath(observation_route(observation.route, observation.route_mask))
+        # resampled (and offset) as far as the fastest proposal's pure-pursuit target can reach; past
+        # that, points are extrapolated along the last segment
         t_total = self.steps * c.dt
-        reach = max(v0, limit) * t_total + 0.5 * c.idm_a_max * t_total**2 + 3.0 * veh.length + 10.0
+        v_max = max(v0, limit) + c.idm_a_max * t_total
+        reach = v_max * t_total + max(c.lookahead_min_m, c.lookahead_time_s * v_max) + veh.length
         base = _resampled(route, c.path_spacing_m, reach)
         paths = [RoutePath(_offset(base, d)) for d in c.lateral_offsets_m]
         stop_s = self._red_stop(observation)
