@@ -12,7 +12,7 @@ IN_ROS_ENV := source tools/env.sh &&
 
 help:
 	@echo "make demo       bootstrap, then the closed-loop demo: sim + planner + controller as ROS 2 processes"
-	@echo "                on 4 bundled clips; metric + latency tables, MCAP bag, GIF (tools/demo.py)"
+	@echo "                on 4 bundled clips; metric + latency tables, MCAP bag, GIF (rad2 demo)"
 	@echo "make test       bootstrap, ruff check, then the whole pytest suite (unit, integration, ros)"
 	@echo "make test-fast  bootstrap, then the unit tier only (tests/unit, under 2 minutes)"
 	@echo "make bootstrap  create .venv with the pinned packages and colcon-build ros2_ws (idempotent)"
@@ -37,7 +37,7 @@ test-fast: bootstrap
 	$(IN_ROS_ENV) python -m pytest tests/unit $(PYTEST_ARGS)
 
 demo: bootstrap
-	$(IN_ROS_ENV) python tools/demo.py
+	$(IN_ROS_ENV) rad2 demo
 
 clean:
 	rm -rf ros2_ws/build ros2_ws/install ros2_ws/log

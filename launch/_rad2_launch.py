@@ -1,6 +1,6 @@
 """Turn a graph of launch/graphs.yaml into a ROS 2 LaunchDescription (full ROS 2 installs only).
 
-The three launch files call ``generate(<graph>)``; tools/bringup.py reads the same graphs.yaml (both
+The three launch files call ``generate(<graph>)``; rad2 graph up reads the same graphs.yaml (both
 through ``rad2_bringup.graphs``), so `ros2 launch` and the bring-up tool start the same executables
 with the same parameter files.
 """

@@ -3,7 +3,7 @@
     ros2 launch launch/replay.launch.py bag:=runs/clip_bag map_file:=data/eval_efficiency
 
 Nodes, executables and parameter files come from launch/graphs.yaml (graph "replay"); this file only
-adds the `ros2 bag play --clock` process (tools/replay_eval.py plays bags where rosbag2 is absent).
+adds the `ros2 bag play --clock` process (rad2 eval replay plays bags where rosbag2 is absent).
 """
 
 import sys

@@ -3,7 +3,7 @@
     ros2 launch launch/simulation.launch.py dataset:=data/eval_safety num_clips:=3
 
 Nodes, executables and parameter files come from launch/graphs.yaml (graph "simulation"), the same
-description tools/bringup.py and `make demo` start on machines without `launch`.
+description rad2 graph up and `make demo` start on machines without `launch`.
 """
 
 import sys

@@ -3,7 +3,7 @@
     ros2 launch launch/vehicle.launch.py map_file:=data/eval_efficiency
 
 Nodes, executables and parameter files come from launch/graphs.yaml (graph "vehicle"), the same
-description tools/bringup.py starts on machines without `launch`.
+description rad2 graph up starts on machines without `launch`.
 """
 
 import sys

@@ -1,6 +1,6 @@
 """Driver of the HIL and planner-kill tests (run as its own process in the ROS environment).
 
-Starts the planner + controller (one tools/bringup.py group) and the BEV-Warp sim node (another
+Starts the planner + controller (one rad2 graph up group) and the BEV-Warp sim node (another
 group) of graph "simulation" on a one-clip dataset, watches the graph with rad2_ros.nodes.monitor.Monitor,
 and prints one line ``RESULT {json}``. Modes:
   nominal   drive the clip to its end

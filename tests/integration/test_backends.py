@@ -710,7 +710,7 @@ def test_operator_profile_keeps_the_traces_of_closed_sessions(setup, tmp_path):
 
 
 def test_the_evaluated_rad2_policy_runs_on_the_backend_asked_for():
-    """evaluate_policy.py --backend reaches the shipped rad2 policy (it used to be dropped silently)."""
+    """rad2 eval policy --backend reaches the shipped rad2 policy (it used to be dropped silently)."""
     from bev_warp_sim.reference_policies import make_policy
 
     assert make_policy("rad2").backend.name == load_params("planner")["planner"]["backend"]

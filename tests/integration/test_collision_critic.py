@@ -367,14 +367,14 @@ def test_safety_layer_parameters_are_checked():
 
 def test_a_missing_critic_checkpoint_fails_at_construction(tiny, tmp_path):
     model, _ = tiny
-    with pytest.raises(CriticCheckpointError, match="train_critic.py"):
+    with pytest.raises(CriticCheckpointError, match="rad2 train critic"):
         _policy(model, tmp_path, mode="candidate_selection", critic_checkpoint=str(tmp_path / "none"))
 
 
-@pytest.mark.parametrize("tool", ["train_critic.py", "eval_safety_layer.py"])
-def test_cli_help(tool, tmp_path):
+@pytest.mark.parametrize("verb", ["train critic", "eval safety-layer"])
+def test_cli_help(verb, tmp_path):
     res = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / tool), "--help"],
+        [sys.executable, "-m", "rad2_bringup.cli", *verb.split(), "--help"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -1,4 +1,4 @@
-"""tools/compose_checkpoint.py (rad2_training.compose): the generator of one checkpoint with the trained
+"""rad2 train compose (rad2_training.compose): the generator of one checkpoint with the trained
 discriminator of another, both runs' records kept, mismatched or untrained inputs refused by name."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 from rad2_planner.networks import PlannerModel
 from tiny_models import randomised_model, tiny_config
 
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "compose_checkpoint.py"
+TOOL = ["-m", "rad2_bringup.cli", "train", "compose"]
 
 
 def _save(model: PlannerModel, d: Path, trained: bool, record: dict) -> Path:
@@ -22,7 +22,7 @@ def _save(model: PlannerModel, d: Path, trained: bool, record: dict) -> Path:
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, *TOOL, *args], capture_output=True, text=True, timeout=120)
 
 
 def test_compose_keeps_the_generator_of_one_and_the_discriminator_of_the_other(tmp_path):

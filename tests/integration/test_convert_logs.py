@@ -1,5 +1,5 @@
 """Real logs of any supported format -> one clip dataset (rad2_datasets/adapters/logs.py,
-tools/convert_logs.py): formats recognised from what is on disk, several promoted egos per NGSIM scene,
+rad2 data convert): formats recognised from what is on disk, several promoted egos per NGSIM scene,
 bad logs named and skipped on request, and the dataset evaluable like the bundled ones."""
 
 from __future__ import annotations
@@ -79,26 +79,26 @@ def test_conversion_writes_one_dataset_and_names_a_bad_log(tmp_path):
 
 
 def test_cli_converts_prints_the_composition_and_refuses_bad_input(tmp_path):
-    tool = ROOT / "tools" / "convert_logs.py"
+    tool = ["-m", "rad2_bringup.cli", "data", "convert"]
     out = tmp_path / "real"
-    run = subprocess.run([sys.executable, str(tool), str(FIXTURES), "--out", str(out),
+    run = subprocess.run([sys.executable, *tool, str(FIXTURES), "--out", str(out),
                           "--egos-per-scenario", "2", "--no-progress"],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert "3 clips written" in run.stdout and "commonroad" in run.stdout and "av2" in run.stdout
     assert read_index(out)["num_clips"] == 3
-    bad = subprocess.run([sys.executable, str(tool), str(tmp_path / "nothing"), "--out", str(tmp_path / "x")],
+    bad = subprocess.run([sys.executable, *tool, str(tmp_path / "nothing"), "--out", str(tmp_path / "x")],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1 and "nothing: no such file or directory" in bad.stderr
-    zero = subprocess.run([sys.executable, str(tool), str(FIXTURES), "--out", str(tmp_path / "y"),
+    zero = subprocess.run([sys.executable, *tool, str(FIXTURES), "--out", str(tmp_path / "y"),
                            "--egos-per-scenario", "0"], capture_output=True, text=True, timeout=120)
     assert zero.returncode == 2 and "--egos-per-scenario" in zero.stderr
     broken = tmp_path / "broken.xml"
     broken.write_text('<?xml version="1.0"?><commonRoad><broken')
-    nothing = subprocess.run([sys.executable, str(tool), str(broken), "--out", str(tmp_path / "z"),
+    nothing = subprocess.run([sys.executable, *tool, str(broken), "--out", str(tmp_path / "z"),
                               "--skip-bad", "--no-progress"], capture_output=True, text=True, timeout=120)
     assert nothing.returncode == 1 and "no clip converted" in nothing.stderr
     assert "broken.xml: not a readable CommonRoad" in nothing.stderr
-    helped = subprocess.run([sys.executable, str(tool), "--help"], capture_output=True, text=True,
+    helped = subprocess.run([sys.executable, *tool, "--help"], capture_output=True, text=True,
                             timeout=120)
     assert helped.returncode == 0 and "--egos-per-scenario" in helped.stdout

@@ -132,7 +132,7 @@ def test_committed_rich_set():
     several lane widths and ego sizes, light states, and scenes of up to about 60 road users."""
     directory = ROOT / "data" / "eval_rich"
     if not (directory / "index.json").is_file():
-        pytest.skip(f"{directory} not generated (tools/generate_scenarios.py --preset eval_rich)")
+        pytest.skip(f"{directory} not generated (rad2 data generate --preset eval_rich)")
     clips = load_dataset(directory)
     assert len(clips) >= 30
     assert {c.scenario_kind for c in clips} == set(CFG["presets"]["eval_rich"]["kinds"])

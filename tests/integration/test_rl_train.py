@@ -181,7 +181,7 @@ def test_validation_clips_are_held_out_of_every_training_set_in_proportion():
 
 
 def test_cli_names_a_bad_setting(tmp_path):
-    cmd = [sys.executable, str(resolve_path("tools/train_rl.py")), "--out", str(tmp_path), "--no-progress"]
+    cmd = [sys.executable, "-m", "rad2_bringup.cli", "train", "rl", "--out", str(tmp_path), "--no-progress"]
     res = subprocess.run(cmd + ["--set", "rl.tc_grpo.advantage=ppo"], capture_output=True, text=True)
     assert res.returncode == 2 and "rl.tc_grpo.advantage" in res.stderr and "ppo" in res.stderr
     res = subprocess.run(cmd + ["--set", "rl.group_size=1"], capture_output=True, text=True)
@@ -308,7 +308,8 @@ def test_runs_of_one_planner_under_two_labels_merge_into_one_arm(tmp_path):
     assert [r["CR"] for r in next(iter(merged["x"].values()))] == [0.04, 0.06]
     with pytest.raises(ValueError, match=r"no arm labelled \['ckpt:elsewhere'\]"):
         merge_results(paths, {"ckpt:elsewhere": "x"})
-    cli = subprocess.run([sys.executable, "tools/rl_experiments.py", "--merge", *map(str, paths),
+    cli = subprocess.run([sys.executable, "-m", "rad2_bringup.cli", "eval", "experiments", "--merge",
+                          *map(str, paths),
                           "--rename", "ckpt:runs/x/best->x", "ckpt:checkpoints/x->x", "--out",
                           str(tmp_path / "m")], capture_output=True, text=True, timeout=120,
                          cwd=resolve_path("."))

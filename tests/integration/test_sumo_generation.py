@@ -201,7 +201,7 @@ def test_bundled_sets(name, kinds, minimum):
     """The committed data/ sets load without SUMO, cover their kinds and keep the near-miss property."""
     directory = ROOT / "data" / name
     if not (directory / "index.json").is_file():
-        pytest.skip(f"{directory} not generated yet (tools/generate_scenarios.py --bundled)")
+        pytest.skip(f"{directory} not generated yet (rad2 data generate --bundled)")
     clips = load_dataset(directory)
     assert len(clips) >= minimum
     assert {c.scenario_kind for c in clips} == set(kinds)

@@ -1,104 +1,110 @@
-"""Every benchmark and training CLI answers --help without side effects (usage on stdout, exit 0)."""
+"""The rad2 command (rad2_bringup.cli): the groups and verbs, --help of every verb without side effects
+(usage on stdout, exit 0, an example), bad groups, verbs and options named (exit 2), and the verbs that
+merge results or datasets and compare runtime settings, run as processes."""
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
+import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from rad2_bringup.cli import COMMANDS, main, verbs
 
-TOOLS = Path(__file__).resolve().parents[2] / "tools"
+ROOT = Path(__file__).resolve().parents[2]
+RAD2 = [sys.executable, "-m", "rad2_bringup.cli"]
 
 
-@pytest.mark.parametrize("tool", ["bench_all.py", "bench_planner_latency.py", "bench_ilqr.py", "bench_sim.py",
-                                  "bench_rollouts.py", "train_rl.py", "rl_experiments.py",
-                                  "evaluate_policy.py", "train_self_correction.py", "eval_safety_layer.py",
-                                  "finetune_self_correction.py", "merge_datasets.py", "bench_graph.py"])
+@pytest.mark.parametrize("tool", ["bench all", "bench planner", "bench ilqr", "bench sim",
+                                  "bench rollouts", "train rl", "eval experiments",
+                                  "eval policy", "train self-correction", "eval safety-layer",
+                                  "train self-correction-rl", "data merge", "bench graph"])
 def test_help(tool, tmp_path):
-    res = subprocess.run([sys.executable, str(TOOLS / tool), "--help"], capture_output=True, text=True,
+    res = subprocess.run([*RAD2, *tool.split(), "--help"], capture_output=True, text=True,
                          timeout=120, cwd=tmp_path)
     assert res.returncode == 0 and "usage:" in res.stdout, res.stderr
     assert not any(tmp_path.iterdir())  # --help writes nothing
 
 
 @pytest.mark.parametrize("tool,args,name", [
-    ("train_rl.py", ["--workers", "-1"], "--workers"),
-    ("train_rl.py", ["--budget-min", "0"], "--budget-min"),
-    ("rl_experiments.py", ["--max-clips", "0"], "--max-clips"),
-    ("rl_experiments.py", ["--arms", "il:best"], "il:best"),
-    ("rl_experiments.py", ["--merge", "nowhere.json"], "--merge"),
-    ("rl_experiments.py", ["--rename", "a->b"], "--rename"),
-    ("rl_experiments.py", ["--threads", "0"], "--threads"),
-    ("rl_experiments.py", ["--sim-set", "sim.reactive_agents=perhaps"], "sim.reactive_agents"),
-    ("rl_experiments.py", ["--merge", "r.json", "--sim-set", "sim.max_steps=5"], "--sim-set"),
-    ("train_rl.py", ["--sim-set", "sim.made_up=1"], "sim.made_up"),
-    ("rl_experiments.py", ["--sim-set", "sim.dt=0.2"], "controller.dt"),  # in range, yet not the log's step
-    ("rl_experiments.py", ["--device", "cuda"], "--backend pytorch"),
-    ("bench_rollouts.py", ["--backend", "pytorch", "--device", "gpu0"], "--device"),
-    ("bench_planner_latency.py", ["--cuda-graphs", "maybe"], "--cuda-graphs"),
-    ("bench_planner_latency.py", ["--cycles", "0"], "--cycles"),
-    ("bench_planner_latency.py", ["--m", "32", "0"], "--m"),
-    ("bench_planner_latency.py", ["--op-profile", "--m", "32", "64"], "--op-profile"),
-    ("bench_planner_latency.py", ["--op-profile", "--backend", "pytorch"], "--op-profile"),
+    ("train rl", ["--workers", "-1"], "--workers"),
+    ("train rl", ["--budget-min", "0"], "--budget-min"),
+    ("eval experiments", ["--max-clips", "0"], "--max-clips"),
+    ("eval experiments", ["--arms", "il:best"], "il:best"),
+    ("eval experiments", ["--merge", "nowhere.json"], "--merge"),
+    ("eval experiments", ["--rename", "a->b"], "--rename"),
+    ("eval experiments", ["--threads", "0"], "--threads"),
+    ("eval experiments", ["--sim-set", "sim.reactive_agents=perhaps"], "sim.reactive_agents"),
+    ("eval experiments", ["--merge", "r.json", "--sim-set", "sim.max_steps=5"], "--sim-set"),
+    ("train rl", ["--sim-set", "sim.made_up=1"], "sim.made_up"),
+    ("eval experiments", ["--sim-set", "sim.dt=0.2"], "controller.dt"),  # in range, yet not the log's step
+    ("eval experiments", ["--device", "cuda"], "--backend pytorch"),
+    ("bench rollouts", ["--backend", "pytorch", "--device", "gpu0"], "--device"),
+    ("bench planner", ["--cuda-graphs", "maybe"], "--cuda-graphs"),
+    ("bench planner", ["--cycles", "0"], "--cycles"),
+    ("bench planner", ["--m", "32", "0"], "--m"),
+    ("bench planner", ["--op-profile", "--m", "32", "64"], "--op-profile"),
+    ("bench planner", ["--op-profile", "--backend", "pytorch"], "--op-profile"),
     # 0 steps used to run silently with the default K; bounds come from params/planner.schema.yaml
-    ("bench_planner_latency.py", ["--k", "0"], "planner.num_denoise_steps"),
-    ("bench_planner_latency.py", ["--m", "2000"], "planner.num_candidates"),
-    ("bench_planner_latency.py", ["--sampler", "euler"], "planner.sampler"),
-    ("bench_planner_latency.py", ["--device", "-1"], "--device"),
-    ("bench_planner_latency.py", ["--m", "4", "--data", "nowhere"], "nowhere"),
-    ("bench_ilqr.py", ["--repeats", "0"], "--repeats"),
-    ("bench_ilqr.py", ["--seed", "-1"], "--seed"),
-    ("bench_sim.py", ["--batch", "-1"], "--batch"),
-    ("bench_sim.py", ["--dataset", "nowhere"], "nowhere"),
-    ("bench_bev.py", ["--stride", "0"], "--stride"),
-    ("bench_graph.py", ["--domain-id", "999"], "--domain-id"),
-    ("demo.py", ["--backend", "gpu"], "planner.backend"),
-    ("demo.py", ["--realtime-factor", "1e6"], "node.realtime_factor"),
-    ("soak_faults.py", ["--dataset", "/nonexistent_dataset", "--minutes", "0.01"], "/nonexistent_dataset"),
-    ("evaluate_policy.py", ["--h-reuse", "100000"], "evaluation.h_reuse"),
-    ("evaluate_policy.py", ["--seed", "-1"], "rollout.seed"),
-    ("evaluate_policy.py", ["--backend", "tflite"], "planner.backend"),
-    ("evaluate_policy.py", ["--openvino-precision", "bf16"], "the openvino backend"),
-    ("bench_planner_latency.py", ["--backend", "openvino", "--openvino-precision", "fp8"],
+    ("bench planner", ["--k", "0"], "planner.num_denoise_steps"),
+    ("bench planner", ["--m", "2000"], "planner.num_candidates"),
+    ("bench planner", ["--sampler", "euler"], "planner.sampler"),
+    ("bench planner", ["--device", "-1"], "--device"),
+    ("bench planner", ["--m", "4", "--data", "nowhere"], "nowhere"),
+    ("bench ilqr", ["--repeats", "0"], "--repeats"),
+    ("bench ilqr", ["--seed", "-1"], "--seed"),
+    ("bench sim", ["--batch", "-1"], "--batch"),
+    ("bench sim", ["--dataset", "nowhere"], "nowhere"),
+    ("bench bev", ["--stride", "0"], "--stride"),
+    ("bench graph", ["--domain-id", "999"], "--domain-id"),
+    ("demo", ["--backend", "gpu"], "planner.backend"),
+    ("demo", ["--realtime-factor", "1e6"], "node.realtime_factor"),
+    ("graph soak", ["--dataset", "/nonexistent_dataset", "--minutes", "0.01"], "/nonexistent_dataset"),
+    ("eval policy", ["--h-reuse", "100000"], "evaluation.h_reuse"),
+    ("eval policy", ["--seed", "-1"], "rollout.seed"),
+    ("eval policy", ["--backend", "tflite"], "planner.backend"),
+    ("eval policy", ["--openvino-precision", "bf16"], "the openvino backend"),
+    ("bench planner", ["--backend", "openvino", "--openvino-precision", "fp8"],
      "runtime.openvino.precision"),
-    ("latency_report.py", ["--duration", "nan"], "--duration"),
-    ("rl_experiments.py", ["--seeds", "0", "-1"], "--seeds"),
-    ("train_rl.py", ["--seed", "-1"], "rl.seed"),
-    ("train_il.py", ["--seed", "-1"], "imitation.seed"),
-    ("train_critic.py", ["--lr", "nan"], "--lr"),
-    ("bench_rollouts.py", ["--group", "0"], "rollout.group_size"),
-    ("bench_rollouts.py", ["--openvino-precision", "bf16"], "--backend openvino"),
-    ("curate_scenarios.py", ["--seed", "-1"], "rollout.seed"),
-    ("eval_safety_layer.py", ["--splits", str(TOOLS.parent / "data" / "eval_safety"), "--critic",
+    ("eval latency-report", ["--duration", "nan"], "--duration"),
+    ("eval experiments", ["--seeds", "0", "-1"], "--seeds"),
+    ("train rl", ["--seed", "-1"], "rl.seed"),
+    ("train il", ["--seed", "-1"], "imitation.seed"),
+    ("train critic", ["--lr", "nan"], "--lr"),
+    ("bench rollouts", ["--group", "0"], "rollout.group_size"),
+    ("bench rollouts", ["--openvino-precision", "bf16"], "--backend openvino"),
+    ("data curate", ["--seed", "-1"], "rollout.seed"),
+    ("eval safety-layer", ["--splits", str(ROOT / "data" / "eval_safety"), "--critic",
                               "/nonexistent_critic"], "/nonexistent_critic"),
-    ("replay_eval.py", ["--rate", "0"], "--rate"),
-    ("smoke_graph.py", ["--domain-id", "999"], "--domain-id"),
-    ("record_bag.py", ["--duration", "inf"], "--duration"),
-    ("bench_all.py", ["--cycles", "0"], "--cycles"),
-    ("bench_graph.py", ["--cycles", "0"], "--cycles"),
-    ("bench_graph.py", ["--rate-hz", "0"], "--rate-hz"),
-    ("bench_graph.py", ["--data", "nowhere"], "--data"),
-    ("train_self_correction.py", ["--data", str(TOOLS.parent / "data" / "train"), "--out", "o", "--set",
+    ("eval replay", ["--rate", "0"], "--rate"),
+    ("graph smoke", ["--domain-id", "999"], "--domain-id"),
+    ("graph record", ["--duration", "inf"], "--duration"),
+    ("bench all", ["--cycles", "0"], "--cycles"),
+    ("bench graph", ["--cycles", "0"], "--cycles"),
+    ("bench graph", ["--rate-hz", "0"], "--rate-hz"),
+    ("bench graph", ["--data", "nowhere"], "--data"),
+    ("train self-correction", ["--data", str(ROOT / "data" / "train"), "--out", "o", "--set",
                                   "trace_len=0"],
      "self_correction.trace_len"),
-    ("eval_safety_layer.py", ["--merge", "nowhere"], "--merge"),
-    ("train_self_correction.py", ["--data", "nowhere", "--out", "o"], "--data"),
-    ("finetune_self_correction.py", ["--data", str(TOOLS.parent / "data" / "train"), "--out", "o", "--set",
+    ("eval safety-layer", ["--merge", "nowhere"], "--merge"),
+    ("train self-correction", ["--data", "nowhere", "--out", "o"], "--data"),
+    ("train self-correction-rl", ["--data", str(ROOT / "data" / "train"), "--out", "o", "--set",
                                      "kl_weight=-1"], "self_correction_rl.kl_weight"),
-    ("finetune_self_correction.py", ["--data", "nowhere"], "--data"),
-    ("finetune_self_correction.py", ["--data", str(TOOLS.parent / "data" / "train"),
+    ("train self-correction-rl", ["--data", "nowhere"], "--data"),
+    ("train self-correction-rl", ["--data", str(ROOT / "data" / "train"),
                                      "--time-budget-min", "nan"], "--time-budget-min"),
-    ("train_self_correction.py", ["--data", str(TOOLS.parent / "data" / "train"), "--out", "o",
+    ("train self-correction", ["--data", str(ROOT / "data" / "train"), "--out", "o",
                                   "--time-budget-min", "-1"], "--time-budget-min"),
-    ("finetune_self_correction.py", ["--data", str(TOOLS.parent / "data" / "train"), "--set", "iterations"],
+    ("train self-correction-rl", ["--data", str(ROOT / "data" / "train"), "--set", "iterations"],
      "--set 'iterations'"),
 ])
 def test_bad_arguments_are_named(tool, args, name, tmp_path):
-    res = subprocess.run([sys.executable, str(TOOLS / tool), *args], capture_output=True, text=True,
+    res = subprocess.run([*RAD2, *tool.split(), *args], capture_output=True, text=True,
                          timeout=120, cwd=tmp_path)
     assert res.returncode == 2 and name in res.stderr and "Traceback" not in res.stderr, res.stderr
 
@@ -106,8 +112,8 @@ def test_bad_arguments_are_named(tool, args, name, tmp_path):
 def test_merge_datasets_keeps_every_clip_and_refuses_repeated_ids(tmp_path):
     from rad2_core.storage import iter_dataset, read_index
 
-    data = TOOLS.parent / "data"
-    merge = [sys.executable, str(TOOLS / "merge_datasets.py")]
+    data = ROOT / "data"
+    merge = [*RAD2, "data", "merge"]
     res = subprocess.run([*merge, str(data / "eval_signals"), str(data / "eval_rich"), "--out", "m"],
                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
@@ -141,7 +147,7 @@ def test_rl_experiments_merges_runs_and_renames_arms(tmp_path):
 
     for i, cr in enumerate((0.1, 0.3)):
         (tmp_path / f"r{i}.json").write_text(json.dumps(run(cr)))
-    res = subprocess.run([sys.executable, str(TOOLS / "rl_experiments.py"), "--merge", "r0.json", "r1.json",
+    res = subprocess.run([*RAD2, "eval", "experiments", "--merge", "r0.json", "r1.json",
                           "--rename", "ckpt:/mnt/x@D=safe->RL run", "--out", "m"], capture_output=True,
                          text=True, timeout=120, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
@@ -151,13 +157,13 @@ def test_rl_experiments_merges_runs_and_renames_arms(tmp_path):
 
 
 def test_fixed_shapes_comparison_alternates_both_settings(tmp_path):
-    """bench_planner_latency.py --compare-fixed-shapes: both settings timed in one process, per M."""
+    """rad2 bench planner --compare-fixed-shapes: both settings timed in one process, per M."""
     import json
 
     out = tmp_path / "cmp"
-    res = subprocess.run([sys.executable, str(TOOLS / "bench_planner_latency.py"), "--compare-fixed-shapes",
+    res = subprocess.run([*RAD2, "bench", "planner", "--compare-fixed-shapes",
                           "--m", "4", "--cycles", "3", "--warmup", "1", "--random-inputs", "--out", str(out)],
-                         capture_output=True, text=True, timeout=300, cwd=TOOLS.parent)
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert res.returncode == 0, res.stderr
     payload = json.loads((tmp_path / "cmp_fixed_shapes.json").read_text())
     assert payload["key"] == "ort_fixed_shapes" and payload["values"] == ["False", "True"]
@@ -167,14 +173,14 @@ def test_fixed_shapes_comparison_alternates_both_settings(tmp_path):
 
 
 def test_operator_profile_cli_writes_the_table_the_figure_and_the_traces(tmp_path):
-    """bench_planner_latency.py --op-profile: ONNX Runtime's operator time per graph, with the matrix
+    """rad2 bench planner --op-profile: ONNX Runtime's operator time per graph, with the matrix
     products' throughput set against the probe of the same run."""
     import json
 
     out = tmp_path / "prof"
-    res = subprocess.run([sys.executable, str(TOOLS / "bench_planner_latency.py"), "--op-profile", "--m", "8",
+    res = subprocess.run([*RAD2, "bench", "planner", "--op-profile", "--m", "8",
                           "--cycles", "3", "--random-inputs", "--out", str(out)],
-                         capture_output=True, text=True, timeout=300, cwd=TOOLS.parent)
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert res.returncode == 0, res.stderr
     payload = json.loads((tmp_path / "prof_ops.json").read_text())
     profile = payload["profile"]
@@ -186,11 +192,12 @@ def test_operator_profile_cli_writes_the_table_the_figure_and_the_traces(tmp_pat
 
 
 class _Parsed(Exception):
-    """Raised instead of parsing: the tool's parser has been built and captured."""
+    """Raised instead of parsing: the verb's parser has been built and captured."""
 
 
-def _tool_parser(tool: Path, monkeypatch) -> argparse.ArgumentParser:
-    """The parser ``tool``'s main() builds, captured at its first parse_args (nothing runs after it)."""
+def _verb_parser(module: str, monkeypatch) -> argparse.ArgumentParser:
+    """The parser ``rad2_bringup.cli.<module>``'s main() builds, captured at its first parse_args (nothing
+    runs after it)."""
     captured = {}
 
     def capture(self, *args, **kwargs):
@@ -198,34 +205,94 @@ def _tool_parser(tool: Path, monkeypatch) -> argparse.ArgumentParser:
         raise _Parsed
 
     monkeypatch.setattr(argparse.ArgumentParser, "parse_args", capture)
-    monkeypatch.setattr(sys, "argv", [str(tool)])
-    monkeypatch.syspath_prepend(str(TOOLS))  # as when run: a tool may import a sibling (convert_womd)
-    spec = importlib.util.spec_from_file_location(f"tool_{tool.stem}", tool)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    verb = importlib.import_module(f"rad2_bringup.cli.{module}")
     with pytest.raises(_Parsed):
-        module.main()
+        verb.main([])
     return captured["parser"]
 
 
-def test_every_numeric_option_of_every_tool_is_bounded(monkeypatch):
-    """No tool takes a bare int/float: those accept nan, inf, 1e300 and negative counts, which then fail
+def test_every_numeric_option_of_every_verb_is_bounded(monkeypatch):
+    """No verb takes a bare int/float: those accept nan, inf, 1e300 and negative counts, which then fail
     deep inside (or silently run with nonsense). Each numeric option uses rad2_core.cli_args, and
     each of those refuses a non-finite value."""
     bare, accepts_nan, checked = [], [], 0
-    for tool in sorted(TOOLS.glob("*.py")):
-        if tool.name == "rosenv.py":  # runs under `python -S` (tools/env.sh), so without the package;
-            continue                  # its one number, --domain-id, is checked by rosenv itself
-        for action in _tool_parser(tool, monkeypatch)._actions:
+    for name, module in verbs():
+        for action in _verb_parser(module, monkeypatch)._actions:
             if action.type in (int, float):
-                bare.append(f"{tool.name} {action.option_strings}")
+                bare.append(f"rad2 {name} {action.option_strings}")
             elif getattr(action.type, "__module__", "") == "rad2_core.cli_args":
                 checked += 1
                 try:
                     action.type("nan")
-                    accepts_nan.append(f"{tool.name} {action.option_strings}")
+                    accepts_nan.append(f"rad2 {name} {action.option_strings}")
                 except argparse.ArgumentTypeError:
                     pass
     assert not bare, bare
     assert not accepts_nan, accepts_nan
-    assert checked > 80  # the tools' numeric options, all of them seen
+    assert checked > 80  # the verbs' numeric options, all of them seen
+
+
+def test_help_lists_every_group_and_verb_without_importing_the_stack():
+    """rad2 --help and rad2 <group> --help name every group and verb with its line, and import neither
+    numpy, torch nor rclpy nor a verb module: they stay fast."""
+    code = ("import sys\n"
+            "from rad2_bringup.cli import main\n"
+            "codes = [main(['--help'])] + [main([g, '--help']) for g in sys.argv[1:]]\n"
+            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'rclpy', 'numpy')\n"
+            "               or m.startswith('rad2_bringup.cli.'))\n"
+            "print('HEAVY', heavy, 'CODES', codes)\n")
+    groups = [g for g, (_, table) in COMMANDS.items() if "" not in table]
+    res = subprocess.run([sys.executable, "-c", code, *groups], capture_output=True, text=True, timeout=60,
+                         cwd="/")
+    assert res.returncode == 0, res.stderr
+    assert f"HEAVY [] CODES {[0] * (1 + len(groups))}" in res.stdout, res.stdout
+    top = res.stdout.split("usage: rad2 data")[0]
+    for group, (line, table) in COMMANDS.items():
+        assert re.search(rf"^  {group} +{re.escape(line)}$", top, re.M), group
+        for verb, (_, text) in table.items():
+            if verb:
+                assert verb in top and f"  {verb}" in res.stdout and text in res.stdout, verb
+
+
+@pytest.mark.parametrize("name,module", verbs())
+def test_every_verb_answers_help_with_its_program_name_and_an_example(name, module, capsys):
+    with pytest.raises(SystemExit) as done:
+        main([*name.split(), "--help"])
+    out = capsys.readouterr().out
+    assert done.value.code == 0
+    assert out.startswith(f"usage: rad2 {name} "), out[:200]
+    # the description ends with its examples, each a rad2 command line
+    assert "\nexample" in out, out
+    examples = out.split("\nexample", 1)[1]
+    assert f"rad2 {name}" in examples, examples
+
+
+@pytest.mark.parametrize("argv,named", [
+    (["evaluate"], "'evaluate'"),
+    (["eval", "polcy"], "'polcy'"),  # with the choices and the likely one
+    (["eval"], "a verb is required"),
+    ([], "a group is required"),
+    (["bench", "planner", "--cycles", "0"], "--cycles"),
+    (["data", "merge", "--out", "x"], "inputs"),
+    (["eval", "policy", "--split", "nowhere_split"], "nowhere_split"),
+    (["eval", "policy", "--no-such-option"], "--no-such-option"),
+])
+def test_a_bad_group_verb_or_option_is_named(argv, named, tmp_path):
+    res = subprocess.run([*RAD2, *argv], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert res.returncode == 2 and named in res.stderr and "Traceback" not in res.stderr, res.stderr
+    if argv[:2] == ["eval", "polcy"]:
+        assert "did you mean 'policy'" in res.stderr and "latency-report" in res.stderr
+    if argv == ["evaluate"]:
+        assert all(g in res.stderr for g in COMMANDS)
+
+
+def test_the_installed_script_runs_the_same_command(tmp_path):
+    """The console script of the colcon build (install/rad2_bringup/bin/rad2) is this dispatcher."""
+    script = ROOT / "ros2_ws" / "install" / "rad2_bringup" / "bin" / "rad2"
+    if not script.is_file():
+        if os.environ.get("CI"):
+            pytest.fail(f"{script} is missing: the colcon build did not install the rad2 command")
+        pytest.skip(f"{script} is not built (bash tools/bootstrap.sh)")
+    res = subprocess.run([str(script), "eval", "policy", "--help"], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert res.returncode == 0 and res.stdout.startswith("usage: rad2 eval policy"), res.stderr

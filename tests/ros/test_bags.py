@@ -1,4 +1,4 @@
-"""Bag I/O (rad2_datasets.bags) and the bag tools: clip_to_bag, record_bag, latency_report.
+"""Bag I/O (rad2_datasets.bags) and the bag verbs: rad2 data to-bag, graph record, eval latency-report.
 
 Real MCAP files throughout; the record test runs a real rclpy publisher process over DDS.
 """
@@ -24,7 +24,7 @@ from rad2_ros.latency import records_from_bag, summarise
 from synthetic_scenes import make_clip
 
 ROOT = Path(__file__).resolve().parents[2]
-TOOLS = ROOT / "tools"
+RAD2 = ["-m", "rad2_bringup.cli"]  # after the interpreter: rad2 <group> <verb> ...
 
 PY = sys.executable
 START_S = 1_700_000_000.0
@@ -162,17 +162,17 @@ def test_bad_bags_give_clear_errors(clip_bag, tmp_path):
             list(reader.messages())
     # the CLIs: clear message, non-zero exit
     missing_clip = str(tmp_path / "no.npz")
-    for cmd in ([str(TOOLS / "latency_report.py"), "--bag", str(broken)],
-                [str(TOOLS / "latency_report.py"), "--bag", str(bag)],  # no diagnostics topic
-                [str(TOOLS / "clip_to_bag.py"), "--clip", missing_clip, "--out", str(tmp_path / "o")]):
+    for cmd in ([*RAD2, "eval", "latency-report", "--bag", str(broken)],
+                [*RAD2, "eval", "latency-report", "--bag", str(bag)],  # no diagnostics topic
+                [*RAD2, "data", "to-bag", "--clip", missing_clip, "--out", str(tmp_path / "o")]):
         res = subprocess.run([PY, *cmd], capture_output=True, text=True, timeout=60)
         assert res.returncode == 2, res.stderr
         assert "error:" in res.stderr and "Traceback" not in res.stderr
 
 
 def test_cli_help():
-    for tool in ("clip_to_bag.py", "record_bag.py", "replay_eval.py", "latency_report.py", "repair_bag.py"):
-        res = subprocess.run([PY, str(TOOLS / tool), "--help"], capture_output=True, text=True, timeout=60)
+    for tool in ("data to-bag", "graph record", "eval replay", "eval latency-report", "data repair-bag"):
+        res = subprocess.run([PY, *RAD2, *tool.split(), "--help"], capture_output=True, text=True, timeout=60)
         assert res.returncode == 0 and "usage:" in res.stdout, tool
 
 
@@ -209,7 +209,7 @@ def test_latency_report_percentiles_from_bag(tmp_path):
     assert list(summary["stages"])[:4] == ["preprocess", "encode", "denoise_0", "denoise_1"]
     assert summary["deadline_missed"] == 7 and summary["deadline_miss_rate"] == pytest.approx(0.07)
     assert summary["cycles_by_counter"] == 100 and summary["dropped_diagnostics"] == 0
-    res = subprocess.run([PY, str(TOOLS / "latency_report.py"), "--bag", str(tmp_path / "diag"),
+    res = subprocess.run([PY, *RAD2, "eval", "latency-report", "--bag", str(tmp_path / "diag"),
                           "--json", str(tmp_path / "lat.json"), "--png", str(tmp_path / "lat.png")],
                          capture_output=True, text=True, timeout=90)
     assert res.returncode == 0, res.stderr
@@ -220,7 +220,7 @@ def test_latency_report_percentiles_from_bag(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------------
-# record_bag against a live rclpy publisher process
+# rad2 graph record against a live rclpy publisher process
 # --------------------------------------------------------------------------------------------------
 
 _PUBLISHER = textwrap.dedent("""
@@ -275,14 +275,14 @@ def test_record_bag_records_live_publisher(tmp_path):
                            stderr=subprocess.PIPE, text=True)
     try:
         t0 = time.monotonic()
-        res = subprocess.run([venv_py, str(TOOLS / "record_bag.py"), "--out", str(tmp_path / "rec"),
+        res = subprocess.run([venv_py, *RAD2, "graph", "record", "--out", str(tmp_path / "rec"),
                               "--topics", "/localization/odometry", "planning/diagnostics",
                               "--duration", "3", "--wait-topics", "20"],
                              env=env, capture_output=True, text=True, timeout=60)
         assert res.returncode == 0, res.stderr
         assert time.monotonic() - t0 < 45
         # unknown topic: clear error, non-zero exit, no empty bag left behind
-        bad = subprocess.run([venv_py, str(TOOLS / "record_bag.py"), "--out", str(tmp_path / "bad"),
+        bad = subprocess.run([venv_py, *RAD2, "graph", "record", "--out", str(tmp_path / "bad"),
                               "--topics", "/no/such/topic", "--duration", "1", "--wait-topics", "1"],
                              env=env, capture_output=True, text=True, timeout=60)
         assert bad.returncode == 2 and "/no/such/topic" in bad.stderr and "Traceback" not in bad.stderr
@@ -360,7 +360,7 @@ def test_recover_bag_after_kill_and_truncation(tmp_path, monkeypatch):
     assert _raw_messages(bag) == written  # the finished bag holds everything
 
     killed = tmp_path / "killed"
-    with pytest.raises(bags.BagError, match="no metadata.yaml.*repair_bag.py"):
+    with pytest.raises(bags.BagError, match="no metadata.yaml.*rad2 data repair-bag"):
         bags.BagReader(killed)
     report = bags.recover_bag(killed)
     assert report.repaired and not report.had_footer
@@ -396,7 +396,7 @@ def test_recover_bag_after_kill_and_truncation(tmp_path, monkeypatch):
     truncated.mkdir()
     (truncated / "live.mcap").write_bytes((bag / "live.mcap").read_bytes()[:cut])
     shutil.copyfile(bag / "metadata.yaml", truncated / "metadata.yaml")
-    with pytest.raises(bags.BagError, match="truncated.*repair_bag.py"):
+    with pytest.raises(bags.BagError, match="truncated.*rad2 data repair-bag"):
         with bags.BagReader(truncated) as reader:
             list(reader.messages())
     report = bags.recover_bag(truncated)
@@ -415,15 +415,15 @@ def test_repair_bag_cli(tmp_path):
             w.write("/odom", _odom(i), 10**9 + i * 10**8)
             time.sleep(0.02)
         _snapshot_as_killed(tmp_path / "b", tmp_path / "k")
-    res = subprocess.run([PY, str(TOOLS / "repair_bag.py"), str(tmp_path / "k")],
+    res = subprocess.run([PY, *RAD2, "data", "repair-bag", str(tmp_path / "k")],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert "/odom: 5 messages" in res.stdout and "repaired" in res.stdout
     (tmp_path / "notabag").mkdir()
     for bad in (tmp_path / "notabag", tmp_path / "missing", Path(__file__)):
-        res = subprocess.run([PY, str(TOOLS / "repair_bag.py"), str(bad)],
+        res = subprocess.run([PY, *RAD2, "data", "repair-bag", str(bad)],
                              capture_output=True, text=True, timeout=60)
-        assert res.returncode == 2 and "repair_bag: error:" in res.stderr and str(bad) in res.stderr
+        assert res.returncode == 2 and "rad2 data repair-bag: error:" in res.stderr and str(bad) in res.stderr
         assert "Traceback" not in res.stderr
 
 
@@ -432,7 +432,7 @@ _KILLED_WRITER = textwrap.dedent("""
     from rad2_datasets import bags
     from rad2_ros.nodes.recording import chunk_duration_s, open_writer
     period = float(sys.argv[2])
-    writer = open_writer(sys.argv[1])  # chunk duration from params/nodes.yaml, like record_bag.py
+    writer = open_writer(sys.argv[1])  # chunk duration from params/nodes.yaml, like rad2 graph record
     writer.open()
     print("chunk", chunk_duration_s(), flush=True)
     i = 0
@@ -482,7 +482,7 @@ def test_sigkilled_writer_loses_at_most_one_chunk(tmp_path):
     complete = out.splitlines()[:-1] if not out.endswith("\n") else out.splitlines()
     sent = [(int(i), int(stamp)) for _, i, stamp in (line.split() for line in complete)]
     assert len(sent) > 50
-    with pytest.raises(bags.BagError, match="repair_bag.py"):
+    with pytest.raises(bags.BagError, match="rad2 data repair-bag"):
         bags.BagReader(tmp_path / "rec")
     report = bags.recover_bag(tmp_path / "rec")
     with bags.BagReader(tmp_path / "rec") as reader:

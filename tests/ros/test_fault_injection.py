@@ -1,7 +1,7 @@
 """Fault injection against the real vehicle graph: every node its own process, real Fast DDS on loopback.
 
 The perception node ``bev_features``, the ``planner`` (shipped checkpoint, PyTorch backend, M = 8,
-K = 2), the ``controller`` and the heartbeat ``supervisor`` run as started by tools/bringup.py; the
+K = 2), the ``controller`` and the heartbeat ``supervisor`` run as started by rad2 graph up; the
 driver (tests/fault_driver.py) plays a 10 m/s drive on a straight road (odometry 50 Hz, object lists
 10 Hz) and injects, one at a time with good input in between: odometry at 1e6 m/s, a yaw rate of 1e9,
 a 1 km pose jump, an empty odometry message (stamp 0), a BEV cell of 1e30, trajectories with dt 1000 s

@@ -1,4 +1,4 @@
-"""The launch files (ros2 launch, full installs) and tools/bringup.py (this machine) start the same
+"""The launch files (ros2 launch, full installs) and rad2 graph up (this machine) start the same
 executables, node names and parameter files: both read launch/graphs.yaml.
 
 `launch`/`launch_ros` are not installable here, so the launch files are checked two ways: their AST

@@ -17,7 +17,7 @@ from rad2_ros import msg_roundtrip
 from rad2_ros.rosenv import rad2_variables
 from ros_process import ROOT, RosProcess, require_ros_build, ros_env, unique_domain_id
 
-SMOKE = str(ROOT / "tools" / "smoke_graph.py")
+SMOKE = ["-m", "rad2_bringup.cli", "graph", "smoke"]  # rad2 graph smoke, in the child's python
 BEV_CHANNELS = 10
 BEV_SIZE = 128
 SEED = 3
@@ -30,10 +30,10 @@ def dds_exchange(tmp_path_factory):
     dump = log_dir / "replies.npz"
     env = ros_env(unique_domain_id())
     common = ["--seed", str(SEED), "--bev-channels", str(BEV_CHANNELS), "--bev-size", str(BEV_SIZE)]
-    with RosProcess([SMOKE, "echo", "--timeout", "120"], env, name="echo", log_dir=log_dir) as echo:
+    with RosProcess([*SMOKE, "echo", "--timeout", "120"], env, name="echo", log_dir=log_dir) as echo:
         echo.wait_for_output(msg_roundtrip.READY_LINE, timeout=60)
         with RosProcess(
-            [SMOKE, "probe", "--count", "3", "--timeout", "60", "--dump", str(dump), *common],
+            [*SMOKE, "probe", "--count", "3", "--timeout", "60", "--dump", str(dump), *common],
             env,
             name="probe",
             log_dir=log_dir,
@@ -112,6 +112,11 @@ def test_env_sh_is_set_u_safe_and_agrees_with_rosenv(tmp_path):
         str(ROOT),
     ]
     assert Path(fixed["FASTDDS_DEFAULT_PROFILES_FILE"]).is_file()
+    # the rad2 command is on the PATH env.sh gives (the colcon install's bin, through its hooks)
+    which = subprocess.run(["bash", "-c", "set -euo pipefail; source tools/env.sh; command -v rad2"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120, env=bare)
+    assert which.returncode == 0, which.stderr
+    assert which.stdout.strip() == str(ROOT / "ros2_ws" / "install" / "rad2_bringup" / "bin" / "rad2")
 
 
 def test_ros_env_rejects_invalid_domain_id():

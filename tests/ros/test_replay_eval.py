@@ -17,7 +17,7 @@ from rad2_evaluation import replay
 from synthetic_scenes import make_clip
 
 ROOT = Path(__file__).resolve().parents[2]
-TOOLS = ROOT / "tools"
+RAD2 = [sys.executable, "-m", "rad2_bringup.cli"]
 NODES = ROOT / "ros2_ws" / "src" / "rad2_ros" / "rad2_ros" / "nodes"
 INSTALL_LIB = ROOT / "ros2_ws" / "install" / "rad2_ros" / "lib" / "rad2_ros"
 DATASET = ROOT / "data" / "eval_efficiency"
@@ -39,13 +39,13 @@ needs_nodes = pytest.mark.skipif(
 def _replay_clip(tmp_path: Path, index: int, logged_steps: str, steps: int, domain_base: int,
                  *extra: str) -> tuple[subprocess.CompletedProcess, Path]:
     """Convert clip ``index`` of DATASET (its ``logged_steps``) to a bag and replay its first ``steps``
-    through the real nodes; asserts both tools exit 0, returns the replay's result and output folder."""
-    res = subprocess.run([sys.executable, str(TOOLS / "clip_to_bag.py"), "--dataset", str(DATASET),
+    through the real nodes; asserts both commands exit 0, returns the replay's result and output folder."""
+    res = subprocess.run([*RAD2, "data", "to-bag", "--dataset", str(DATASET),
                           "--index", str(index), "--steps", logged_steps, "--out", str(tmp_path / "in")],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     out = tmp_path / "replay"
-    res = subprocess.run([sys.executable, str(TOOLS / "replay_eval.py"), "--bag", str(tmp_path / "in"),
+    res = subprocess.run([*RAD2, "eval", "replay", "--bag", str(tmp_path / "in"),
                           "--out", str(out), "--max-steps", str(steps), *extra, "--domain-id",
                           str(domain_base + os.getpid() % 50)],
                          capture_output=True, text=True, timeout=85)
@@ -117,14 +117,14 @@ def test_lock_step_resends_a_step_without_plan_and_keeps_its_first_plan(tmp_path
         topics = reader.topics
     assert topics["/localization/odometry"].count == steps
     assert topics["/planning/candidates"].count >= steps
-    res = subprocess.run([sys.executable, str(TOOLS / "replay_eval.py"), "--bag", str(tmp_path / "in"),
+    res = subprocess.run([*RAD2, "eval", "replay", "--bag", str(tmp_path / "in"),
                           "--out", str(tmp_path / "bad"), "--resend-after", "0"],
                          capture_output=True, text=True, timeout=60)
     # refused where the option is parsed (rad2_core.cli_args), naming it and the value; the player
     # itself refuses the same values from other callers (replay_player.py)
     assert res.returncode == 2 and "--resend-after" in res.stderr and "'0'" in res.stderr, res.stderr[-2000:]
     for bad in ("nan", "inf"):
-        res = subprocess.run([sys.executable, str(TOOLS / "replay_eval.py"), "--bag", str(tmp_path / "in"),
+        res = subprocess.run([*RAD2, "eval", "replay", "--bag", str(tmp_path / "in"),
                               "--out", str(tmp_path / "bad"), "--resend-after", bad],
                              capture_output=True, text=True, timeout=60)
         want = f"--resend-after: must be a finite number > 0 and <= 3600, got '{bad}'"
@@ -136,7 +136,7 @@ def synthetic_bag(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("synthetic_bag")
     clip = make_clip(num_steps=50)
     clip_file = save_clip(clip, tmp / "clip.npz")
-    res = subprocess.run([sys.executable, str(TOOLS / "clip_to_bag.py"), "--clip", str(clip_file),
+    res = subprocess.run([*RAD2, "data", "to-bag", "--clip", str(clip_file),
                           "--no-viz", "--out", str(tmp / "in")], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     return clip, tmp / "in"
@@ -181,7 +181,7 @@ def test_open_loop_metrics_of_logged_plans(synthetic_bag):
 def test_replay_rejects_bag_without_inputs(tmp_path):
     with bags.BagWriter(tmp_path / "empty") as w:
         w.write("/other", bags.new_message("std_msgs/msg/String", data="x"), 1)
-    res = subprocess.run([sys.executable, str(TOOLS / "replay_eval.py"), "--bag", str(tmp_path / "empty"),
+    res = subprocess.run([*RAD2, "eval", "replay", "--bag", str(tmp_path / "empty"),
                           "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=60)
     assert res.returncode == 2
     assert "no topic" in res.stderr and "/localization/odometry" in res.stderr

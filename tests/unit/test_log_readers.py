@@ -425,8 +425,13 @@ def test_convert_womd_cli(womd_file, tmp_path):
     res = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "tools" / "convert_womd.py"),
+            "-m",
+            "rad2_bringup.cli",
+            "data",
+            "convert",
             str(womd_file),
+            "--format",
+            "womd",
             "--out",
             str(out),
             "--no-progress",
@@ -440,7 +445,7 @@ def test_convert_womd_cli(womd_file, tmp_path):
     assert sorted(c.clip_id for c in clips) == ["womd_synthetic-0001", "womd_synthetic-0002"]
     assert clips[0].signal_states is not None and clips[0].map.has_adjacency
     res = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "convert_womd.py"), "--help"],
+        [sys.executable, "-m", "rad2_bringup.cli", "data", "convert", "--help"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -129,13 +129,9 @@ def test_a_log_of_the_impossible_is_refused_before_it_is_driven(clips):
     logged acceleration reaches 18 m/s²) pass; a finite impossible log is named field by
     field, and the simulator refuses to drive it."""
     import dataclasses
-    import sys
-    from pathlib import Path
 
     from bev_warp_sim.simulator import SimulationError, Simulator
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-    from bench_bev import _fixture_clips
+    from rad2_bringup.cli.bench_bev import _fixture_clips
 
     for clip in [*clips, *_fixture_clips()]:
         found = val.check_clip(clip, LIMITS)

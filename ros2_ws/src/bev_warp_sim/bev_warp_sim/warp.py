@@ -14,7 +14,7 @@ of ``rad2_core.observation.transform_tokens``), call the warper with ``ref_pose 
 Grid geometry is :class:`rad2_core.bev.BevConfig` (pixel <-> ego affine from
 :func:`rad2_core.bev.ego_to_pixel_affine`). Two interchangeable backends: OpenCV ``warpAffine`` (one
 call per frame, channels-last) and torch ``grid_sample`` (one call for a whole batch).
-``tools/bench_sim.py`` measures both; ``sim.warp_backend`` picks the default. Scene tokens are
+``rad2 bench sim`` measures both; ``sim.warp_backend`` picks the default. Scene tokens are
 transformed by the same SE(2) with ``rad2_core.observation.transform_tokens`` (see :func:`warp_tokens`).
 """
 

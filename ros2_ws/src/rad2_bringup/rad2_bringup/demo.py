@@ -4,7 +4,7 @@ Brings up graph "simulation" of launch/graphs.yaml with rad2_bringup.bringup (pl
 first, then the BEV-Warp sim node, which replaces the vehicle and the perception node), drives the clips
 in real time while rad2_ros.nodes.monitor's Monitor records the bag and times arrivals, then builds
 the report (closed-loop metrics, end-to-end latency, planner figures), prints its tables, writes
-``demo.json`` and a GIF of the worst clip. :func:`run_demo` does it all; the CLI is tools/demo.py.
+``demo.json`` and a GIF of the worst clip. :func:`run_demo` does it all; the CLI is rad2 demo.
 rclpy is imported when the Monitor is made.
 """
 
@@ -50,7 +50,7 @@ def bundle_clips(splits: list[str], n: int, clip_ids: list[str] | None, out_dir:
         raise DemoError(f"no clips selected from {splits} (clip ids {clip_ids})")
     if out_dir.exists():
         shutil.rmtree(out_dir)
-    save_dataset(chosen, out_dir, description="clips driven by tools/demo.py")
+    save_dataset(chosen, out_dir, description="clips driven by rad2 demo")
     return [c.clip_id for c in chosen]
 
 

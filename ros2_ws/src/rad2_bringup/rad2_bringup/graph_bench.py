@@ -12,7 +12,7 @@ its outputs, as a perception stack and a recorder would on a vehicle:
 - ``subscribe_all``: also subscribe to the candidate set and the markers (a recorder on the vehicle),
   so the planner builds and publishes them too.
 
-The CLI is tools/bench_graph.py; tools/bench_all.py runs it as the "graph" stage.
+The CLI is rad2 bench graph; rad2 bench all runs it as the "graph" stage.
 """
 
 from __future__ import annotations

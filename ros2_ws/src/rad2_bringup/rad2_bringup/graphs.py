@@ -1,7 +1,7 @@
 """Read launch/graphs.yaml: the one description of rad2's ROS graphs.
 
 Used by the launch files in launch/ (``ros2 launch`` on a full ROS 2 install) and by
-``rad2_bringup.bringup`` / ``tools/bringup.py`` (separate processes or one composed process where
+``rad2_bringup.bringup`` / ``rad2 graph up`` (separate processes or one composed process where
 ``launch`` is unavailable). Plain Python + PyYAML only (no ROS), so both can import it.
 """
 

@@ -1,6 +1,6 @@
 """Live latency records: PlanningDiagnostics received over DDS for a while (rclpy; needs the built
 rad2_msgs). The records are the plain dicts of rad2_ros.latency, summarised there; the CLI is
-tools/latency_report.py --duration.
+rad2 eval latency-report --duration.
 """
 
 from __future__ import annotations

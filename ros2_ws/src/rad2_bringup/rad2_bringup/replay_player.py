@@ -5,7 +5,7 @@ The nodes run as separate processes (graph ``replay`` of launch/graphs.yaml via 
 ``/localization/odometry`` and ``/perception/objects`` as the serialized bytes stored in the bag, and
 records the planner outputs. :func:`run_replay` does a whole evaluation (graph up, play, score with
 rad2_evaluation.replay, write ``replay_eval.json`` and the plots) and returns the report; the CLI is
-tools/replay_eval.py. rclpy is imported when a Player is made.
+rad2 eval replay. rclpy is imported when a Player is made.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class Player:
             self.publishers[topic] = self.node.create_publisher(message_class(msgtype), topic, qos)
         self.writer = open_writer(out_bag, overwrite=True)  # chunked + fsynced: a kill loses <= 1 chunk
         self.writer.open()
-        self.writer.set_metadata("recorded_by", "tools/replay_eval.py")
+        self.writer.set_metadata("recorded_by", "rad2 eval replay")
         wanted = OUTPUT_TOPICS + (PERCEPTION_OUTPUTS if record_perception else [])
         self.recorder = Recorder(self.node, self.writer, topics=wanted, use_node_clock=True)
         self.recorder.listeners[TOPIC_CANDIDATES] = self._on_candidates

@@ -1,6 +1,6 @@
 """Soak benchmark of the safety layer (not a test): the closed-loop simulation graph under a CPU hog.
 
-The library side of tools/soak_faults.py (see its --help for what is measured): :func:`run_soak` brings
+The library side of rad2 graph soak (see its --help for what is measured): :func:`run_soak` brings
 up graph "simulation" (planner, controller, heartbeat supervisor, then the BEV-Warp sim node), starts
 busy-loop processes, watches the graph with rad2_ros.nodes.monitor's Monitor and classifies every
 fallback; optionally kills and restarts the planner and times the controller's minimal-risk stop.
@@ -151,7 +151,7 @@ def run_soak(dataset: str, minutes: float, hogs: int, kills: int = 0, domain_id:
     stack = Bringup(**common, only=["planner", "controller", "supervisor"])
     sim = Bringup(**common, only=["bev_warp_sim"])
     restarted: list[Bringup] = []
-    monitor = Monitor(None, False, recorded_by="tools/soak_faults.py")
+    monitor = Monitor(None, False, recorded_by="rad2 graph soak")
     heartbeat_reports, heartbeat_arrivals = watch_heartbeats(monitor)
     hog_procs: list[subprocess.Popen] = []
     res: dict[str, Any] = {"dataset": dataset, "hogs": hogs, "minutes": minutes}

@@ -252,7 +252,7 @@ def cached_config(
 
 
 def parse_node_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
-    """``--set NODE.PARAM=VALUE`` items (tools/bringup.py, demo.py, replay_eval.py) -> {node: {param: value}}.
+    """``--set NODE.PARAM=VALUE`` items (rad2 graph up, demo, eval replay) -> {node: {param: value}}.
 
     PARAM may itself be dotted (``planner.planner.deadline_ms=80`` sets ``planner.deadline_ms`` of node
     ``planner``); VALUE is parsed as YAML, the way ``-p`` values are, with an empty VALUE kept as "".
@@ -280,7 +280,7 @@ def budget_seconds(minutes: float | None, name: str) -> float | None:
 
 def parse_block_overrides(name: str, block: str, items: list[str]) -> dict[str, Any]:
     """``--set KEY=VALUE`` items of one block of ``params/<name>.yaml`` (e.g. the ``self_correction``
-    block of training.yaml for tools/train_self_correction.py) -> ``{KEY: value}``. VALUE is parsed as
+    block of training.yaml for rad2 train self-correction) -> ``{KEY: value}``. VALUE is parsed as
     YAML (an empty VALUE stays ""); the items are checked against the schema as ``block.KEY``, so a bad
     one raises a ParameterError naming it."""
     out = key_values(items, "--set", f"a setting of {block}")

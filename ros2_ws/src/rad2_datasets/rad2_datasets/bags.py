@@ -15,7 +15,7 @@ Serialized payloads are plain CDR (4-byte encapsulation header first): the bytes
 Crash safety: a ``BagWriter`` given ``chunk_duration_s`` closes its MCAP chunk at least that often
 and flushes + fsyncs it, so a writer killed outright (SIGKILL, power loss) loses at most the chunk
 in progress. Such a bag has no summary/footer and no ``metadata.yaml``; ``recover_bag`` (CLI
-``tools/repair_bag.py``) reads every complete record sequentially and rewrites a valid bag.
+``rad2 data repair-bag``) reads every complete record sequentially and rewrites a valid bag.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ ROSBAG2_VERSION = 9
 #: Prefix of the rad2 keys in ``metadata.yaml`` ``custom_data``.
 META_PREFIX = "rad2."
 #: The command that repairs a bag whose writer died (named in the errors that meet such a bag).
-REPAIR_COMMAND = "tools/repair_bag.py"
+REPAIR_COMMAND = "rad2 data repair-bag"
 #: Suffix given to the damaged originals that recover_bag keeps beside the repaired bag.
 DAMAGED_SUFFIX = ".damaged"
 _MCAP_MAGIC = b"\x89MCAP0\r\n"
@@ -527,7 +527,7 @@ def mcap_is_complete(path: str | os.PathLike) -> bool:
 
 
 def _repair_hint(path: Path) -> str:
-    """' ...; recover it with tools/repair_bag.py' when ``path`` holds an unfinished MCAP file, else ''."""
+    """' ...; recover it with rad2 data repair-bag' when ``path`` holds an unfinished MCAP file, else ''."""
     files = [path] if path.is_file() else sorted(path.glob("*.mcap"))
     unfinished = [f.name for f in files if f.suffix == ".mcap" and f.is_file() and not mcap_is_complete(f)]
     if not unfinished:

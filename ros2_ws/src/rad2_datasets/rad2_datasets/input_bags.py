@@ -16,7 +16,7 @@ topic                       type                              content
 Everything is in the ``map`` frame, so Foxglove's 3D panel shows it without /tf. The map and route
 are not in the messages: ``metadata.yaml`` ``custom_data`` names the clip file / dataset directory and
 clip id (``rad2.map_file``, ``rad2.clip_id``), which replay passes to the perception node.
-Used by tools/clip_to_bag.py (the CLI) and rad2_evaluation.replay (which reads these bags back).
+Used by rad2 data to-bag (the CLI) and rad2_evaluation.replay (which reads these bags back).
 """
 
 from __future__ import annotations

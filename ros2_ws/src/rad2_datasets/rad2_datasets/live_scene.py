@@ -4,7 +4,7 @@ route loaded from a clip/dataset file or a Lanelet2 map with a mission route ->
 
 The node feeds ``add_odometry`` and ``add_objects`` with arrays (converted from messages by
 ``rad2_ros.conversions``) and calls ``observation(stamp)``; everything here is testable and
-reusable offline (tools/replay_eval.py, tests).
+reusable offline (rad2 eval replay, tests).
 """
 
 from __future__ import annotations

@@ -246,7 +246,7 @@ def _load_flag(before: float, after: float) -> str:
 
 
 def print_graph_results(res: dict[str, Any]) -> None:
-    """The console table of tools/bench_graph.py (rad2_bringup.graph_bench)."""
+    """The console table of rad2 bench graph (rad2_bringup.graph_bench)."""
     meta, run = res["meta"], res["meta"]["run"]
     print(f"planner node in a ROS 2 graph: {meta['checkpoint']}, M = {meta['num_candidates']}, inputs from "
           f"{meta['data']} at {meta['rate_hz']:g} Hz, recorder subscribed: {meta['subscribe_all']}")
@@ -262,7 +262,7 @@ def print_graph_results(res: dict[str, Any]) -> None:
 
 
 def plot_graph_results(res: dict[str, Any], png: str) -> None:
-    """Histogram of input -> trajectory (tools/bench_graph.py)."""
+    """Histogram of input -> trajectory (rad2 bench graph)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -287,7 +287,7 @@ def plot_graph_results(res: dict[str, Any], png: str) -> None:
 
 
 def bench_summary(out: Path, include_rollouts: bool = False, elapsed_s: float = float("nan")) -> str:
-    """The markdown summary of tools/bench_all.py from the JSON its benchmarks wrote into ``out``
+    """The markdown summary of rad2 bench all from the JSON its benchmarks wrote into ``out``
     (planner.json, ilqr.json, warp.json, graph.json and, with ``include_rollouts``, rollouts.md)."""
     import json
 
@@ -319,7 +319,7 @@ def bench_summary(out: Path, include_rollouts: bool = False, elapsed_s: float = 
         lines.append(f"| … cycle / FLOP floor ({res['gflop']['total']:.2f} GFLOP, "
                      f"floor {res['floor_ms']:.1f} ms) | ratio | {res['efficiency']['median']:.2f} | "
                      f"{res['efficiency']['p99']:.2f} | {'≤ 1.6' if m == '32' else ''} | |")
-    for precision in ("f32", "bf16"):  # tools/bench_all.py --openvino
+    for precision in ("f32", "bf16"):  # rad2 bench all --openvino
         path = out / f"planner_openvino_{precision}.json"
         if not path.is_file():
             continue

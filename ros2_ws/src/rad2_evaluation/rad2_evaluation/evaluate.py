@@ -1,4 +1,4 @@
-"""Evaluate policies closed loop on dataset splits (tools/evaluate_policy.py): each policy on each split
+"""Evaluate policies closed loop on dataset splits (rad2 eval policy): each policy on each split
 with rad2_evaluation.closed_loop.evaluate_split, in this process or on Ray rollout workers
 (rad2_training.workers), then the paper and full tables, results.json, table.md and the worst clips as
 GIFs. No ROS.

@@ -1,4 +1,4 @@
-"""Experiment arms of tools/rl_experiments.py: each arm (IL generator with a selection rule, or a
+"""Experiment arms of rad2 eval experiments: each arm (IL generator with a selection rule, or a
 checkpoint) driven closed loop over splits and seeds (rad2_evaluation.closed_loop.evaluate_split, in this
 process or on Ray workers), the mean ± std table and the bar plot. No ROS.
 """
@@ -263,7 +263,7 @@ def _read_results(path: Path) -> dict[str, dict[str, list[dict]]]:
                                             for runs in per_split.values())
         for per_split in data.values())
     if not ok:
-        raise ValueError(f"--merge: {path} is not a results.json of rl_experiments.py "
+        raise ValueError(f"--merge: {path} is not a results.json of rad2 eval experiments "
                          "({arm: {split: [metrics per seed]}})")
     return data
 

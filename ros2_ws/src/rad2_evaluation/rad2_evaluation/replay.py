@@ -1,12 +1,12 @@
 """Open-loop replay evaluation: a perception-inputs bag read back as a log, plans scored against it.
 
-A bag written by rad2_datasets.input_bags (tools/clip_to_bag.py) is read into the steps a player
+A bag written by rad2_datasets.input_bags (rad2 data to-bag) is read into the steps a player
 publishes and the logged scene (ego odometry and agent boxes per step). The planner outputs of a replay
 (one :class:`Cycle` per step) are scored by :func:`open_loop_summary` with
 rad2_core.open_loop_metrics against the logged future: the source clip named by the bag metadata
 when it loads and matches the odometry (with the BEV drivable area for the offroad check), otherwise a
 clip-like log built from the bag itself; the report's table and plots. No rclpy; the ROS player is
-rad2_bringup.replay_player, the CLI tools/replay_eval.py.
+rad2_bringup.replay_player, the CLI rad2 eval replay.
 """
 
 from __future__ import annotations

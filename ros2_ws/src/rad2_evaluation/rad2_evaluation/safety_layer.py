@@ -1,4 +1,4 @@
-"""The safety-layer evaluation (tools/eval_safety_layer.py): RAD-2 without the layer, with rejection
+"""The safety-layer evaluation (rad2 eval safety-layer): RAD-2 without the layer, with rejection
 sampling, with candidate selection and with self-correction (params/planner.yaml ``safety_layer``),
 closed loop on the evaluation splits, plus the planning latency of single-observation cycles.
 
@@ -385,7 +385,7 @@ def merge_results(result_dirs: list[str | Path], out: str | Path) -> dict[str, A
         missing = [k for k in ("runs", "latency", "num_candidates", "command", "wall_s", "safety_layers")
                    if not isinstance(part, dict) or k not in part]
         if missing:
-            raise ValueError(f"{path}: not the results of tools/eval_safety_layer.py "
+            raise ValueError(f"{path}: not the results of rad2 eval safety-layer "
                              f"(no {', '.join(missing)})")
         parts.append(part)
 

@@ -314,7 +314,7 @@ class SafetyLayerParams:
     threshold: float = 0.5  # probability: p >= threshold rejects a candidate
     max_rounds: int = 3  # resampling rounds of rejection sampling
     critic_checkpoint: str = "checkpoints/collision_critic"
-    # the self-correcting generator (mode self_correction; tools/train_self_correction.py)
+    # the self-correcting generator (mode self_correction; rad2 train self-correction)
     correction_checkpoint: str = "checkpoints/self_correction"
     # ms from the start of the planning cycle by which an extra round must end; None: no time budget
     round_budget_ms: float | None = None
@@ -521,7 +521,7 @@ class Rad2Policy:
         model = PlannerModel.load(path)
         if model.correction is None:
             raise ValueError(f"safety_layer.correction_checkpoint: {path} is a plain generator (no "
-                             "correction encoder); train one with tools/train_self_correction.py")
+                             "correction encoder); train one with rad2 train self-correction")
         if not same_scene_encoder(model, self.model):
             # one encoding per cycle feeds both denoisers, so the two must read scenes identically
             raise ValueError(f"safety_layer.correction_checkpoint: {path} was not fine-tuned from this "

@@ -3,7 +3,7 @@
 A record is the plain dict :func:`diagnostics_record` makes of one message (from a bag, a live
 subscription or a recorder callback); :func:`summarise` turns records into per-node, per-stage
 statistics, which :func:`print_tables` and :func:`plot_histograms` present. Used by
-tools/latency_report.py, tools/replay_eval.py and tools/demo.py.
+rad2 eval latency-report, rad2 eval replay and rad2 demo.
 """
 
 from __future__ import annotations

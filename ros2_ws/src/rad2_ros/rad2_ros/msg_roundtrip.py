@@ -1,4 +1,4 @@
-"""Content and protocol of the DDS round-trip check of every rad2_msgs type (tools/smoke_graph.py).
+"""Content and protocol of the DDS round-trip check of every rad2_msgs type (rad2 graph smoke).
 
 The content (a BEV tensor with a road, lanes and moving agents, scene tokens, candidates, ...) comes
 from `sample_arrays(seed)`, which needs no ROS; `build_messages` encodes it with

@@ -237,7 +237,7 @@ def finetune(dataset: str | Path, out_dir: str | Path, cfg: CorrectionRLConfig, 
     reference = PlannerModel.load(start).eval()
     if model.correction is None or not same_scene_encoder(model, policy.model):
         raise ValueError(f"correction checkpoint {start}: not a self-correcting generator of the planner's "
-                         "checkpoint (train one with tools/train_self_correction.py)")
+                         "checkpoint (train one with rad2 train self-correction)")
     for p in list(model.encoder.parameters()) + list(reference.parameters()):
         p.requires_grad_(False)
     params = list(model.denoiser.parameters()) + list(model.correction.parameters())

@@ -182,7 +182,7 @@ class CriticDataset:
         path = Path(path)
         if not path.is_file():
             raise CriticDataError(
-                f"critic dataset {path} does not exist (build it with tools/train_critic.py)"
+                f"critic dataset {path} does not exist (build it with rad2 train critic)"
             )
         with np.load(path, allow_pickle=False) as z:
             missing = [k for k in (*PER_DECISION, "clip_ids", "meta") if k not in z.files]

@@ -1,4 +1,4 @@
-"""The collision critic's training run (tools/train_critic.py): data, training, the warning report.
+"""The collision critic's training run (rad2 train critic): data, training, the warning report.
 
 :func:`load_or_build` drives and labels clips with the shipped planner (rad2_training.critic_data) and caches
 the datasets, extending a cache of fewer clips of the same order and settings; :func:`fit` holds out
@@ -259,7 +259,7 @@ def train_and_report(
     seed: int,
     out: str,
 ) -> dict[str, Any] | None:
-    """The whole run of tools/train_critic.py (its flags as keywords); returns the checkpoint's info
+    """The whole run of rad2 train critic (its flags as keywords); returns the checkpoint's info
     record, or None with ``build_only``. ``horizon_s`` / ``h_reuse`` None: the plan horizon and
     evaluation.h_reuse of params."""
     import torch

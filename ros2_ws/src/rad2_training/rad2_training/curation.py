@@ -97,7 +97,7 @@ def write_sets(clips: Sequence[Any], verdicts: Sequence[ClipVerdict], out_dir: s
              [c for c, v in zip(clips, verdicts) if v.keep_efficiency])
     for d, chosen, what in zip(dirs, picks, ("safety", "efficiency")):
         save_dataset(chosen, d, description=f"RL training set ({what}-oriented), curated by "
-                                            "tools/curate_scenarios.py (RAD-2 §4.1)")
+                                            "rad2 data curate (RAD-2 §4.1)")
         clash = overlapping(load_dataset(d), held_out)
         if clash:
             raise CurationError(f"{d}: clips {clash[:5]} are also in an evaluation set")
@@ -132,7 +132,7 @@ def plot_curation(verdicts, cfg, path: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# The whole curation run (tools/curate_scenarios.py)
+# The whole curation run (rad2 data curate)
 # --------------------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""A closed-loop RL session as tools/train_rl.py runs it (rad2_training.train does the learning): the ``rl:``
+"""A closed-loop RL session as rad2 train rl runs it (rad2_training.train does the learning): the ``rl:``
 settings with overrides, the training / validation clip split, the optional Ray rollout pool, the loop
 with TensorBoard and a progress bar, then the exported planner checkpoint and the curves. No ROS.
 """

@@ -49,7 +49,7 @@ class PolicySpec:
     threads: int | None = None
     always_score: bool = False  # score with the discriminator even when it is untrained (benchmarks)
     # select by planner.fallback_selection even where the checkpoint's discriminator is trained (the
-    # rule arms of tools/rl_experiments.py on an RL checkpoint)
+    # rule arms of rad2 eval experiments on an RL checkpoint)
     ignore_discriminator: bool = False
     planner_overrides: dict[str, Any] = field(default_factory=dict)  # planner.* keys
     # runtime.* keys; a dict value updates that block's keys ({"openvino": {"precision": "bf16"}})

@@ -9,7 +9,7 @@ NGSIM-derived scenarios have no recorded ego: one dynamic obstacle is promoted t
 (``adapters.promoted_ego`` in params/bev.yaml: a parked car or a 10 m truck is never the ego): the one
 with the longest trajectory, ties broken by the most central starting lane (most lanes on both sides),
 then by the smallest id. :func:`rank_egos` gives that order for all of them, so one scene can give
-several clips (``tools/convert_logs.py --egos-per-scenario``).
+several clips (``rad2 data convert --egos-per-scenario``).
 The clip spans the ego's time steps; the other obstacles are valid where their states exist.
 """
 

@@ -18,7 +18,7 @@ format             what is on disk                                              
 
 :func:`find_logs` walks the given files and directories (recursively) and names the format of each
 log it finds; :func:`iter_log_clips` reads them; :func:`convert_logs` writes them as one dataset that
-``tools/evaluate_policy.py --split`` and the training tools read. Every reader hands back clips at the
+``rad2 eval policy --split`` and the training tools read. Every reader hands back clips at the
 simulator's step (see the readers' modules).
 """
 
@@ -259,7 +259,7 @@ def convert_logs(inputs, out: str | os.PathLike, params: dict[str, Any] | None =
     described = ", ".join(f"{s.format}:{s.path}" for s in sources[:3]) + (" ..." if len(sources) > 3 else "")
     with bar:
         index = save_dataset(clips(), out, append=append,
-                             description=f"real logs converted by tools/convert_logs.py from {described}")
+                             description=f"real logs converted by rad2 data convert from {described}")
     return count, index, errors
 
 

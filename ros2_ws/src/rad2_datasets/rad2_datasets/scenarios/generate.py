@@ -6,7 +6,7 @@ An attempt is rejected (and the next one tried) when the scenario could not be s
 did not fire, the log contains any ego-agent box overlap, or, for safety kinds, the event's actor
 did not bring the ego's time-to-collision below ``safety.near_miss_ttc_s``. TTC and collisions are the
 simulator's own definition (``bev_warp_sim.safety.min_ttc_of_log`` with ``params/sim.yaml``); the caller
-passes that function in as ``log_safety`` (tools/generate_scenarios.py does), since this package does
+passes that function in as ``log_safety`` (rad2 data generate does), since this package does
 not depend on ``bev_warp_sim``.
 """
 
@@ -346,7 +346,7 @@ def _dist(a: np.ndarray) -> dict[str, float]:
 
 
 # --------------------------------------------------------------------------------------------------
-# CLI support (tools/generate_scenarios.py)
+# CLI support (rad2 data generate)
 # --------------------------------------------------------------------------------------------------
 
 
@@ -396,7 +396,7 @@ def generate_bundled(data_dir: Path, log_safety: LogSafety, *, seed: int | None 
             log_safety=log_safety,
             workers=workers,
             cache_dir=cache_dir,
-            description=f"SUMO {name}: tools/generate_scenarios.py --bundled (seed {base})",
+            description=f"SUMO {name}: rad2 data generate --bundled (seed {base})",
         )
         print_report(name, rep)
         print(f"  wrote {out} in {time.perf_counter() - t0:.1f} s")

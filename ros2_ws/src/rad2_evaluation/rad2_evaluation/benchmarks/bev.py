@@ -1,4 +1,4 @@
-"""Per-frame timing of BEV rasterisation and tokenisation (tools/bench_bev.py is the CLI). No ROS."""
+"""Per-frame timing of BEV rasterisation and tokenisation (rad2 bench bev is the CLI). No ROS."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Benchmark of the batched iLQR tracker against CasADi + IPOPT on the same tracking problems
-(tools/bench_ilqr.py is the CLI; see its --help for what is reported).
+(rad2 bench ilqr is the CLI; see its --help for what is reported).
 
 Both solvers get the same model (the midpoint bicycle step of rad2_core.bicycle), the same
 Eq. 10 cost, horizon, input box and speed/steering bounds and the same initial guess. CasADi and
@@ -276,7 +276,7 @@ def print_timings(rows, kinds: list[str], tc: TrackingController, kernel: str, l
 def run_benchmark(problems: int = 40, repeats: int = 5, batch: int = 64, batch_repeats: int = 20,
                   seed: int = 0, png: Path | None = None, ipopt: bool = True, json_path: Path | None = None,
                   kernel: str = "auto") -> dict[str, Any]:
-    """The whole benchmark of tools/bench_ilqr.py: prints the table (and cost gaps), writes the figure
+    """The whole benchmark of rad2 bench ilqr: prints the table (and cost gaps), writes the figure
     and the optional JSON; returns the JSON record."""
     from rad2_core.config import load_params
 

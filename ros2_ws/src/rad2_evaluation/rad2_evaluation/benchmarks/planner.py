@@ -1,4 +1,4 @@
-"""Latency of one RAD-2 planning cycle per stage (tools/bench_planner_latency.py is the CLI).
+"""Latency of one RAD-2 planning cycle per stage (rad2 bench planner is the CLI).
 
 :func:`run_latency_benchmark` times ``Rad2Policy.plan`` for each M on real (or random) observations,
 reports median / p90 / p99 / max per stage, the efficiency against the FLOP floor of the same run

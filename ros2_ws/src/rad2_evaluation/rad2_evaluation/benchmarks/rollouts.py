@@ -1,4 +1,4 @@
-"""Rollout throughput (tools/bench_rollouts.py is the CLI): the simulator alone, the real planner in
+"""Rollout throughput (rad2 bench rollouts is the CLI): the simulator alone, the real planner in
 this process and on Ray workers (rad2_training.workers), and the pickled size of a simulator state. No ROS.
 """
 
@@ -70,7 +70,7 @@ def bench_planner(spec, clips, group: int, h_reuse: int, batch: int, workers: in
 def run_rollout_benchmark(dataset: str, *, clips: int = 8, group: int = 4, h_reuse: int = 8, batch: int = 16,
                           candidates: int = 32, workers: list[int] = (0, 2), backend: str = "onnxruntime",
                           device: str = "cpu", runtime_overrides: dict | None = None) -> str:
-    """The Markdown table of tools/bench_rollouts.py (printed by the caller); ``backend`` / ``device``:
+    """The Markdown table of rad2 bench rollouts (printed by the caller); ``backend`` / ``device``:
     the planner's runtime (``pytorch`` on ``cuda`` times the rollouts with the networks on a GPU);
     ``runtime_overrides``: its ``runtime.*`` settings (``{"openvino": {"precision": "bf16"}}``)."""
     from rad2_core.config import load_params

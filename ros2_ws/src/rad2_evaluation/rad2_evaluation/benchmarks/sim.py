@@ -1,4 +1,4 @@
-"""Simulator benchmark (tools/bench_sim.py is the CLI): BEV warp time per frame (OpenCV warpAffine vs
+"""Simulator benchmark (rad2 bench sim is the CLI): BEV warp time per frame (OpenCV warpAffine vs
 torch grid_sample) and environment steps per second without a planner (single rollout and batched).
 No ROS.
 """
@@ -159,7 +159,7 @@ def env_table(console, clips, batch_sizes, steps: int, progress: bool) -> list[d
 def run_sim_benchmark(batch_sizes: list[int], *, dataset: str | None = None, steps: int = 60,
                       warp_repeats: int = 20, warp_only: bool = False, json_path: Path | None = None,
                       progress: bool = True) -> dict:
-    """The whole benchmark of tools/bench_sim.py; returns (and optionally writes) the JSON record."""
+    """The whole benchmark of rad2 bench sim; returns (and optionally writes) the JSON record."""
     from rich.console import Console
 
     console = Console(width=max(Console().width, 120))

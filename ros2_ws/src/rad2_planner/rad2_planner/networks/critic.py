@@ -266,7 +266,7 @@ class CollisionCritic(nn.Module):
         for p in (cfg_path, w_path):
             if not p.is_file():
                 raise CriticCheckpointError(
-                    f"critic checkpoint {d}: no {p.name} (train one with tools/train_critic.py)"
+                    f"critic checkpoint {d}: no {p.name} (train one with rad2 train critic)"
                 )
         try:
             meta = json.loads(cfg_path.read_text())

@@ -156,7 +156,7 @@ class PlannerModel(nn.Module):
     def with_inputs_of(self, cfg: ModelConfig) -> PlannerModel:
         """A copy that takes ``cfg``'s BEV channels (by name) and map-point features and still computes
         what this model does (up to float rounding): the weights of the inputs it did not take start at
-        zero, so a fine-tune (``tools/train_il.py --init-from``) begins from this model's behaviour.
+        zero, so a fine-tune (``rad2 train il --init-from``) begins from this model's behaviour.
         Only inputs can be added, none removed; a checkpoint without channel names takes the first
         ``bev_channels`` of ``cfg``'s."""
         import dataclasses

@@ -1,4 +1,4 @@
-"""Backend consistency checks (tools/export_onnx.py, tools/trt_consistency.py): ONNX Runtime against
+"""Backend consistency checks (rad2 export onnx, rad2 eval consistency): ONNX Runtime against
 PyTorch on example inputs, recording the graph inputs of real planning cycles, and TensorRT engines
 against ONNX Runtime on those recorded inputs. No ROS.
 
@@ -44,7 +44,7 @@ def ort_vs_torch(model, paths: dict[str, Path], runtime: dict) -> dict[str, floa
 def record_graph_inputs(params: dict, ckpt: Path, onnx_dir: Path, path: Path, data: str | Path,
                         cycles: int) -> None:
     """Run ``cycles`` planning cycles (one per clip of ``data``) with the ONNX Runtime backend and save
-    every graph call's inputs to ``path`` (the input of tools/trt_consistency.py)."""
+    every graph call's inputs to ``path`` (the input of rad2 eval consistency)."""
     from rad2_core.bev import snapshot_from_clip
     from rad2_core.config import resource_path
     from rad2_core.observation import build_observation
@@ -129,7 +129,7 @@ def _open_recording(path: str | Path):
     try:
         return np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError) as exc:  # a pickle, a truncated or non-zip file
-        raise ValueError(f"{path}: not a recording of tools/export_onnx.py --record "
+        raise ValueError(f"{path}: not a recording of rad2 export onnx --record "
                          f"({type(exc).__name__}: {exc})") from None
 
 
@@ -173,7 +173,7 @@ def check_recording(calls: dict[tuple[str, int], dict[str, np.ndarray]]) -> set[
         raise ValueError(
             f"the recording holds calls of {sorted(graphs)} only: no per-step denoiser and no fused "
             "generator inputs (recorded with runtime.fused_sampler true by an older recorder), so the "
-            "denoising graphs cannot be checked; record again with tools/export_onnx.py --record")
+            "denoising graphs cannot be checked; record again with rad2 export onnx --record")
     return graphs
 
 
@@ -225,7 +225,7 @@ def trt_vs_ort(paths: dict[str, Path], runtime: dict, calls: dict) -> dict[str, 
     graphs = check_recording(calls)
     if "generator" in graphs and "generator" not in paths:
         raise ValueError("the recording holds fused generator calls but names no generator graph "
-                         "(generator_file); record again with tools/export_onnx.py --record")
+                         "(generator_file); record again with rad2 export onnx --record")
     graph_paths = {g: paths[g] for g in graphs}
     trt = TensorRTBackend({g: paths[g] for g in GRAPHS}, runtime, _plan_points(calls))
     engines = {g: e for g, e in trt.engines.items() if g in graphs}

@@ -2,7 +2,7 @@
 
 Written against the TensorRT 10 Python API (name-based tensor I/O: ``set_input_shape``,
 ``set_tensor_address``, ``execute_async_v3``). It is NOT exercised by this project's CI — TensorRT
-cannot be installed there; run ``tools/trt_consistency.py`` on the target to compare it with ONNX
+cannot be installed there; run ``rad2 eval consistency`` on the target to compare it with ONNX
 Runtime. Device buffers are torch CUDA tensors (no pycuda / cuda-python dependency).
 
 - Precision: FP16 when ``runtime.tensorrt.fp16`` (the attention mask bias is −1e4, finite in FP16).

@@ -18,7 +18,7 @@
   one DiagnosticStatus named after the node: level, message naming the fault, key/value counters).
 - ``run_node``: the ``main()`` body every node uses (init, spin, clean shutdown on SIGINT/SIGTERM).
 
-Composition contract (tools/bringup.py --composed): a node class takes ``**kwargs`` and forwards
+Composition contract (rad2 graph up --composed): a node class takes ``**kwargs`` and forwards
 them to ``rclpy.node.Node.__init__`` (``cli_args`` carries ``-r __node:=NAME``, the parameter files
 and ``-p`` overrides), so the same class runs as its own process or inside one executor.
 """

@@ -4,7 +4,7 @@ It records the topics of a simulation graph (odometry, tokens, plans, diagnostic
 results) with rad2_ros.nodes.recording.Recorder and, on this process's wall clock, measures
 end-to-end latency: arrival of a step's odometry (the sim publishes odometry, BEV and tokens of one
 step together) -> arrival of the trajectory planned from that stamp, and -> the first controller
-cycle that used it (control/diagnostics input_stamp). Used by tools/demo.py and the HIL tests
+cycle that used it (control/diagnostics input_stamp). Used by rad2 demo and the HIL tests
 (tests/hil_driver.py).
 """
 
@@ -32,7 +32,7 @@ RECORD_TOPICS = [
 class Monitor:
     """One rclpy node that records the bag and timestamps arrivals for the latency figures."""
 
-    def __init__(self, bag_dir: Path | None, record_bev: bool, recorded_by: str = "tools/demo.py"):
+    def __init__(self, bag_dir: Path | None, record_bev: bool, recorded_by: str = "rad2 demo"):
         import rclpy
         from rad2_msgs.msg import PlanningDiagnostics, Trajectory
         from rclpy.serialization import deserialize_message

@@ -4,12 +4,12 @@ Subscriptions are generic: every message is taken serialized (``raw=True``) and 
 its schema (from rad2_datasets.bags' typestore, or the ``share/<pkg>/msg`` files of the ament
 prefixes) embedded in the MCAP so Foxglove can open the bag. QoS adapts to the publishers (reliable
 only if every publisher is, transient-local likewise), so best-effort sensor topics are recorded too.
-Used by tools/record_bag.py, tools/replay_eval.py and tools/demo.py. It lives with the nodes because it
+Used by rad2 graph record, rad2 eval replay and rad2 demo. It lives with the nodes because it
 subscribes through rclpy (imported where used, so this module imports without a ROS environment).
 
 Crash safety: open the writer with ``open_writer`` (chunks of at most ``recording.chunk_duration_s``
 from params/nodes.yaml, each flushed and fsynced) and call ``Recorder.flush_due()`` while spinning,
-so a recorder killed outright loses at most one chunk; ``tools/repair_bag.py`` repairs such a bag.
+so a recorder killed outright loses at most one chunk; ``rad2 data repair-bag`` repairs such a bag.
 """
 
 from __future__ import annotations
@@ -186,7 +186,7 @@ def record_topics(
     use_sim_time: bool = False,
     chunk_duration: float | None = None,
     overwrite: bool = False,
-    recorded_by: str = "tools/record_bag.py",
+    recorded_by: str = "rad2 graph record",
     console: Any = None,
 ) -> tuple[dict[str, int], dict[str, str]]:
     """Record the graph's topics into the bag ``out`` until SIGINT/SIGTERM, ``duration`` seconds or
