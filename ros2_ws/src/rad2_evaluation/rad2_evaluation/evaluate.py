@@ -1,7 +1,12 @@
-"""Evaluate policies closed loop on dataset splits (rad2 eval policy): each policy on each split
+"""Evaluate policies closed loop on dataset splits (the ``eval_policy`` command): each policy on each split
 with rad2_evaluation.closed_loop.evaluate_split, in this process or on Ray rollout workers
-(rad2_training.workers), then the paper and full tables, results.json, table.md and the worst clips as
-GIFs. No ROS.
+(rad2_training.workers), then the paper and full tables, results.json, table.md, a summary figure per
+split and the worst clips as GIFs. No ROS.
+
+Every clip is checked before the first rollout (:mod:`bev_warp_sim.preflight`): a refused clip stops the
+run with the list of all of them, or, with ``skip_bad``, is left out and reported. Each finished chunk
+of clips goes to ``<out>/episodes.jsonl`` at once (:mod:`rad2_evaluation.episode_log`), so a run that
+is interrupted keeps what it drove and ``resume`` continues it.
 """
 
 from __future__ import annotations
@@ -9,6 +14,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 from typing import Any
+
+# evaluation.* keys that change the pictures, not the results
+_PRESENTATION_KEYS = ("worst_clips_gif", "gif_fps")
 
 
 def _runner(policy: str, params: dict, workers: int, checkpoint: str | None, decider_kwargs: dict):
@@ -23,31 +31,86 @@ def _runner(policy: str, params: dict, workers: int, checkpoint: str | None, dec
                           backend=decider_kwargs.get("backend"),
                           runtime_overrides=dict(decider_kwargs.get("runtime_overrides") or {}))
         pool = RolloutPool(spec, num_workers=workers, sim_params=params)
-        return pool, None, pool.run
+        return pool, None, pool.run_chunks
     from rad2_evaluation.closed_loop import make_decider
 
     return None, make_decider(policy, **(decider_kwargs if policy == "rad2" else {})), None  # loaded once
 
 
-def _worker_batch(split: str, params: dict, workers: int, max_clips: int | None) -> int:
+def _worker_batch(n_clips: int, params: dict, workers: int) -> int:
     """Several chunks per worker keep them all busy to the end."""
-    from rad2_core.storage import read_index
+    return max(1, min(int(params["evaluation"]["batch_size"]), -(-n_clips // (4 * workers))))
 
-    n = min(len(read_index(split)["clips"]), max_clips or 1 << 30)
-    return max(1, min(int(params["evaluation"]["batch_size"]), -(-n // (4 * workers))))
+
+def policy_settings(policy: str, params: dict, *, batch_size: int | None, h_reuse: int | None,
+                    max_clips: int | None, workers: int, checkpoint: str | None, traffic_rules: bool,
+                    backend: str | None, runtime_overrides: dict | None) -> dict[str, Any]:
+    """Every setting that changes ``policy``'s episodes (what a resumed run must share): the simulator's
+    parameters, the replanning period, and for the learned policy its planner parameters, weights,
+    runtime and how its calls are batched (the network's rounding follows the batch composition and the
+    thread count; the reference policies' plans do not)."""
+    import copy
+
+    from rad2_core.config import load_params, merge_runtime_overrides
+
+    sim = copy.deepcopy(params)
+    ev = sim.get("evaluation", {})
+    for key in (*_PRESENTATION_KEYS, "batch_size", "h_reuse"):
+        ev.pop(key, None)
+    settings: dict[str, Any] = {"sim": sim, "h_reuse": int(h_reuse if h_reuse is not None
+                                                           else params["evaluation"]["h_reuse"])}
+    if policy != "rad2":
+        return settings
+    from rad2_planner.policy import resolve_path
+
+    from rad2_evaluation.episode_log import checkpoint_digest
+
+    planner = load_params("planner")
+    if runtime_overrides:
+        merge_runtime_overrides(planner["runtime"], runtime_overrides)
+    if not traffic_rules:
+        planner["traffic_rules"]["enabled"] = False
+    ckpt = resolve_path(checkpoint or planner["planner"]["checkpoint_dir"])
+    threads = (int(load_params("training")["rollout"]["threads_per_worker"]) if workers
+               else planner["runtime"].get("ort_intra_op_threads"))
+    # the batch size as asked (with workers, None is a per-split size that follows the worker count)
+    settings.update(planner=planner, checkpoint=str(ckpt), checkpoint_weights=checkpoint_digest(ckpt),
+                    backend=backend or planner["planner"]["backend"],
+                    batch_size=batch_size if batch_size is not None or workers
+                    else int(params["evaluation"]["batch_size"]),
+                    workers=int(workers), max_clips=max_clips, threads=threads)
+    return settings
 
 
 def evaluate_policies(policies: list[str], splits: list[str], params: dict, console, *, workers: int = 0,
                       checkpoint: str | None = None, traffic_rules: bool = True, max_clips: int | None = None,
                       batch_size: int | None = None, h_reuse: int | None = None, seed: int = 0,
                       progress: bool = True, backend: str | None = None,
-                      runtime_overrides: dict | None = None) -> list:
+                      runtime_overrides: dict | None = None, out: str | Path | None = None,
+                      resume: bool = False, skip_bad: bool = False, keep_worst: int | None = None) -> list:
     """Every policy on every split (printing the throughput of each); returns the SplitEvaluations.
     ``backend``: the rad2 policy's network runtime (None: ``planner.backend``); ``runtime_overrides``:
     its ``runtime.*`` settings (``{"openvino": {"precision": "bf16"}}``).
-    CheckpointError when the rad2 checkpoint does not load (in this process)."""
-    from rad2_evaluation.closed_loop import evaluate_split
 
+    Before any rollout every clip is checked: RefusedClipsError lists the refused ones unless
+    ``skip_bad``. ``out``: finished episodes go to ``out/episodes.jsonl`` as they come; ``resume``
+    continues the run there (SettingsMismatch when a setting differs). ``keep_worst``: episodes per
+    split whose decisions are kept for GIFs (default ``evaluation.worst_clips_gif``).
+    CheckpointError when the rad2 checkpoint does not load (in this process)."""
+    from bev_warp_sim.preflight import check_splits
+    from bev_warp_sim.simulator import Simulator
+
+    from rad2_evaluation.closed_loop import evaluate_split
+    from rad2_evaluation.episode_log import EpisodeLog
+
+    sim = Simulator(params)
+    checked = check_splits(splits, sim, max_clips=max_clips, skip_bad=skip_bad, progress=progress)
+    for c in checked:
+        if c.refused:
+            console.print(f"[yellow]{Path(c.split).name}: skipping {len(c.refused)} refused clip(s):[/]")
+            for r in c.refused:
+                console.print(f"  {r}", markup=False)
+    n_keep = int(params["evaluation"]["worst_clips_gif"] if keep_worst is None else keep_worst)
     kwargs: dict[str, Any] = {"checkpoint_dir": checkpoint} if checkpoint else {}
     if not traffic_rules:
         kwargs["traffic_rules"] = False
@@ -55,38 +118,80 @@ def evaluate_policies(policies: list[str], splits: list[str], params: dict, cons
         kwargs["backend"] = backend
     if runtime_overrides:
         kwargs["runtime_overrides"] = runtime_overrides
+
+    def batch_of(c) -> int:
+        if batch_size is not None:
+            return int(batch_size)
+        if workers:
+            return _worker_batch(len(c.clips), params, workers)
+        return int(params["evaluation"]["batch_size"])
+
+    log = EpisodeLog(out, resume=resume) if out is not None else None
     evals = []
-    for policy in policies:
-        pool, decider, runner = _runner(policy, params, workers, checkpoint, kwargs)
-        try:
-            for split in splits:
-                t0 = time.perf_counter()
-                batch = batch_size
-                if workers and batch is None:
-                    batch = _worker_batch(split, params, workers, max_clips)
-                evals.append(evaluate_split(policy, split, params, max_clips=max_clips, batch_size=batch,
-                                            h_reuse=h_reuse, progress=progress, decider=decider, seed=seed,
-                                            runner=runner))
-                st = evals[-1].stats
-                wall = time.perf_counter() - t0
-                sec = {k: f"{v:.1f} s" for k, v in st.seconds.items()}
-                console.print(f"{policy} @ {Path(split).name}: {st.env_steps} env steps, {st.decisions} "
-                              f"decisions in {wall:.1f} s wall ({st.env_steps / wall:.0f} steps/s); stage "
-                              f"seconds summed over workers: plan {sec['plan']}, observe {sec['observe']}, "
-                              f"track {sec['commit']}, step {sec['step']}")
-        finally:
-            if pool is not None:
-                pool.close()
+    try:
+        if log is not None:  # all policies' settings first: a mismatch stops the run before any rollout
+            for policy in policies:
+                log.use_settings(policy, policy_settings(
+                    policy, params, batch_size=batch_size,
+                    h_reuse=h_reuse, max_clips=max_clips, workers=workers, checkpoint=checkpoint,
+                    traffic_rules=traffic_rules, backend=backend, runtime_overrides=runtime_overrides))
+        for policy in policies:
+            pending = [c for c in checked if c.clips and not _all_done(log, policy, c, seed)]
+            pool = decider = runner = None
+            if pending:  # nothing to load when every episode is already in the log
+                pool, decider, runner = _runner(policy, params, workers, checkpoint, kwargs)
+            try:
+                for c in checked:
+                    if not c.clips:
+                        console.print(f"{policy} @ {Path(c.split).name}: no clip left to drive")
+                        continue
+                    t0 = time.perf_counter()
+                    ev = evaluate_split(policy, c.split, params, batch_size=batch_of(c), h_reuse=h_reuse,
+                                        progress=progress, decider=decider, seed=seed, runner=runner,
+                                        simulator=sim, checked=c, log=log, keep_worst=n_keep)
+                    evals.append(ev)
+                    _print_throughput(console, ev, time.perf_counter() - t0)
+            finally:
+                if pool is not None:
+                    pool.close()
+    finally:
+        if log is not None:
+            log.close()
     return evals
 
 
+def _all_done(log, policy: str, checked, seed: int) -> bool:
+    if log is None:
+        return False
+    from bev_warp_sim.simulator import clip_key
+
+    done = log.done(policy, checked.split, seed)
+    return all(clip_key(c) in done for c in checked.clips)
+
+
+def _print_throughput(console, ev, wall: float) -> None:
+    st = ev.stats
+    name = f"{ev.policy} @ {Path(ev.split).name}"
+    again = f" ({ev.resumed} episodes read back from the earlier run)" if ev.resumed else ""
+    if not st.env_steps:
+        console.print(f"{name}: every episode was already finished{again}")
+        return
+    sec = {k: f"{v:.1f} s" for k, v in st.seconds.items()}
+    console.print(f"{name}: {st.env_steps} env steps, {st.decisions} decisions in {wall:.1f} s wall "
+                  f"({st.env_steps / wall:.0f} steps/s){again}; stage seconds summed over workers: plan "
+                  f"{sec['plan']}, observe {sec['observe']}, track {sec['commit']}, step {sec['step']}")
+
+
 def write_evaluation(evals: list, params: dict, out: Path, console, gifs: int | None = None) -> None:
-    """Print the tables; write results.json, table.md and the worst clips' GIFs under ``out``."""
+    """Print the tables; write results.json, table.md, summary_<split>.png and the worst clips' GIFs
+    under ``out``."""
     from rad2_evaluation.closed_loop import (
         full_table,
         markdown_tables,
         paper_table,
+        plot_split_summary,
         render_worst,
+        skipped_note,
         write_json,
     )
 
@@ -94,9 +199,15 @@ def write_evaluation(evals: list, params: dict, out: Path, console, gifs: int | 
     console.print(full_table(evals))
     out = Path(out)
     path = write_json(evals, out / "results.json")
-    (out / "table.md").write_text(markdown_tables(evals) + "\n")
+    note = skipped_note(evals)
+    (out / "table.md").write_text(markdown_tables(evals) + "\n" + (f"\n{note}\n" if note else ""))
+    figures = []
+    for split in dict.fromkeys(e.split for e in evals):
+        figures.append(plot_split_summary([e for e in evals if e.split == split],
+                                          out / f"summary_{Path(split).name}.png"))
     n_gif = int(params["evaluation"]["worst_clips_gif"] if gifs is None else gifs)
     written = []
     for e in evals:
         written += render_worst(e, out / "gifs", n_gif, fps=float(params["evaluation"]["gif_fps"]))
-    console.print(f"wrote {path}, {out / 'table.md'} and {len(written)} GIFs under {out / 'gifs'}")
+    console.print(f"wrote {path}, {out / 'table.md'}, {len(figures)} summary figures "
+                  f"({', '.join(p.name for p in figures)}) and {len(written)} GIFs under {out / 'gifs'}")
