@@ -29,7 +29,8 @@ def _parameter_value(value):
 
 def generate(graph_name: str, extra_actions=()) -> LaunchDescription:
     graph = rad2_graph.load_graph(graph_name, substitute_args=False)
-    root = Path(os.environ.get("RAD2_ROOT", rad2_graph.REPO_ROOT))
+    # $RAD2_ROOT names a checkout whose params/ to use; else the checkout's or the installed package's
+    root = Path(os.environ["RAD2_ROOT"]) if os.environ.get("RAD2_ROOT") else None
     actions = [
         DeclareLaunchArgument(arg.name, default_value=arg.default, description=arg.description)
         for arg in graph.arguments.values()

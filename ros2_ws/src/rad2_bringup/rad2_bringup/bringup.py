@@ -33,6 +33,9 @@ from rad2_ros.rosenv import REPO_ROOT, child_environment, exit_with_parent, ros_
 from rad2_bringup import graphs
 
 INSTALL = REPO_ROOT / "ros2_ws" / "install"
+# Where the processes run and their logs go: the checkout, or the working directory of an install run
+# away from it (which has no checkout to write into).
+WORK_DIR = REPO_ROOT if (REPO_ROOT / "ros2_ws").is_dir() else Path.cwd()
 # The command the composed mode runs as its one child process (argument handling lives there).
 BRINGUP_COMMAND = ["-m", "rad2_bringup.cli", "graph", "up"]
 
@@ -79,7 +82,7 @@ def param_arg(name: str, value: Any) -> str:
 def ros_args(spec: graphs.NodeSpec, overrides: dict[str, Any] | None = None) -> list[str]:
     """The ``--ros-args`` part of a node's command line: name, parameter files, -p, remaps."""
     args = ["--ros-args", "-r", f"__node:={spec.name}"]
-    for path in spec.param_paths(REPO_ROOT):
+    for path in spec.param_paths():
         args += ["--params-file", str(path)]
     for key, value in {**spec.parameters, **(overrides or {})}.items():
         args += ["-p", param_arg(key, value)]
@@ -181,7 +184,7 @@ class Bringup:
             if name not in known:
                 raise BringupError(f"graph {self.graph!r} has no node {name!r} (have {sorted(known)})")
         if self.log_dir is None:
-            self.log_dir = REPO_ROOT / "runs" / "bringup" / time.strftime(f"{self.graph}-%Y%m%d-%H%M%S")
+            self.log_dir = WORK_DIR / "runs" / "bringup" / time.strftime(f"{self.graph}-%Y%m%d-%H%M%S")
         self.log_dir = Path(self.log_dir)
         self.env = {**ros_environment(self.domain_id), "PYTHONUNBUFFERED": "1", **self.extra_env}
         nodes = [n for n in self.spec.nodes if self.only is None or n.name in self.only]
@@ -215,7 +218,7 @@ class Bringup:
             proc.log_file.write("$ " + " ".join(proc.command) + "\n")
             proc.log_file.flush()
             proc.popen = subprocess.Popen(
-                proc.command, cwd=REPO_ROOT, env=child_environment(self.env), stdout=proc.log_file,
+                proc.command, cwd=WORK_DIR, env=child_environment(self.env), stdout=proc.log_file,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,
             )

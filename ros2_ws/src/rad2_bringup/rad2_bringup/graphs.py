@@ -3,6 +3,11 @@
 Used by the launch files in launch/ (``ros2 launch`` on a full ROS 2 install) and by
 ``rad2_bringup.bringup`` / ``rad2 graph up`` (separate processes or one composed process where
 ``launch`` is unavailable). Plain Python + PyYAML only (no ROS), so both can import it.
+
+The file and the parameter files it names are looked up like every repository-relative resource
+(``rad2_core.config.resource_path``): in the checkout, else in the installed ``share/rad2_bringup``
+(setup.py installs launch/ and params/ there), so a build installed away from the checkout brings
+its graphs up too.
 """
 
 from __future__ import annotations
@@ -13,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from rad2_ros.rosenv import REPO_ROOT
+from rad2_core.config import resource_path
 
-GRAPHS_FILE = REPO_ROOT / "launch" / "graphs.yaml"
+# the checkout's, else the installed package's (where neither has it, the checkout's path: the error names it)
+GRAPHS_FILE = resource_path("launch/graphs.yaml", required=False)
 _ARG_RE = re.compile(r"\$\(arg ([A-Za-z_][A-Za-z0-9_]*)\)")
 
 
@@ -42,8 +48,12 @@ class NodeSpec:
     parameters: dict[str, Any] = field(default_factory=dict)  # per-graph overrides (after arg substitution)
     remappings: dict[str, str] = field(default_factory=dict)
 
-    def param_paths(self, root: Path = REPO_ROOT) -> list[Path]:
-        return [root / p for p in self.param_files]
+    def param_paths(self, root: Path | None = None) -> list[Path]:
+        """The parameter files, under ``root`` when given, else found in the checkout or the installed
+        package share (``resource_path``; a missing one raises ResourceNotFoundError naming both)."""
+        if root is not None:
+            return [Path(root) / p for p in self.param_files]
+        return [resource_path(p) for p in self.param_files]
 
 
 @dataclass
