@@ -61,6 +61,8 @@ setup(
         *_repo_files("params", ("*.yaml",)),
         # the launch files and the graph description they and the local bring-up read
         *_repo_files("launch", ("*.py", "*.yaml")),
+        # the Fast DDS profile rad2_ros.rosenv names for an install run away from the checkout
+        *_repo_files("tools", ("fastdds_localhost.xml",)),
         # share/rad2_bringup/checkpoints/<name>, share/rad2_bringup/data/<split>: found by
         # rad2_planner.config.resource_path under the same relative paths as in the checkout.
         *(e for name in CHECKPOINTS for e in _repo_files(f"checkpoints/{name}", CHECKPOINT_FILES)),

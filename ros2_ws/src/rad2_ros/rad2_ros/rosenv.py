@@ -49,8 +49,30 @@ class RosEnvironmentError(RuntimeError):
     """The checkout is not bootstrapped, or install/setup.bash could not be sourced."""
 
 
+def in_checkout(root: Path = REPO_ROOT) -> bool:
+    """Whether ``root`` is a rad2 checkout (else this file runs from a colcon install away from one)."""
+    return (root / "tools" / "env.sh").is_file() and (root / "ros2_ws").is_dir()
+
+
 def venv_dir(root: Path = REPO_ROOT) -> Path:
-    return Path(os.environ.get("RAD2_VENV", str(root / ".venv")))
+    """$RAD2_VENV, else the checkout's .venv; an install away from the checkout uses the virtualenv this
+    process runs in (its console scripts were built with that interpreter)."""
+    env = os.environ.get("RAD2_VENV")
+    if env:
+        return Path(env)
+    if not in_checkout(root) and sys.prefix != sys.base_prefix:
+        return Path(sys.prefix)
+    return root / ".venv"
+
+
+def installed_share_file(relative: str, env: dict[str, str] | None = None) -> Path | None:
+    """``share/rad2_bringup/<relative>`` under the first prefix of AMENT_PREFIX_PATH that has it (a sourced
+    colcon install), found without ament_index_python (this module runs before anything is importable)."""
+    for prefix in (os.environ if env is None else env).get("AMENT_PREFIX_PATH", "").split(os.pathsep):
+        candidate = Path(prefix) / "share" / "rad2_bringup" / relative if prefix else None
+        if candidate is not None and candidate.is_file():
+            return candidate
+    return None
 
 
 def install_dir(root: Path = REPO_ROOT) -> Path:
@@ -63,7 +85,21 @@ def _prepend_path(value: str | None, entry: str) -> str:
 
 
 def rad2_variables(root: Path = REPO_ROOT) -> dict[str, str]:
-    """The fixed variables (no path lists): middleware, DDS profile, discovery range, RAD2_*."""
+    """The fixed variables (no path lists): middleware, DDS profile, discovery range, RAD2_*.
+
+    Away from a checkout (an install sourced on its own) there is no RAD2_ROOT or workspace to name: the
+    DDS profile is the installed package's copy and node logs go where ROS puts them by default."""
+    if not in_checkout(root):
+        installed = {
+            "RAD2_VENV": str(venv_dir(root)),
+            "RMW_IMPLEMENTATION": "rmw_fastrtps_cpp",
+            "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
+            "PYTHONNOUSERSITE": "1",
+        }
+        profile = installed_share_file("tools/fastdds_localhost.xml")
+        if profile is not None:
+            installed["FASTDDS_DEFAULT_PROFILES_FILE"] = str(profile)
+        return installed
     profile = str(root / "tools" / "fastdds_localhost.xml")
     return {
         "RAD2_ROOT": str(root),
