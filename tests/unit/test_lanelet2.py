@@ -20,6 +20,7 @@ lanelet2 = pytest.importorskip(
 
 from rad2_core.config import load_params  # noqa: E402
 from rad2_core.lane_map import NO_LANE, LaneMap  # noqa: E402
+from rad2_core.route_path import RouteLimits  # noqa: E402
 from rad2_core.tokens import project_onto_polyline  # noqa: E402
 from rad2_datasets.adapters import build_route  # noqa: E402
 from rad2_datasets.adapters.lanelet2_map import (  # noqa: E402
@@ -184,7 +185,8 @@ def _route(m: LaneMap, xy, yaw):
     a = load_params("bev")["adapters"]
     return build_route(m, xy, yaw, extension_m=a["route_extension_m"],
                        heading_weight=a["lane_match_heading_weight_m_per_rad"],
-                       change_penalty=a["lane_change_penalty_m"])
+                       change_penalty=a["lane_change_penalty_m"],
+                       limits=RouteLimits.from_params(load_params("sim")))
 
 
 def test_the_route_follows_a_lane_change_and_projects_monotonically(l2):

@@ -20,7 +20,7 @@ from rad2_core.clip import Clip
 from rad2_core.config import load_params, require
 from rad2_core.geometry import wrap_angle
 from rad2_core.lane_map import NO_LANE, LaneMap
-from rad2_core.route_path import RouteError, RouteLimits, check_route, default_route_limits
+from rad2_core.route_path import RouteError, RouteLimits, check_route
 from rad2_core.tokens import arc_lengths, clean_polyline, project_onto_polyline
 
 
@@ -495,11 +495,12 @@ def build_route(
     heading_weight: float,
     change_penalty: float,
     lane_allowed: np.ndarray | None = None,
-    limits: RouteLimits | None = None,
+    *,
+    limits: RouteLimits,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The route a logged ego path follows: (route_lane_ids [R], route_polyline [Pr, 2]), one that
-    passes :func:`rad2_core.route_path.check_route` against the path (``limits``: params/sim.yaml when
-    None), else :class:`RouteError` with the reason.
+    passes :func:`rad2_core.route_path.check_route` against the path (``limits``:
+    :meth:`RouteLimits.from_params` of params/sim.yaml), else :class:`RouteError` with the reason.
 
     First choice, the lanes the path traverses in time order (matched by :func:`match_path_to_lanes`,
     gaps bridged through successors and, on maps with adjacency, through the neighbours of a lane
@@ -511,7 +512,6 @@ def build_route(
     """
     xy = np.asarray(xy, np.float64)
     yaw = np.asarray(yaw, np.float64)
-    limits = default_route_limits() if limits is None else limits
     per_pose = match_path_to_lanes(lane_map, xy, yaw, heading_weight, change_penalty, lane_allowed)
     failures = []
     for name, make in (("lanes", _lane_route), ("logged path", None)):
@@ -555,6 +555,7 @@ def logged_clip(
     runs at the logged speed. ``agents`` holds the ``agent_*`` fields of :meth:`Clip.build`;
     ``signal_states`` [S, T] the logged states of ``lane_map``'s signals (held, not blended, when
     resampled)."""
+    sim_params = load_params("sim")
     route_ids, route_poly = build_route(
         lane_map,
         np.stack([ego_x, ego_y], axis=1),
@@ -563,6 +564,7 @@ def logged_clip(
         heading_weight=float(require(params, "adapters.lane_match_heading_weight_m_per_rad")),
         change_penalty=float(require(params, "adapters.lane_change_penalty_m")),
         lane_allowed=lane_allowed,
+        limits=RouteLimits.from_params(sim_params),
     )
     meta = {"source": source, "scenario_kind": "logged", "seed": None, "network_kind": "real",
             "scenario_id": scenario_id, **metadata}
@@ -582,7 +584,7 @@ def logged_clip(
         route_polyline=route_poly,
         metadata=meta,
         signal_states=signal_states,
-    ).validate().resample(float(load_params("sim")["sim"]["dt"]))
+    ).validate().resample(float(sim_params["sim"]["dt"]))
 
 
 __all__ = [

@@ -45,7 +45,7 @@ _TYPE_MAP = {
 }
 
 
-def _box_size(shape) -> tuple[float, float]:
+def box_size(shape) -> tuple[float, float]:
     if hasattr(shape, "length") and hasattr(shape, "width"):
         return float(shape.length), float(shape.width)
     if hasattr(shape, "radius"):
@@ -57,7 +57,7 @@ def _box_size(shape) -> tuple[float, float]:
     raise CommonRoadAdapterError(f"obstacle shape {type(shape).__name__} has no usable size")
 
 
-def _states(obstacle) -> dict[int, Any]:
+def obstacle_states(obstacle) -> dict[int, Any]:
     """time_step -> state (initial state plus the predicted trajectory)."""
     out = {int(obstacle.initial_state.time_step): obstacle.initial_state}
     pred = getattr(obstacle, "prediction", None)
@@ -175,14 +175,14 @@ def _qualifies_as_ego(obstacle, criteria: dict[str, Any]) -> str | None:
     """Why ``obstacle`` cannot be promoted to ego under ``adapters.promoted_ego`` (None: it can)."""
     if _TYPE_MAP.get(obstacle.obstacle_type.name, AGENT_OTHER) != AGENT_VEHICLE:
         return f"type {obstacle.obstacle_type.name}"
-    length, width = _box_size(obstacle.obstacle_shape)
+    length, width = box_size(obstacle.obstacle_shape)
     lo, hi = (float(v) for v in criteria["length_m"])
     if not lo <= length <= hi:
         return f"length {length:.1f} m outside [{lo}, {hi}]"
     lo, hi = (float(v) for v in criteria["width_m"])
     if not lo <= width <= hi:
         return f"width {width:.1f} m outside [{lo}, {hi}]"
-    states = _states(obstacle)
+    states = obstacle_states(obstacle)
     first, last = states[min(states)], states[max(states)]
     travel = float(np.hypot(*(np.asarray(last.position, float) - np.asarray(first.position, float))))
     if travel < float(criteria["min_travel_m"]):
@@ -190,16 +190,16 @@ def _qualifies_as_ego(obstacle, criteria: dict[str, Any]) -> str | None:
     return None
 
 
-def _logged_overlap(scenario, obstacle) -> str | None:
+def logged_overlap(scenario, obstacle) -> str | None:
     """Where the logged box of ``obstacle`` overlaps another obstacle's box at the same time step (an
     NGSIM queue whose boxes overlap: replayed as the ego, that is a collision before the planner acts)."""
-    own = _states(obstacle)
-    length, width = _box_size(obstacle.obstacle_shape)
+    own = obstacle_states(obstacle)
+    length, width = box_size(obstacle.obstacle_shape)
     for other in scenario.obstacles:
         if other.obstacle_id == obstacle.obstacle_id:
             continue
-        o_len, o_wid = _box_size(other.obstacle_shape)
-        theirs = _states(other) if other in scenario.dynamic_obstacles else None
+        o_len, o_wid = box_size(other.obstacle_shape)
+        theirs = obstacle_states(other) if other in scenario.dynamic_obstacles else None
         steps = sorted(own) if theirs is None else sorted(set(own) & set(theirs))
         if not steps:
             continue
@@ -224,7 +224,7 @@ def rank_egos(scenario, lane_map: LaneMap, params: dict[str, Any]) -> list[int]:
     reasons = {o.obstacle_id: _qualifies_as_ego(o, criteria) for o in scenario.dynamic_obstacles}
     for o in scenario.dynamic_obstacles:
         if reasons[o.obstacle_id] is None:
-            reasons[o.obstacle_id] = _logged_overlap(scenario, o)
+            reasons[o.obstacle_id] = logged_overlap(scenario, o)
     fit = [o for o in scenario.dynamic_obstacles if reasons[o.obstacle_id] is None]
     if not fit:
         why = "; ".join(f"{k}: {v}" for k, v in sorted(reasons.items())[:12]) or "no dynamic obstacles"
@@ -232,8 +232,8 @@ def rank_egos(scenario, lane_map: LaneMap, params: dict[str, Any]) -> list[int]:
             f"no dynamic obstacle qualifies as ego under adapters.promoted_ego {dict(criteria)} ({why}); "
             "pass ego_obstacle_id to choose one"
         )
-    ranked = sorted(fit, key=lambda o: (-len(_states(o)), -_centrality(scenario, lane_map, o, heading_weight),
-                                        o.obstacle_id))
+    ranked = sorted(fit, key=lambda o: (-len(obstacle_states(o)),
+                                        -_centrality(scenario, lane_map, o, heading_weight), o.obstacle_id))
     return [int(o.obstacle_id) for o in ranked]
 
 
@@ -286,7 +286,7 @@ def scenario_clip(scenario, planning, ego_obstacle_id: int | None, params: dict[
         raise CommonRoadAdapterError(
             f"ego_obstacle_id: {ego_obstacle_id} is not a dynamic obstacle (have {have})"
         )
-    ego_states = _states(ego)
+    ego_states = obstacle_states(ego)
     steps = sorted(ego_states)
     if steps != list(range(steps[0], steps[-1] + 1)):
         raise CommonRoadAdapterError(f"ego_obstacle_id: {ego_obstacle_id} has gaps in its time steps")
@@ -295,7 +295,7 @@ def scenario_clip(scenario, planning, ego_obstacle_id: int | None, params: dict[
     ey = np.array([ego_states[k].position[1] for k in steps], dtype=np.float64)
     eyaw = wrap_angle(np.array([float(ego_states[k].orientation) for k in steps]))
     espeed = np.array([float(getattr(ego_states[k], "velocity", 0.0) or 0.0) for k in steps])
-    ego_len, ego_wid = _box_size(ego.obstacle_shape)
+    ego_len, ego_wid = box_size(ego.obstacle_shape)
 
     others = sorted(
         (o for o in scenario.obstacles if o.obstacle_id != ego.obstacle_id), key=lambda o: o.obstacle_id
@@ -306,7 +306,7 @@ def scenario_clip(scenario, planning, ego_obstacle_id: int | None, params: dict[
     valid = np.zeros(shape, dtype=bool)
     types, lengths, widths = [], [], []
     for i, o in enumerate(others):
-        states = _states(o)
+        states = obstacle_states(o)
         if o in scenario.static_obstacles:  # valid for the whole clip
             states = {t0 + k: o.initial_state for k in range(num_steps)}
         for k, s in states.items():
@@ -317,7 +317,7 @@ def scenario_clip(scenario, planning, ego_obstacle_id: int | None, params: dict[
                 avx[i, j], avy[i, j] = _velocity(s)
                 valid[i, j] = True
         types.append(_TYPE_MAP.get(o.obstacle_type.name, AGENT_OTHER))
-        ln, wd = _box_size(o.obstacle_shape)
+        ln, wd = box_size(o.obstacle_shape)
         lengths.append(ln)
         widths.append(wd)
     keep = valid.any(axis=1)
