@@ -15,7 +15,7 @@ PACKAGE = "rad2_bringup"
 # node's default map and the evaluation tools read (data/train and data/eval_signals stay in the checkout).
 CHECKPOINTS = ("rad2_rl", "rad2_il", "rad2_il_rich", "collision_critic", "self_correction")
 CHECKPOINT_FILES = ("config.json", "*.safetensors")
-DATA_SPLITS = ("eval_efficiency", "eval_safety")
+DATA_SPLITS = ("eval_efficiency", "eval_safety", "eval_real")
 DATA_FILES = ("index.json", "clips/*.npz", "maps/*.npz")
 
 
