@@ -79,6 +79,59 @@ def param_arg(name: str, value: Any) -> str:
     return f"{name}:={text}"
 
 
+# Parameters rclpy gives every node (not in any schema of params/).
+ROS_NODE_PARAMETERS = {"use_sim_time": "bool"}
+
+
+def resolve_overrides(spec: graphs.NodeSpec, overrides: dict[str, Any]) -> dict[str, Any]:
+    """``overrides`` of node ``spec`` by full parameter name, each checked against the schemas of the
+    node's parameter files before any process starts (a wrong key or type fails here, in a second,
+    naming it, instead of in the node after the readiness timeout).
+
+    A key that is no parameter of the files but is one once prefixed with the node's name is taken
+    with it: ``--set planner.deadline_ms=80`` (node ``planner``, key ``deadline_ms``) sets
+    ``planner.deadline_ms`` as ``planner.planner.deadline_ms=80`` does. An integer for a float
+    parameter becomes that float (``-p`` would hand the node an INTEGER for a DOUBLE)."""
+    from rad2_core.config import ParameterError, load_schema, value_problem
+
+    schema: dict[str, Any] = {}
+    for path in spec.param_paths(REPO_ROOT):
+        schema.update(load_schema(path))
+    out: dict[str, Any] = {}
+    problems = []
+    for key, value in overrides.items():
+        name = key
+        if name not in schema and name not in ROS_NODE_PARAMETERS and f"{spec.name}.{name}" in schema:
+            name = f"{spec.name}.{name}"
+        if name in ROS_NODE_PARAMETERS:
+            if not isinstance(value, bool):
+                problems.append(f"{key} = {value!r} is not a bool")
+            out[name] = value
+            continue
+        entry = schema.get(name)
+        if entry is None:
+            import difflib
+
+            near = difflib.get_close_matches(name, sorted(schema), n=3, cutoff=0.6)
+            hint = f" (did you mean {', '.join(near)}?)" if near else ""
+            problems.append(f"{key} is not a parameter of node {spec.name!r}: none of "
+                            f"{', '.join(spec.param_files)} has it{hint}")
+            continue
+        if entry.type == "float" and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        elif (entry.type == "list" and entry.items == "float" and isinstance(value, list)
+              and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)):
+            value = [float(v) for v in value]
+        problem = value_problem(entry, value)
+        if problem:
+            problems.append(f"{name} = {value!r} {problem}")
+            continue
+        out[name] = value
+    if problems:
+        raise ParameterError(f"node {spec.name!r}: " + "; ".join(problems))
+    return out
+
+
 def ros_args(spec: graphs.NodeSpec, overrides: dict[str, Any] | None = None) -> list[str]:
     """The ``--ros-args`` part of a node's command line: name, parameter files, -p, remaps."""
     args = ["--ros-args", "-r", f"__node:={spec.name}"]
@@ -178,11 +231,21 @@ class Bringup:
     wrap: list[str] | None = None  # command prefix, e.g. ["ip", "netns", "exec", "hostA"]
 
     def __post_init__(self) -> None:
+        from rad2_core.config import ParameterError
+
         self.spec = graphs.load_graph(self.graph, self.args)
         known = {n.name for n in self.spec.nodes}
         for name in list(self.overrides) + list(self.only or []):
             if name not in known:
                 raise BringupError(f"graph {self.graph!r} has no node {name!r} (have {sorted(known)})")
+        try:
+            for n in self.spec.nodes:
+                n.parameters = resolve_overrides(n, n.parameters)
+            self.overrides = {name: resolve_overrides(next(n for n in self.spec.nodes if n.name == name),
+                                                      params)
+                              for name, params in self.overrides.items()}
+        except ParameterError as exc:
+            raise BringupError(str(exc)) from None
         if self.log_dir is None:
             self.log_dir = WORK_DIR / "runs" / "bringup" / time.strftime(f"{self.graph}-%Y%m%d-%H%M%S")
         self.log_dir = Path(self.log_dir)
@@ -225,17 +288,30 @@ class Bringup:
         return self
 
     def wait_ready(self, timeout: float = 60.0) -> float:
-        """Block until every node is in the ROS graph with its endpoints; returns the seconds taken."""
+        """Block until every node is in the ROS graph with its endpoints; returns the seconds taken.
+
+        A node process that exits meanwhile (a parameter refused at start, a missing checkpoint) ends
+        the wait at once with its log's tail, the node's own error last."""
         t0 = time.monotonic()
-        probe = subprocess.run(
+        probe = subprocess.Popen(
             [*(self.wrap or []), sys.executable, "-c", _PROBE, json.dumps(self.node_names), str(timeout)],
-            env=self.env, capture_output=True, text=True, timeout=timeout + 30,
+            env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
+        try:
+            while probe.poll() is None:
+                if time.monotonic() - t0 > timeout + 30:
+                    raise BringupError(f"readiness probe did not end within {timeout + 30:.0f} s")
+                self.check_alive()
+                time.sleep(0.1)
+        finally:
+            if probe.poll() is None:
+                probe.kill()
+            out, err = probe.communicate()
         self.check_alive()
         try:
-            ready = set(json.loads(probe.stdout.strip().splitlines()[-1]))
+            ready = set(json.loads(out.strip().splitlines()[-1]))
         except (IndexError, json.JSONDecodeError) as exc:
-            raise BringupError(f"readiness probe failed: {probe.stderr[-2000:]}") from exc
+            raise BringupError(f"readiness probe failed: {err[-2000:]}") from exc
         missing = set(self.node_names) - ready
         if missing:
             raise BringupError(f"nodes not ready after {timeout:.0f} s: {sorted(missing)}\n{self.tails()}")
@@ -244,9 +320,12 @@ class Bringup:
     def check_alive(self) -> None:
         dead = [p for p in self.processes if p.popen is not None and p.popen.poll() is not None]
         if dead:
+            # the dead processes' logs last, so their own final line (the start-up error) ends the text
+            alive = [p for p in self.processes if p not in dead]
+            tails = "\n".join(f"--- {p.log_path}\n{p.log_tail(20)}" for p in alive + dead)
             raise BringupError(
                 "process exited: " + ", ".join(f"{p.name} (rc={p.popen.returncode})" for p in dead)
-                + "\n" + self.tails()
+                + "\n" + tails
             )
 
     def process(self, name: str) -> NodeProcess:

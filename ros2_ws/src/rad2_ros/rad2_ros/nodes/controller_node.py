@@ -82,6 +82,7 @@ from rad2_ros.nodes.common import (
     report_qos,
     run_node,
     sensor_qos,
+    stop_heartbeat,
 )
 
 NODE_NAME = "controller"
@@ -103,7 +104,8 @@ class _Plan:
 class ControllerNode(Node):
     def __init__(self, **kwargs):
         super().__init__(NODE_NAME, **kwargs)
-        values = declare_parameters(self, PARAM_FILES, prefixes=PREFIXES)
+        values = declare_parameters(self, PARAM_FILES, prefixes=PREFIXES,
+                                    cli_args=kwargs.get("cli_args"))
         self.tracker = TrackingController(values, values)
         cfg = values["controller"]["node"]
         self.rate_hz = float(cfg["rate_hz"])
@@ -149,7 +151,7 @@ class ControllerNode(Node):
         )
 
     def destroy_node(self):
-        self.heartbeat.stop()
+        stop_heartbeat(self)
         return super().destroy_node()
 
     def _now_ns(self) -> int:

@@ -69,6 +69,7 @@ from rad2_ros.nodes.common import (
     declare_parameters,
     run_node,
     sensor_qos,
+    stop_heartbeat,
 )
 
 PARAM_FILES = ["bev", "vehicle", "nodes", "validators"]
@@ -78,7 +79,8 @@ PREFIXES = ("bev", "tokens", "vehicle", "perception", "heartbeat", "validators")
 class PerceptionNode(Node):
     def __init__(self, **kwargs):
         super().__init__("bev_features", **kwargs)
-        self.params = declare_parameters(self, PARAM_FILES, prefixes=PREFIXES)
+        self.params = declare_parameters(self, PARAM_FILES, prefixes=PREFIXES,
+                                         cli_args=kwargs.get("cli_args"))
         c = self.params["perception"]
         self.frame_id = str(c["frame_id"])
         self.grid = rc.BevGrid.from_params(self.params["bev"])
@@ -106,7 +108,7 @@ class PerceptionNode(Node):
         self.heartbeat = Heartbeat(self, float(self.params["heartbeat"]["period_s"]))
 
     def destroy_node(self):
-        self.heartbeat.stop()
+        stop_heartbeat(self)
         return super().destroy_node()
 
     def _status(self, level: str, message: str) -> None:

@@ -81,6 +81,7 @@ from rad2_ros.nodes.common import (
     report_qos,
     run_node,
     sensor_qos,
+    stop_heartbeat,
 )
 
 PARAM_FILES = ["bev", "vehicle", "planner", "nodes", "validators"]
@@ -96,7 +97,8 @@ SAFETY_INFO = ("safety_layer", "corrections", "critic_p", "critic_accepted", "sa
 class PlannerNode(Node):
     def __init__(self, **kwargs):
         super().__init__("planner", **kwargs)
-        self.params = declare_parameters(self, PARAM_FILES, prefixes=PREFIXES)
+        self.params = declare_parameters(self, PARAM_FILES, prefixes=PREFIXES,
+                                         cli_args=kwargs.get("cli_args"))
         p, n = self.params["planner"], self.params["planner_node"]
         self.cfg = n
         self.plan_dt = float(p["plan_dt"])
@@ -163,8 +165,17 @@ class PlannerNode(Node):
         # and the controller for the same cores
         torch.set_num_threads(int(self.cfg["torch_threads"]))
         ckpt = resolve_path(self.params["planner"]["checkpoint_dir"])
+        # runtime.onnx_dir names where exported graphs go for a model built in memory; a loaded
+        # checkpoint exports beside itself. A value given at launch is what the user wants either way:
+        # passed on explicitly, and said to have no effect where nothing is exported.
+        onnx_dir = self.params.overridden.get("runtime.onnx_dir")
+        if onnx_dir is not None and str(self.params["planner"]["backend"]) == "pytorch":
+            self.get_logger().warning(f"runtime.onnx_dir = {onnx_dir!r} has no effect: planner.backend "
+                                      "pytorch runs the networks without exporting them")
+            onnx_dir = None
         if (ckpt / "config.json").is_file():
-            return Rad2Policy.from_params(self.params), str(ckpt)
+            kwargs = {} if onnx_dir is None else {"onnx_dir": onnx_dir}
+            return Rad2Policy.from_params(self.params, **kwargs), str(ckpt)
         if not self.cfg.get("random_init_if_missing", False):
             raise FileNotFoundError(f"no planner checkpoint in {ckpt} (planner.checkpoint_dir)")
         from rad2_planner.networks import ModelConfig, PlannerModel
@@ -172,11 +183,11 @@ class PlannerNode(Node):
         self.get_logger().warning(f"no checkpoint in {ckpt}: RANDOMLY INITIALISED networks (wiring only)")
         model = PlannerModel(ModelConfig.from_params(self.params, self.params))
         # exported graphs of random weights must not land in the checkpoint's ONNX cache
-        onnx_dir = tempfile.mkdtemp(prefix="rad2_random_init_onnx_")
+        onnx_dir = onnx_dir or tempfile.mkdtemp(prefix="rad2_random_init_onnx_")
         return Rad2Policy(model, params=self.params, onnx_dir=onnx_dir), "random-init"
 
     def destroy_node(self):
-        self.heartbeat.stop()
+        stop_heartbeat(self)
         return super().destroy_node()
 
     # -- inputs ------------------------------------------------------------------------------------

@@ -75,7 +75,7 @@ class _Held:
 class SimNode(Node):
     def __init__(self, **kwargs):
         super().__init__(NODE_NAME, **kwargs)
-        values = declare_parameters(self, PARAM_FILES)
+        values = declare_parameters(self, PARAM_FILES, cli_args=kwargs.get("cli_args"))
         self.params = values
         cfg = values["node"]
         self.cfg = cfg

@@ -36,7 +36,8 @@ PREFIXES = ("supervisor",)
 class SupervisorNode(Node):
     def __init__(self, **kwargs):
         super().__init__("supervisor", **kwargs)
-        values = declare_parameters(self, PARAM_FILES, prefixes=PREFIXES)["supervisor"]
+        values = declare_parameters(self, PARAM_FILES, prefixes=PREFIXES,
+                                    cli_args=kwargs.get("cli_args"))["supervisor"]
         self.expected = [str(n) for n in values["expected_nodes"]]
         timeout = float(values["timeout_s"])
         self.monitor = HeartbeatMonitor({name: timeout for name in self.expected})
