@@ -10,8 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from rad2_core.config import load_merged
 from rad2_core.storage import iter_dataset, read_index
 from rad2_datasets.adapters.logs import LogFormatError, convert_logs, find_logs, load_log, log_format
+
+LOG_PARAMS = load_merged("bev", "sim", "validators")
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -49,7 +52,7 @@ def test_formats_are_recognised_from_what_is_on_disk(tmp_path):
         find_logs(stray)
     with pytest.raises(LogFormatError, match="unknown"):
         find_logs(FIXTURES, formats=["rosbag"])
-    assert load_log(CR_FILE).metadata["source"] == "commonroad"
+    assert load_log(CR_FILE, LOG_PARAMS).metadata["source"] == "commonroad"
 
 
 def test_conversion_writes_one_dataset_and_names_a_bad_log(tmp_path):
@@ -61,9 +64,9 @@ def test_conversion_writes_one_dataset_and_names_a_bad_log(tmp_path):
     truncated.write_text(CR_FILE.read_text()[:3000])
     # without skip_bad the first broken log stops the conversion, named
     with pytest.raises(LogFormatError, match=r"truncated\.xml \(commonroad\)"):
-        convert_logs(logs, tmp_path / "strict", egos_per_scenario=2, progress=False)
-    written, index, errors = convert_logs(logs, tmp_path / "out", egos_per_scenario=3, skip_bad=True,
-                                          progress=False)
+        convert_logs(logs, tmp_path / "strict", LOG_PARAMS, egos_per_scenario=2, progress=False)
+    written, index, errors = convert_logs(logs, tmp_path / "out", LOG_PARAMS, egos_per_scenario=3,
+                                          skip_bad=True, progress=False)
     assert written == 4 and index["num_clips"] == 4  # 1 AV2 scenario + 3 promoted NGSIM egos
     assert len(errors) == 2 and any(str(bad) in e for e in errors)
     assert any("truncated.xml: not a readable CommonRoad" in e for e in errors)
@@ -72,8 +75,8 @@ def test_conversion_writes_one_dataset_and_names_a_bad_log(tmp_path):
     egos = [c.metadata["ego_obstacle_id"] for c in clips if c.metadata["source"] == "commonroad"]
     assert len(set(egos)) == 3
     # --limit and --append
-    written, index, _ = convert_logs(CR_FILE, tmp_path / "out", egos_per_scenario=5, limit=2, append=True,
-                                     progress=False)
+    written, index, _ = convert_logs(CR_FILE, tmp_path / "out", LOG_PARAMS, egos_per_scenario=5, limit=2,
+                                     append=True, progress=False)
     assert written == 2 and index["num_clips"] == 4 + 2 - 2  # two of the five egos were already there
     assert read_index(tmp_path / "out")["num_clips"] == 4
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from rad2_core.config import load_merged
 from rad2_core.storage import iter_dataset, read_index
 from rad2_datasets.corpus import (
     CORPORA,
@@ -23,6 +24,8 @@ from rad2_datasets.corpus import (
     read_splits,
     road_of,
 )
+
+LOG_PARAMS = load_merged("bev", "sim", "validators")
 
 ROOT = Path(__file__).resolve().parents[2]
 SPLITS_DIR = ROOT / "data" / "splits"
@@ -81,7 +84,7 @@ def test_real_scenarios_convert_into_clips_the_simulator_accepts(tmp_path):
     from bev_warp_sim.reference_policies import make_policy
     from bev_warp_sim.rollout import PerRowPlanners, run_rollouts
 
-    report = convert_corpus(NGSIM, SPLITS_DIR, tmp_path, only=SAMPLE, progress=False)
+    report = convert_corpus(NGSIM, SPLITS_DIR, tmp_path, only=SAMPLE, progress=False, params=LOG_PARAMS)
     assert report.qualifying > 50 and report.acceptance >= 0.99, report.lines()
     assert sum(report.not_qualifying.values()) + report.qualifying == report.vehicles
     written = {split: read_index(tmp_path / split)["num_clips"] for split in SPLITS}

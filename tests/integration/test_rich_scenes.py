@@ -13,13 +13,15 @@ pytest.importorskip("sumolib")
 
 from bev_warp_sim import safety  # noqa: E402
 from rad2_core.clip import AGENT_CYCLIST, AGENT_PEDESTRIAN, AGENT_VEHICLE  # noqa: E402
-from rad2_core.config import load_params  # noqa: E402
+from rad2_core.config import load_all, load_params  # noqa: E402
 from rad2_core.geometry import boxes_overlap  # noqa: E402
 from rad2_core.storage import load_dataset  # noqa: E402
 from rad2_datasets.scenarios import generate as gen  # noqa: E402
 from rad2_datasets.scenarios import rich  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
+PARAMS = load_all(("scenarios", "vehicle", "sim"))
+GEN = gen.generation_params(PARAMS)
 CFG = load_params("scenarios")["scenarios"]
 PARKED_BASE = 50_000_000  # convert.agent_int_id: parked<n> -> 50 million + n
 
@@ -42,7 +44,7 @@ def test_committed_clip_regenerates_exactly(name, kind, cache):
     clip comes back bit for bit (cut_in picks an adjacent lane, the check that sidewalks now pass)."""
     committed = _committed(name, kind)
     res = gen.generate_clip(kind, int(committed.metadata["seed"]), log_safety=safety.min_ttc_of_log,
-                            cache_dir=cache)
+                            cache_dir=cache, **GEN)
     assert res.clip is not None and res.attempts == committed.metadata["attempt"] + 1
     for field in ("ego_x", "ego_y", "ego_speed", "agent_ids", "agent_x", "agent_y", "agent_valid",
                   "agent_types", "route_polyline"):
@@ -64,7 +66,7 @@ def _lane_widths(clip) -> np.ndarray:
 
 def test_rich_grid_scene_has_pedestrians_cyclists_parked_cars_and_its_drawn_sizes(cache):
     res = gen.generate_clip("congestion", 10, log_safety=safety.min_ttc_of_log, cache_dir=cache,
-                            network_kind="grid", rich=True)
+                            network_kind="grid", rich=True, **GEN)
     clip = res.clip
     assert clip is not None, res.details
     drawn = clip.metadata["rich"]
@@ -99,7 +101,7 @@ def test_cyclists_appear_in_the_logs_of_a_rich_set(cache):
     seen = 0
     for seed in range(20, 26):
         res = gen.generate_clip("free_road", seed, log_safety=safety.min_ttc_of_log, cache_dir=cache,
-                                network_kind="grid", rich=True)
+                                network_kind="grid", rich=True, **GEN)
         assert res.clip is not None, res.details
         cyc = res.clip.agent_types == AGENT_CYCLIST
         if cyc.any():
@@ -111,7 +113,7 @@ def test_cyclists_appear_in_the_logs_of_a_rich_set(cache):
 
 def test_nobody_walks_cycles_or_parks_on_the_motorway(cache):
     res = gen.generate_clip("free_road", 3, log_safety=safety.min_ttc_of_log, cache_dir=cache,
-                            network_kind="highway", rich=True)
+                            network_kind="highway", rich=True, **GEN)
     assert res.clip is not None, res.details
     assert res.clip.metadata["rich"]["parked_count"] > 0  # drawn, but there is no kerb to park at
     assert set(np.unique(res.clip.agent_types).tolist()) == {AGENT_VEHICLE}

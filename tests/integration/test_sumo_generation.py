@@ -12,13 +12,15 @@ pytest.importorskip("libsumo")
 pytest.importorskip("sumolib")
 
 from bev_warp_sim import safety  # noqa: E402
-from rad2_core.config import load_params  # noqa: E402
+from rad2_core.config import load_all, load_params  # noqa: E402
 from rad2_core.storage import load_dataset  # noqa: E402
 from rad2_datasets.scenarios import events, networks  # noqa: E402
 from rad2_datasets.scenarios import generate as gen  # noqa: E402
 from rad2_datasets.scenarios.runner import sumo_to_center  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
+PARAMS = load_all(("scenarios", "vehicle", "sim"))
+GEN = gen.generation_params(PARAMS)
 CFG = load_params("scenarios")["scenarios"]
 SIM = load_params("sim")
 THRESHOLD = float(CFG["safety"]["near_miss_ttc_s"])
@@ -106,7 +108,7 @@ def _actor_ttc(clip) -> np.ndarray:
 @pytest.mark.parametrize("kind,seed", [("hard_brake", 11), ("cut_in", 12), ("crossing_conflict", 13),
                                        ("pull_out", 14)])
 def test_safety_event_gives_near_miss_without_collision(kind, seed, cache):
-    res = gen.generate_clip(kind, seed, log_safety=safety.min_ttc_of_log, cache_dir=cache)
+    res = gen.generate_clip(kind, seed, log_safety=safety.min_ttc_of_log, cache_dir=cache, **GEN)
     assert res.clip is not None, f"{kind}: every attempt rejected {res.rejections}"
     clip = res.clip.validate()
     meta = clip.metadata
@@ -139,7 +141,7 @@ def test_safety_event_gives_near_miss_without_collision(kind, seed, cache):
 
 def test_same_seed_same_clip_different_seed_different(cache):
     a, b, c = (
-        gen.generate_clip("cut_in", seed, log_safety=safety.min_ttc_of_log, cache_dir=cache).clip
+        gen.generate_clip("cut_in", seed, log_safety=safety.min_ttc_of_log, cache_dir=cache, **GEN).clip
         for seed in (21, 21, 22)
     )
     assert a is not None and b is not None and c is not None
@@ -152,7 +154,8 @@ def test_same_seed_same_clip_different_seed_different(cache):
 
 def test_dataset_generation_shares_maps(tmp_path, cache):
     rep = gen.generate_dataset(tmp_path / "ds", ["free_road", "slow_leader"], 3, seed=5,
-                               log_safety=safety.min_ttc_of_log, cache_dir=cache, progress=False)
+                               log_safety=safety.min_ttc_of_log, cache_dir=cache, progress=False,
+                               params=PARAMS)
     clips = load_dataset(tmp_path / "ds")
     assert rep["clips"] == len(clips) == 3
     assert {c.scenario_kind for c in clips} == {"free_road", "slow_leader"}
@@ -161,22 +164,18 @@ def test_dataset_generation_shares_maps(tmp_path, cache):
     assert (tmp_path / "ds" / "generation_report.json").is_file()
 
 
-def test_dataset_generation_reads_params_once(tmp_path, cache, monkeypatch):
-    """A run reads params/ once and hands the values to its jobs: an edit of params/ during the run (here:
-    the next read returns a broken config) changes nothing in it."""
-    reads = []
-    real = gen.load_config
+def test_dataset_generation_reads_no_parameter_file(tmp_path, cache, monkeypatch):
+    """A run takes the values its entry point loaded and hands them to its jobs: it reads no file of
+    params/ itself (an edit of params/ during the run changes nothing in it)."""
+    from rad2_core import config
 
-    def counting_load_config():
-        reads.append(1)
-        if len(reads) > 1:
-            raise AssertionError("params/ read again during the run")
-        return real()
+    def no_read(*args, **kwargs):
+        raise AssertionError("params/ read during the run")
 
-    monkeypatch.setattr(gen, "load_config", counting_load_config)
+    monkeypatch.setattr(config, "load_params", no_read)
     rep = gen.generate_dataset(tmp_path / "ds", ["free_road"], 2, seed=7, log_safety=safety.min_ttc_of_log,
-                               cache_dir=cache, progress=False)
-    assert rep["clips"] == 2 and len(reads) == 1
+                               params=PARAMS, cache_dir=cache, progress=False)
+    assert rep["clips"] == 2
 
 
 def test_bad_inputs_are_named():
@@ -189,7 +188,7 @@ def test_bad_inputs_are_named():
     with pytest.raises(ValueError, match="offset_polyline"):
         networks.offset_polyline(np.zeros((1, 2)), 1.0)
     with pytest.raises(ValueError, match="not one of"):
-        gen.generate_clip("teleport", 1, log_safety=safety.min_ttc_of_log)
+        gen.generate_clip("teleport", 1, log_safety=safety.min_ttc_of_log, **GEN)
 
 
 @pytest.mark.parametrize("name,kinds,minimum", [
@@ -217,7 +216,7 @@ def test_junction_start_rests_then_drives_through_the_junction(seed, cache):
     """junction_start: the logged ego is at rest at step 0, a few metres before a junction, and pulls away at
     once (no wait the clip cannot explain); a turn clip turns by more than 60 degrees within 6 s, a
     straight one by less than 30. Seeds 100 and 105 give one of each with the shipped settings."""
-    res = gen.generate_clip("junction_start", seed, log_safety=safety.min_ttc_of_log, cache_dir=cache)
+    res = gen.generate_clip("junction_start", seed, log_safety=safety.min_ttc_of_log, cache_dir=cache, **GEN)
     clip = res.clip
     assert clip is not None, res.rejections
     ev = clip.metadata["event"]["params"]
@@ -250,7 +249,7 @@ def test_signalised_grid_exports_light_states_the_logged_driver_obeys(cache):
     from rad2_core.stop_lines import stop_line_crossings, stop_lines_on_route
 
     res = gen.generate_clip("free_road", 20260101, log_safety=safety.min_ttc_of_log, cache_dir=cache,
-                            network_kind="grid", signals=True)
+                            network_kind="grid", signals=True, **GEN)
     clip = res.clip
     assert clip is not None and clip.map.num_signals > 0
     assert clip.signal_states.shape == (clip.map.num_signals, clip.num_steps)
@@ -262,6 +261,6 @@ def test_signalised_grid_exports_light_states_the_logged_driver_obeys(cache):
         states = clip.signals_at(t)
         assert not stop_line_crossings(clip.map, states, clip.route_lane_ids, front[t - 1], front[t])
     plain = gen.generate_clip("free_road", 20260101, log_safety=safety.min_ttc_of_log, cache_dir=cache,
-                              network_kind="grid").clip
+                              network_kind="grid", **GEN).clip
     assert plain.map.num_signals == 0 and plain.signal_states is None
     np.testing.assert_array_equal(plain.ego_x, clip.ego_x)

@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from rad2_core.clip import AGENT_OTHER, AGENT_PEDESTRIAN, AGENT_VEHICLE
-from rad2_core.config import load_params
+from rad2_core.config import load_merged, load_params
 from rad2_core.storage import load_clip, save_clip
 from rad2_core.tokens import project_onto_polyline
 from rad2_datasets.adapters.av2 import load_av2_scenario
@@ -15,6 +15,8 @@ from rad2_datasets.adapters.commonroad import (
     load_commonroad_scenario,
 )
 
+LOG_PARAMS = load_merged("bev", "sim", "validators")
+
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 AV2_DIR = FIXTURES / "av2" / "0a1e6f0a-1817-4a98-b02e-db8c9327d151"
 CR_FILE = FIXTURES / "commonroad" / "USA_US101-5_1_T-1.xml"
@@ -22,12 +24,12 @@ CR_FILE = FIXTURES / "commonroad" / "USA_US101-5_1_T-1.xml"
 
 @pytest.fixture(scope="module")
 def av2_clip():
-    return load_av2_scenario(AV2_DIR)
+    return load_av2_scenario(AV2_DIR, LOG_PARAMS)
 
 
 @pytest.fixture(scope="module")
 def cr_clip():
-    return load_commonroad_scenario(CR_FILE)
+    return load_commonroad_scenario(CR_FILE, params=LOG_PARAMS)
 
 
 def _check_units(clip, max_speed):
@@ -108,7 +110,7 @@ def test_commonroad_promoted_ego_is_a_moving_car_of_normal_size(cr_clip):
 
     import copy
 
-    params = load_params("bev")
+    params = LOG_PARAMS
     ranked = commonroad_ego_candidates(CR_FILE, params)
     assert cr_clip.metadata["ego_obstacle_id"] == ranked[0]
     assert 449 not in ranked  # CAR 14.6 m x 2.6 m, the longest-travelling obstacle
@@ -126,11 +128,11 @@ def test_commonroad_promoted_ego_is_a_moving_car_of_normal_size(cr_clip):
 
 
 def test_commonroad_explicit_ego_and_bad_id():
-    c = load_commonroad_scenario(CR_FILE, ego_obstacle_id=438)
+    c = load_commonroad_scenario(CR_FILE, ego_obstacle_id=438, params=LOG_PARAMS)
     assert c.metadata["ego_obstacle_id"] == 438
     assert c.num_steps == 38  # that vehicle's 1 + 37 states
     with pytest.raises(CommonRoadAdapterError, match="ego_obstacle_id"):
-        load_commonroad_scenario(CR_FILE, ego_obstacle_id=123456)
+        load_commonroad_scenario(CR_FILE, ego_obstacle_id=123456, params=LOG_PARAMS)
 
 
 def test_adapted_clips_round_trip(av2_clip, cr_clip, tmp_path):
@@ -145,7 +147,7 @@ def test_a_log_at_another_rate_is_resampled_to_the_simulator_step(cr_clip, tmp_p
     simulator at sim.dt (0.1 s) so a replay runs at the logged speed, not 2.5x too slowly."""
     fast = tmp_path / "fast.xml"
     fast.write_text(CR_FILE.read_text().replace('timeStepSize="0.1"', 'timeStepSize="0.04"'))
-    c = load_commonroad_scenario(fast, ego_obstacle_id=cr_clip.metadata["ego_obstacle_id"])
+    c = load_commonroad_scenario(fast, ego_obstacle_id=cr_clip.metadata["ego_obstacle_id"], params=LOG_PARAMS)
     assert c.dt == pytest.approx(load_params("sim")["sim"]["dt"])
     assert c.metadata["resampled_from_dt"] == pytest.approx(0.04)
     assert c.num_steps == 41 and c.duration_s == pytest.approx(4.0)  # 101 steps x 0.04 s
@@ -164,13 +166,13 @@ def test_av2_map_without_centerlines_and_errors_naming_file_and_field(tmp_path):
     from rad2_datasets.adapters.av2 import AV2FormatError, find_scenario_files, load_av2_map
 
     _, map_json = find_scenario_files(AV2_DIR)
-    full, _ = load_av2_map(map_json)
+    full, _ = load_av2_map(map_json, LOG_PARAMS)
     archive = json.loads(Path(map_json).read_text())
     for seg in archive["lane_segments"].values():
         del seg["centerline"]
     stripped = tmp_path / "log_map_archive_stripped.json"
     stripped.write_text(json.dumps(archive))
-    computed, _ = load_av2_map(stripped)
+    computed, _ = load_av2_map(stripped, LOG_PARAMS)
     for given, mid in zip(full.centerlines, computed.centerlines):
         # the archive's own centrelines are midlines too: the computed ones lie on them (< 0.3 m)
         d = np.array([project_onto_polyline(given, p)[1] for p in mid])
@@ -179,12 +181,12 @@ def test_av2_map_without_centerlines_and_errors_naming_file_and_field(tmp_path):
     scen = tmp_path / "scenario"
     shutil.copytree(AV2_DIR, scen)
     (scen / Path(map_json).name).write_text(json.dumps(archive))
-    assert load_av2_scenario(scen).map.num_lanes == full.num_lanes
+    assert load_av2_scenario(scen, LOG_PARAMS).map.num_lanes == full.num_lanes
     first = next(iter(archive["lane_segments"].values()))
     first["left_lane_boundary"] = [{"x": 1.0}]
     stripped.write_text(json.dumps(archive))
     with pytest.raises(AV2FormatError, match=rf"{stripped.name}: lane segment .*'left_lane_boundary'"):
-        load_av2_map(stripped)
+        load_av2_map(stripped, LOG_PARAMS)
     stripped.write_text("{ not json")
     with pytest.raises(AV2FormatError, match="unreadable map archive"):
-        load_av2_map(stripped)
+        load_av2_map(stripped, LOG_PARAMS)

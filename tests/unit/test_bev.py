@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from bev_warp_sim.warp import BevWarper
 from rad2_core.bev import BevError, get_config, rasterize_bev, snapshot_from_clip
-from rad2_core.config import load_params
+from rad2_core.config import load_merged, load_params
 from rad2_core.geometry import relative_pose, se2_compose
 from rad2_core.observation import (
     ObservationError,
@@ -19,14 +19,19 @@ from rad2_core.observation import (
 from rad2_datasets.adapters.av2 import load_av2_scenario
 from synthetic_scenes import make_clip
 
+LOG_PARAMS = load_merged("bev", "sim", "validators")
+
 AV2_DIR = Path(__file__).parents[1] / "fixtures" / "av2" / "0a1e6f0a-1817-4a98-b02e-db8c9327d151"
+BEV = load_params("bev")
+VEHICLE = load_params("vehicle")
+
 DELTAS = [(2.3, -1.7, 0.25), (-3.1, 2.2, -0.6), (0.26, 0.13, 1.3)]
 OCCUPANCY = ("drivable_area", "agents_t0", "agents_t-5", "agents_t-10")
 
 
 @pytest.fixture(scope="module")
 def clips():
-    return [make_clip(), load_av2_scenario(AV2_DIR)]
+    return [make_clip(), load_av2_scenario(AV2_DIR, LOG_PARAMS)]
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +65,7 @@ def _equivariance(clip, params, steps=(20, 60, 100)):
     inter = {n: [0, 0] for n in OCCUPANCY}
     vel_err = []
     for t in steps:
-        snap = snapshot_from_clip(clip, t, params=params)
+        snap = snapshot_from_clip(clip, t, params, VEHICLE)
         ref = rasterize_bev(snap, params=params)
         for d in DELTAS:
             moved = rasterize_bev(snap, ego_pose=se2_compose(snap.ego_pose, d), params=params)
@@ -87,7 +92,7 @@ def _equivariance(clip, params, steps=(20, 60, 100)):
 def test_channels_and_shape_from_params(clips):
     params = load_params("bev")
     cfg = get_config(params)
-    bev = rasterize_bev(snapshot_from_clip(clips[0], 30))
+    bev = rasterize_bev(snapshot_from_clip(clips[0], 30, BEV, VEHICLE), params=BEV)
     assert bev.dtype == np.float32 and bev.shape == (len(params["bev"]["channels"]), 128, 128)
     assert cfg.channels == tuple(params["bev"]["channels"])
     # the ego sits on its lane: drivable area and speed limit under the ego, centreline near it
@@ -108,7 +113,7 @@ def test_channels_and_shape_from_params(clips):
     p2 = copy.deepcopy(params)
     p2["bev"]["channels"] = ["drivable_area", "agents_t0", "agents_t-3", "crosswalk"]
     p2["bev"]["vector_channels"] = []
-    assert rasterize_bev(snapshot_from_clip(clips[0], 30, params=p2), params=p2).shape == (4, 128, 128)
+    assert rasterize_bev(snapshot_from_clip(clips[0], 30, p2, VEHICLE), params=p2).shape == (4, 128, 128)
     p2["bev"]["channels"] = ["drivable_area", "lidar"]
     with pytest.raises(BevError, match="lidar"):
         get_config(p2)
@@ -138,9 +143,9 @@ def test_equivariance_fine_grid(clips, fine_params):
 def test_delta_warp_matches_pose_pair_warp_on_both_backends(clips):
     """Warping by a relative pose equals warping between the absolute poses, and the OpenCV and torch
     backends agree on a real raster."""
-    cfg = get_config(None)
-    snap = snapshot_from_clip(clips[1], 50)
-    ref = rasterize_bev(snap)
+    cfg = get_config(BEV)
+    snap = snapshot_from_clip(clips[1], 50, BEV, VEHICLE)
+    ref = rasterize_bev(snap, params=BEV)
     d = DELTAS[0]
     ours, interior = _warp(ref, d, cfg)
     pose_pair = BevWarper(cfg)(ref, snap.ego_pose, se2_compose(snap.ego_pose, d))
@@ -153,11 +158,11 @@ def test_delta_warp_matches_pose_pair_warp_on_both_backends(clips):
 
 def test_tokens_transform_consistency(clips):
     for clip in clips:
-        snap = snapshot_from_clip(clip, 40)
-        obs = build_observation(snap).validate(load_params("bev"))
+        snap = snapshot_from_clip(clip, 40, BEV, VEHICLE)
+        obs = build_observation(snap, params=BEV).validate(load_params("bev"))
         for d in DELTAS:
             new_pose = se2_compose(snap.ego_pose, d)
-            direct = build_observation(snap, ego_pose=new_pose)
+            direct = build_observation(snap, ego_pose=new_pose, params=BEV)
             moved = transform_tokens(obs, relative_pose(snap.ego_pose, new_pose))
             # agents: same set (up to ordering), compare row by nearest position
             a = moved.agents[moved.agents_mask]
@@ -180,7 +185,7 @@ def test_tokens_transform_consistency(clips):
 
 def test_padding_masks_and_batching(clips):
     params = load_params("bev")
-    obs = build_observation(snapshot_from_clip(clips[0], 50))
+    obs = build_observation(snapshot_from_clip(clips[0], 50, BEV, VEHICLE), params=BEV)
     n_valid = int(obs.agents_mask.sum())
     assert n_valid == 3  # the late car is not valid yet
     assert obs.agents_mask[:n_valid].all() and not obs.agents_mask[n_valid:].any()
@@ -196,7 +201,8 @@ def test_padding_masks_and_batching(clips):
     r = obs.route[obs.route_mask]
     np.testing.assert_allclose(np.linalg.norm(np.diff(r[:5, :2], axis=0), axis=1), spacing, atol=1e-3)
     # near the end of the route the tail is masked
-    end = build_observation(snapshot_from_clip(make_clip(num_steps=200, ego_speed=12.0), 199))
+    end_snap = snapshot_from_clip(make_clip(num_steps=200, ego_speed=12.0), 199, BEV, VEHICLE)
+    end = build_observation(end_snap, params=BEV)
     assert 0 < end.route_mask.sum() < len(end.route_mask)
     assert end.route_mask[: end.route_mask.sum()].all()
     batch = stack_observations([obs, end]).validate(params)

@@ -13,6 +13,10 @@ import numpy as np
 import pytest
 from rad2_control import ReferenceError, TrackingController, build_reference, shift_controls
 from rad2_core.bicycle import VehicleParams, clamp_controls, jacobians, step
+from rad2_core.config import load_params
+
+VEHICLE = load_params("vehicle")
+MIN_SPEED = load_params("controller")["controller"]["reference"]["min_heading_speed"]
 
 PLAN_DT = 0.5
 T_PLAN = 8
@@ -20,7 +24,7 @@ T_PLAN = 8
 
 @pytest.fixture(scope="module")
 def tc():
-    return TrackingController()
+    return TrackingController(load_params("controller"), VEHICLE)
 
 
 def plan_from_speed_profile(speed_fn, lateral_fn=None, t0=0.0, n=60):
@@ -75,7 +79,7 @@ def _track_1d(tc, speed_fn, lateral_fn, v0):
 
 
 def test_jacobians_match_finite_differences():
-    veh = VehicleParams.from_params()
+    veh = VehicleParams.from_params(VEHICLE)
     rng = np.random.default_rng(0)
     x = np.column_stack(
         [
@@ -102,7 +106,7 @@ def test_jacobians_match_finite_differences():
 
 
 def test_constant_steering_drives_a_circle_of_the_model_curvature():
-    veh = VehicleParams.from_params()
+    veh = VehicleParams.from_params(VEHICLE)
     x = np.array([0.0, 0.0, 0.0, 5.0, 0.2])
     pts = [x]
     for _ in range(300):
@@ -230,23 +234,26 @@ def test_degenerate_references_yield_sane_controls(tc, plan):
 
 
 def test_reference_headings_and_speeds():
-    veh = VehicleParams.from_params()
+    veh = VehicleParams.from_params(VEHICLE)
     # Stop mid-plan: heading keeps the last valid value, speed reaches ~0, no backward motion.
     plan = np.stack([np.r_[1, 2, 3, 3, 3, 3, 3, 3.0], np.r_[1, 2, 3, 3, 3, 3, 3, 3.0]], -1)
-    ref = build_reference(plan, PLAN_DT, [0.0, 0.0, 0.0], veh, 0.1, 40).states[0]
+    ref = build_reference(plan, PLAN_DT, [0.0, 0.0, 0.0], veh, 0.1, 40,
+                          min_heading_speed=MIN_SPEED).states[0]
     assert np.allclose(ref[-10:, 2], np.pi / 4, atol=1e-6)
     assert ref[-10:, 3].max() < 1e-6
     along = np.diff(ref[:, 0]) + np.diff(ref[:, 1])
     assert along.min() >= -1e-9
     # Heading continuity near +-pi: driving along -x with the ego yaw at -pi.
     plan = np.stack([-5.0 * PLAN_DT * np.arange(1, 9), np.zeros(8)], -1)
-    ref = build_reference(plan, PLAN_DT, [0.0, 0.0, -np.pi], veh, 0.1, 40).states[0]
+    ref = build_reference(plan, PLAN_DT, [0.0, 0.0, -np.pi], veh, 0.1, 40,
+                          min_heading_speed=MIN_SPEED).states[0]
     np.testing.assert_allclose(ref[:, 2], -np.pi, atol=1e-6)
     np.testing.assert_allclose(ref[:, 3], 5.0, atol=1e-6)
     # Ego-frame plan converted with the ego pose.
     pose = np.array([10.0, -2.0, np.pi / 2])
     plan = np.stack([4.0 * PLAN_DT * np.arange(1, 9), np.zeros(8)], -1)
-    ref = build_reference(plan, PLAN_DT, pose, veh, 0.1, 40, frame="ego").states[0]
+    ref = build_reference(plan, PLAN_DT, pose, veh, 0.1, 40, frame="ego",
+                          min_heading_speed=MIN_SPEED).states[0]
     np.testing.assert_allclose(ref[9, :2], [10.0, -2.0 + 4.0], atol=1e-9)
     np.testing.assert_allclose(ref[:, 2], np.pi / 2, atol=1e-9)
 
@@ -265,7 +272,7 @@ def test_bad_inputs_raise_errors_naming_the_field(tc):
 
 
 def test_clamp_keeps_states_feasible():
-    veh = VehicleParams.from_params()
+    veh = VehicleParams.from_params(VEHICLE)
     x = np.array([[0, 0, 0, 0.1, 0.59], [0, 0, 0, 34.9, -0.59]])
     u = clamp_controls(x, np.array([[-9.0, 5.0], [9.0, -5.0]]), veh, 0.1)
     nxt = step(x, u, veh, 0.1)

@@ -18,7 +18,7 @@ import pytest
 lanelet2 = pytest.importorskip(
     "lanelet2", reason="the lanelet2 package is not installed (tools/requirements.txt pins lanelet2==1.2.3)")
 
-from rad2_core.config import load_params  # noqa: E402
+from rad2_core.config import load_merged, load_params  # noqa: E402
 from rad2_core.lane_map import NO_LANE, LaneMap  # noqa: E402
 from rad2_core.route_path import RouteLimits  # noqa: E402
 from rad2_core.tokens import project_onto_polyline  # noqa: E402
@@ -31,13 +31,15 @@ from rad2_datasets.adapters.lanelet2_map import (  # noqa: E402
 )
 from rad2_datasets.live_scene import LiveScene, LiveSceneError, load_map_and_route  # noqa: E402
 
+LOG_PARAMS = load_merged("bev", "sim", "validators")
+
 MAP = Path(__file__).parents[1] / "fixtures" / "lanelet2" / "two_lane_road.osm"
 KMH = 1 / 3.6
 
 
 @pytest.fixture(scope="module")
 def l2():
-    return load_lanelet2(MAP)
+    return load_lanelet2(MAP, params=LOG_PARAMS)
 
 
 def _variant(tmp_path: Path, name: str, edit) -> Path:
@@ -95,7 +97,7 @@ def test_traffic_light_controls_both_lanes_at_its_stop_line(l2):
 def test_without_a_ref_line_the_stop_line_crosses_the_lanes_at_the_light(tmp_path):
     path = _variant(tmp_path, "no_ref_line.osm",
                     lambda t: t.replace('<member type="way" ref="131" role="ref_line"/>', ""))
-    m = load_lanelet2_map(path)
+    m = load_lanelet2_map(path, params=LOG_PARAMS)
     assert m.signal_lanes == [[1002, 1012]]
     # the light at x = 110 projects onto both lanes at their end (x = 100); left bound to right bound
     np.testing.assert_allclose(m.signal_stop_lines[0], [[100, 3.5], [100, 0.0], [100, -3.5]], atol=1e-6)
@@ -103,7 +105,7 @@ def test_without_a_ref_line_the_stop_line_crosses_the_lanes_at_the_light(tmp_pat
 
 def test_projectors_and_origin(l2, tmp_path):
     ref = l2.lane_map
-    local = load_lanelet2(MAP, projector="local")
+    local = load_lanelet2(MAP, projector="local", params=LOG_PARAMS)
     assert local.projector == "local"
     for a, b in zip(local.lane_map.centerlines, ref.centerlines):
         np.testing.assert_allclose(a, b, atol=1e-3)  # lat/lon on the tangent plane at node 1 = the tags
@@ -112,9 +114,9 @@ def test_projectors_and_origin(l2, tmp_path):
     lat = np.radians(49.0)
     parallel_radius = 6378137.0 / np.sqrt(1 - 0.00669438 * np.sin(lat) ** 2) * np.cos(lat)
     dlon = np.degrees(100.0 / parallel_radius)
-    shifted = load_lanelet2_map(MAP, origin=(49.0, 8.4 - dlon), projector="local")
+    shifted = load_lanelet2_map(MAP, origin=(49.0, 8.4 - dlon), projector="local", params=LOG_PARAMS)
     np.testing.assert_allclose(shifted.centerlines[0][0], [100.0, -1.75], atol=0.05)
-    utm = load_lanelet2_map(MAP, projector="utm")
+    utm = load_lanelet2_map(MAP, projector="utm", params=LOG_PARAMS)
     # UTM with the origin offset: the same road, rotated by the grid convergence and scaled by <0.1 %
     for a, b in zip(utm.centerlines, ref.centerlines):
         assert np.linalg.norm(a[-1] - a[0]) == pytest.approx(np.linalg.norm(b[-1] - b[0]), rel=1e-3)
@@ -123,13 +125,13 @@ def test_projectors_and_origin(l2, tmp_path):
     # a node without local_x/local_y: "auto" projects lat/lon instead
     no_tags = _variant(tmp_path, "no_local.osm",
                        lambda t: re.sub(r'<tag k="local_[xy]" v="[^"]*"/>', "", t, count=1))
-    assert load_lanelet2(no_tags).projector == "local"
+    assert load_lanelet2(no_tags, params=LOG_PARAMS).projector == "local"
 
 
 def test_a_two_way_lanelet_gives_a_reverse_lane(tmp_path):
     path = _variant(tmp_path, "two_way.osm", lambda t: re.sub(
         r'(<relation id="1012">.*?<tag k="one_way" v=")yes', r"\1no", t, flags=re.S))
-    m = load_lanelet2_map(path)
+    m = load_lanelet2_map(path, params=LOG_PARAMS)
     assert m.lane_ids.tolist() == [1001, 1002, 1011, 1012, -1013]  # reverse of 1012: -id - 1
     np.testing.assert_allclose(m.centerlines[_lane(m, -1013)][[0, -1]], [[100, 1.75], [50, 1.75]], atol=1e-6)
     assert m.successors[_lane(m, 1011)] == [1012]  # the forward direction only
@@ -157,18 +159,18 @@ def test_a_two_way_lanelet_gives_a_reverse_lane(tmp_path):
 def test_errors_name_the_file_the_element_and_the_field(tmp_path, name, edit, expected):
     path = _variant(tmp_path, name, edit)
     with pytest.raises(Lanelet2MapError) as err:
-        load_lanelet2(path)
+        load_lanelet2(path, params=LOG_PARAMS)
     for part in expected:
         assert part in str(err.value)
 
 
 def test_errors_for_a_missing_file_and_an_unknown_projector(tmp_path):
     with pytest.raises(Lanelet2MapError, match="nope.osm does not exist"):
-        load_lanelet2(tmp_path / "nope.osm")
+        load_lanelet2(tmp_path / "nope.osm", params=LOG_PARAMS)
     with pytest.raises(Lanelet2MapError, match="projector 'mercator' is not one of"):
-        load_lanelet2(MAP, projector="mercator")
+        load_lanelet2(MAP, projector="mercator", params=LOG_PARAMS)
     with pytest.raises(Lanelet2MapError, match="origin: lat 95.0 is outside"):
-        load_lanelet2(MAP, origin=(95.0, 8.4), projector="local")
+        load_lanelet2(MAP, origin=(95.0, 8.4), projector="local", params=LOG_PARAMS)
 
 
 def _lane_change_log(dt=0.1, speed=10.0):
@@ -256,10 +258,10 @@ def test_mission_routes_from_lanelet_ids_and_positions(l2):
 
 
 def test_the_perception_node_loads_a_lanelet2_map_with_its_mission():
-    scene = load_map_and_route(MAP, route="1001 1012")
+    scene = load_map_and_route(MAP, route="1001 1012", params=LOG_PARAMS)
     assert scene.route_lane_ids.tolist() == [1001, 1011, 1012]
     assert scene.lane_map.num_signals == 1 and "two_lane_road.osm#route 1001 1012" in scene.source
-    by_pos = load_map_and_route(MAP, route="5,-1.5  90,1.5")
+    by_pos = load_map_and_route(MAP, route="5,-1.5  90,1.5", params=LOG_PARAMS)
     assert by_pos.route_lane_ids.tolist() == [1001, 1011, 1012]
     params = {**load_params("bev"), **load_params("vehicle")}
     live = LiveScene(scene, params, step_s=0.1, history_s=1.0, odom_max_age_s=0.3, history_tolerance_s=0.06)
@@ -268,4 +270,4 @@ def test_the_perception_node_loads_a_lanelet2_map_with_its_mission():
                            ("1,2", "has 1 position"), ("1,2 3,nan", "not a finite 'x,y' pair"),
                            ("1001 999", "lanelet 999 is not a lane")):
         with pytest.raises(LiveSceneError, match=message):
-            load_map_and_route(MAP, route=route)
+            load_map_and_route(MAP, route=route, params=LOG_PARAMS)

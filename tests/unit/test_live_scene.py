@@ -6,11 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from rad2_core.bev import AgentFrame, snapshot_from_clip
-from rad2_core.config import load_params
+from rad2_core.config import load_merged, load_params
 from rad2_core.observation import build_observation
 from rad2_core.storage import save_dataset
 from rad2_datasets.live_scene import LiveScene, LiveSceneError, load_map_and_route
 from synthetic_scenes import make_clip
+
+LOG_PARAMS = load_merged("bev", "sim", "validators")
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +22,8 @@ def setup(tmp_path_factory):
     save_dataset([clip], ds)
     params = {**load_params("bev"), **load_params("vehicle")}
     nodes = load_params("nodes")["perception"]
-    scene = LiveScene(load_map_and_route(ds, "first"), params, step_s=0.1, history_s=nodes["history_s"],
+    scene = LiveScene(load_map_and_route(ds, "first", params=LOG_PARAMS), params, step_s=0.1,
+                      history_s=nodes["history_s"],
                       odom_max_age_s=nodes["odom_max_age_s"],
                       history_tolerance_s=nodes["history_tolerance_s"])
     return clip, scene, params
@@ -95,9 +98,9 @@ def test_stale_or_missing_odometry_is_an_error(setup):
 
 def test_map_file_errors(tmp_path):
     with pytest.raises(LiveSceneError, match="does not exist"):
-        load_map_and_route(tmp_path / "nope")
+        load_map_and_route(tmp_path / "nope", params=LOG_PARAMS)
     save_dataset([make_clip(num_steps=20)], tmp_path / "ds")
     with pytest.raises(LiveSceneError, match="no clip 'x'"):
-        load_map_and_route(tmp_path / "ds", "x")
-    m = load_map_and_route(tmp_path / "ds", "synthetic_0")
+        load_map_and_route(tmp_path / "ds", "x", params=LOG_PARAMS)
+    m = load_map_and_route(tmp_path / "ds", "synthetic_0", params=LOG_PARAMS)
     assert m.route_polyline.shape[1] == 2 and len(m.lane_map.lane_ids) > 0

@@ -14,9 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from rad2_core.clip import AGENT_PEDESTRIAN, AGENT_VEHICLE
-from rad2_core.config import load_params
+from rad2_core.config import load_merged, load_params
 from rad2_core.lane_map import NO_LANE, SIGNAL_GREEN, SIGNAL_RED
 from rad2_core.storage import load_dataset
+
+LOG_PARAMS = load_merged("bev", "sim", "validators")
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 AV2_DIR = FIXTURES / "av2" / "0a1e6f0a-1817-4a98-b02e-db8c9327d151"
@@ -122,7 +124,7 @@ def womd_file(tmp_path_factory):
 def womd_clip(womd_file):
     from rad2_datasets.adapters.womd import load_womd_scenario
 
-    return load_womd_scenario(womd_file, 0)
+    return load_womd_scenario(womd_file, 0, params=LOG_PARAMS)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -341,19 +343,19 @@ def test_a_corrupt_record_is_named(womd_file, tmp_path):
     raw_data[12 + 100] ^= 0x01  # a bit inside record 0's payload
     bad.write_bytes(bytes(raw_data))
     with pytest.raises(WOMDFormatError, match=r"data_crc\.tfrecord: record 0: data CRC mismatch"):
-        list(iter_womd_clips(bad))
+        list(iter_womd_clips(bad, LOG_PARAMS))
     bad2 = tmp_path / "length_crc.tfrecord"
     raw_len = bytearray(raw)
     raw_len[12 + first_len + 4 + 8] ^= 0xFF  # record 1's length CRC
     bad2.write_bytes(bytes(raw_len))
-    clips = iter_womd_clips(bad2)
+    clips = iter_womd_clips(bad2, LOG_PARAMS)
     assert next(clips).clip_id == "womd_synthetic-0001"  # record 0 is intact
     with pytest.raises(WOMDFormatError, match=r"length_crc\.tfrecord: record 1: length CRC mismatch"):
         next(clips)
     truncated = tmp_path / "truncated.tfrecord"
     truncated.write_bytes(bytes(raw[: 12 + first_len // 2]))
     with pytest.raises(WOMDFormatError, match=r"truncated\.tfrecord: record 0: truncated data"):
-        list(iter_womd_clips(truncated))
+        list(iter_womd_clips(truncated, LOG_PARAMS))
 
 
 def test_wrong_timestamp_spacing_is_resampled_or_refused(tmp_path):
@@ -363,7 +365,7 @@ def test_wrong_timestamp_spacing_is_resampled_or_refused(tmp_path):
     slow = write_tfrecord(
         tmp_path / "slow.tfrecord", [make_scenario(np.arange(STEPS) * 0.2).SerializeToString()]
     )
-    c = load_womd_scenario(slow)
+    c = load_womd_scenario(slow, params=LOG_PARAMS)
     assert c.dt == pytest.approx(SIM_DT) and c.metadata["resampled_from_dt"] == pytest.approx(0.2)
     assert c.duration_s == pytest.approx(18.0)
     # half way between the logged steps 1 and 2 (0.2 s and 0.4 s): ego x interpolated between 11 and 12
@@ -381,7 +383,7 @@ def test_wrong_timestamp_spacing_is_resampled_or_refused(tmp_path):
         match=r"uneven\.tfrecord: record 0: timestamps_seconds: uneven spacing, "
         r"step 39->40",
     ):
-        load_womd_scenario(uneven)
+        load_womd_scenario(uneven, params=LOG_PARAMS)
 
 
 def test_bad_fields_are_named(tmp_path):
@@ -395,9 +397,9 @@ def test_bad_fields_are_named(tmp_path):
         tmp_path / "bad.tfrecord", [sc.SerializeToString(), sc2.SerializeToString(), b"\xff\xff"]
     )
     with pytest.raises(WOMDFormatError, match=r"bad\.tfrecord: record 0: sdc_track_index: 9"):
-        list(iter_womd_clips(path))
+        list(iter_womd_clips(path, LOG_PARAMS))
     errors: list[str] = []
-    assert list(iter_womd_clips(path, errors=errors)) == []
+    assert list(iter_womd_clips(path, LOG_PARAMS, errors=errors)) == []
     assert "record 1: tracks[2] (id 12).states: 90 entries, expected 91" in errors[1]
     assert "record 2: not a waymo.open_dataset.Scenario" in errors[2]
 
@@ -409,7 +411,8 @@ def test_the_clip_spans_the_valid_sdc_states(tmp_path):
     sdc = sc.tracks[sc.sdc_track_index].states
     for k in (0, 1, 2, 3, 4, 30, 31, 32):
         sdc[k].valid = False
-    c = load_womd_scenario(write_tfrecord(tmp_path / "gap.tfrecord", [sc.SerializeToString()]))
+    c = load_womd_scenario(write_tfrecord(tmp_path / "gap.tfrecord", [sc.SerializeToString()]),
+                           params=LOG_PARAMS)
     assert c.metadata["ego_valid_steps"] == [5, STEPS - 1] and c.metadata["ego_interpolated_steps"] == 3
     assert c.metadata["current_time_index"] == 10 - 5
     assert c.num_steps == round((STEPS - 1 - 5) * 0.1 / SIM_DT) + 1
@@ -526,7 +529,7 @@ def test_av2_sensor_log_agents_in_city_frame(sensor_log):
     from rad2_datasets.adapters.av2_sensor import load_av2_sensor_log
 
     log, (x, y, yaw), ped_city, ped_yaw = sensor_log
-    c = load_av2_sensor_log(log).validate()
+    c = load_av2_sensor_log(log, LOG_PARAMS).validate()
     assert c.metadata["source"] == "av2_sensor" and c.clip_id == "av2s_log-0001"
     assert c.dt == pytest.approx(SIM_DT) and c.duration_s == pytest.approx((len(x) - 1) * 0.1)
     assert c.metadata["steps_without_sweep"] == 0 and c.metadata["sweeps_off_grid"] == 0
@@ -566,17 +569,17 @@ def test_av2_sensor_log_errors_name_file_and_column(sensor_log, tmp_path):
     ann = pd.read_feather(log / "annotations.feather")
     ann.drop(columns=["qz"]).to_feather(log / "annotations.feather")
     with pytest.raises(AV2SensorFormatError, match=r"annotations\.feather: missing columns \['qz'\]"):
-        load_av2_sensor_log(log)
+        load_av2_sensor_log(log, LOG_PARAMS)
     ann.to_feather(log / "annotations.feather")
     poses = pd.read_feather(log / "city_SE3_egovehicle.feather")
     poses.iloc[:5].to_feather(log / "city_SE3_egovehicle.feather")
     with pytest.raises(
         AV2SensorFormatError, match=r"city_SE3_egovehicle\.feather: timestamp_ns: no ego pose"
     ):
-        load_av2_sensor_log(log)
+        load_av2_sensor_log(log, LOG_PARAMS)
     (log / "annotations.feather").unlink()
     with pytest.raises(AV2SensorFormatError, match=r"annotations\.feather: missing"):
-        load_av2_sensor_log(log)
+        load_av2_sensor_log(log, LOG_PARAMS)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -586,7 +589,7 @@ def test_av2_map_adjacency_from_the_real_archive(tmp_path):
     from rad2_datasets.adapters.av2 import AV2FormatError, find_scenario_files, load_av2_map
 
     _, map_json = find_scenario_files(AV2_DIR)
-    m, _ = load_av2_map(map_json)
+    m, _ = load_av2_map(map_json, LOG_PARAMS)
     m.validate()
     segs = {int(s["id"]): s for s in json.loads(Path(map_json).read_text())["lane_segments"].values()}
     idx = m.lane_index()
@@ -623,9 +626,9 @@ def test_av2_map_adjacency_from_the_real_archive(tmp_path):
         match=r"log_map_archive_bad\.json: lane segment 205119390: field "
         r"'right_lane_mark_type' = 'ZIGZAG'",
     ):
-        load_av2_map(bad)
+        load_av2_map(bad, LOG_PARAMS)
     archive["lane_segments"]["205119390"]["right_lane_mark_type"] = "DASHED_WHITE"
     archive["lane_segments"]["205119390"]["successors"] = ["next"]
     bad.write_text(json.dumps(archive))
     with pytest.raises(AV2FormatError, match=r"lane segment 205119390: field 'successors'"):
-        load_av2_map(bad)
+        load_av2_map(bad, LOG_PARAMS)

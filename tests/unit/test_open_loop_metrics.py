@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from rad2_core.config import load_params
 from rad2_core.open_loop_metrics import (
     LoggedFuture,
     OpenLoopAccumulator,
@@ -15,6 +16,9 @@ RES = 0.5
 ORIGIN = (-16.0, -32.0)
 EGO = (4.8, 1.9)
 KAPPA = 0.22  # about the vehicle's (tan(0.6) cos(beta) / 2.9)
+SIM, VEHICLE = load_params("sim"), load_params("vehicle")
+VEHICLE_KAPPA = vehicle_max_curvature(VEHICLE)
+STATIC_SPEED = float(SIM["metrics"]["open_loop_static_speed"])
 
 
 def straight_road(half_width: float) -> np.ndarray:
@@ -43,7 +47,7 @@ def future(ego_xy: np.ndarray, agent_pose=None, agent_speed=5.0) -> LoggedFuture
 
 
 def test_vehicle_max_curvature_from_params():
-    assert vehicle_max_curvature() == pytest.approx(KAPPA, abs=0.02)
+    assert VEHICLE_KAPPA == pytest.approx(KAPPA, abs=0.02)
 
 
 def test_standstill_jitter_does_not_spin_the_box():
@@ -54,11 +58,11 @@ def test_standstill_jitter_does_not_spin_the_box():
     assert np.abs(yaw).max() < 10.0  # reversing along the axis, small turns only
     road = straight_road(1.6)  # one 3.2 m lane, the ego centred in it
     assert offroad(plan, EGO, road, ORIGIN, RES, max_curvature=np.inf)  # the false alarm
-    assert not offroad(plan, EGO, road, ORIGIN, RES)  # default: vehicle curvature
+    assert not offroad(plan, EGO, road, ORIGIN, RES, VEHICLE_KAPPA)  # the vehicle's curvature
     # and no phantom collision with a car passing in the next lane (3.2 m to the left)
     fut = future(np.zeros((8, 2)), agent_pose=[2.5, 3.2, 0.0])
-    assert plan_collisions(plan[None], fut, max_curvature=np.inf)["collision"][0]
-    assert not plan_collisions(plan[None], fut)["collision"][0]
+    assert plan_collisions(plan[None], fut, STATIC_SPEED, max_curvature=np.inf)["collision"][0]
+    assert not plan_collisions(plan[None], fut, STATIC_SPEED, VEHICLE_KAPPA)["collision"][0]
 
 
 def test_heading_is_the_tangent_on_an_arc():
@@ -86,20 +90,20 @@ def test_offroad_known_answers():
     road = straight_road(1.75)  # 3.5 m road
     t = np.arange(1, 9) * 0.5
     centred = np.stack([10 * t, np.zeros(8)], -1)
-    assert not offroad(centred, EGO, road, ORIGIN, RES)
+    assert not offroad(centred, EGO, road, ORIGIN, RES, VEHICLE_KAPPA)
     drifting = np.stack([10 * t, -0.25 * np.arange(1, 9)], -1)  # 2 m to the right after 4 s
-    assert offroad(drifting, EGO, road, ORIGIN, RES)
+    assert offroad(drifting, EGO, road, ORIGIN, RES, VEHICLE_KAPPA)
     beyond = np.stack([30 * t, np.zeros(8)], -1)  # past the raster's front edge: not judged
-    assert not offroad(beyond, EGO, road, ORIGIN, RES)
+    assert not offroad(beyond, EGO, road, ORIGIN, RES, VEHICLE_KAPPA)
 
 
 def test_collision_with_a_leader_the_plan_runs_into():
     t = np.arange(1, 9) * 0.5
     plan = np.stack([8 * t, np.zeros(8)], -1)  # 32 m in 4 s
     fut = future(plan * 0.5, agent_pose=[25.0, 0.0, 0.0], agent_speed=1.0)  # slow leader 25 m ahead
-    col = plan_collisions(plan[None], fut)
+    col = plan_collisions(plan[None], fut, STATIC_SPEED, VEHICLE_KAPPA)
     assert col["collision"][0] and col["dynamic"][0] and not col["static"][0]
-    acc = OpenLoopAccumulator()
+    acc = OpenLoopAccumulator.from_params(SIM, VEHICLE)
     acc.add(plan[None], 0, fut, straight_road(1.75), ORIGIN, RES)
     s = acc.summary()
     assert s["CR"] == 100.0 and s["DCR"] == 100.0 and s["offroad"] == 0.0

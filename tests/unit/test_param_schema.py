@@ -132,9 +132,7 @@ def test_key_value_overrides_change_only_their_keys_and_bad_ones_name_the_option
 
 
 def test_scenario_presets_and_kinds_are_checked():
-    from rad2_datasets.scenarios.generate import load_config
-
-    cfg = load_config()[0]  # validated against params/scenarios.schema.yaml
+    cfg = load_params("scenarios")["scenarios"]  # validated against params/scenarios.schema.yaml
     assert cfg["presets"]["eval_signals"]["network"] == "grid"
     with pytest.raises(ParameterError, match=r"eval_signals.network = 'motorway' is not one of"):
         validate_overrides("scenarios", {"scenarios.presets.eval_signals.network": "motorway"})

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from rad2_core.bev import SIGNAL_CHANNEL_VALUES, get_config, snapshot_from_clip, world_to_pixel_affine
+from rad2_core.config import load_params
 from rad2_core.lane_map import SIGNAL_GREEN, SIGNAL_RED, SIGNAL_UNKNOWN, SIGNAL_YELLOW, LaneMap
 from rad2_core.observation import ObservationError, build_observation
 from rad2_core.tokens import MAP_FEATURES, signal_features, signal_state_of_features
@@ -18,7 +19,9 @@ from synthetic_scenes import make_map, make_signal_clip
 from tiny_models import randomised_model, tiny_config
 
 STOP_LINE_X = 70.0
-CHANNEL = get_config(None).channel_index("traffic_signal")
+BEV = load_params("bev")
+VEHICLE = load_params("vehicle")
+CHANNEL = get_config(BEV).channel_index("traffic_signal")
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +30,7 @@ def signal_clip():
 
 
 def _cell_value(bev: np.ndarray, pose, xy) -> float:
-    u, v = world_to_pixel_affine(pose, get_config(None)) @ np.array([xy[0], xy[1], 1.0])
+    u, v = world_to_pixel_affine(pose, get_config(BEV)) @ np.array([xy[0], xy[1], 1.0])
     return float(bev[CHANNEL, int(round(v)), int(round(u))])
 
 
@@ -35,21 +38,21 @@ def test_bev_channel_draws_the_stop_line_with_the_light_state(signal_clip):
     t_red, t_green = 30, 62
     for t, state in ((t_red, SIGNAL_RED), (t_green, SIGNAL_GREEN)):
         assert signal_clip.signals_at(t)[0] == state
-        snap = snapshot_from_clip(signal_clip, t)
-        obs = build_observation(snap)
+        snap = snapshot_from_clip(signal_clip, t, BEV, VEHICLE)
+        obs = build_observation(snap, params=BEV)
         # the stop line crosses the controlled lane at y = 0 (world); the ego is behind it at t_red
         value = _cell_value(obs.bev, snap.ego_pose, (STOP_LINE_X, 0.0))
         assert value == pytest.approx(SIGNAL_CHANNEL_VALUES[state])
         assert set(np.unique(obs.bev[CHANNEL])) <= {0.0, SIGNAL_CHANNEL_VALUES[state]}
     # without logged states nothing is drawn (unknown is not green)
     dark = dataclasses.replace(signal_clip, signal_states=None)
-    assert not build_observation(snapshot_from_clip(dark, t_red)).bev[CHANNEL].any()
+    assert not build_observation(snapshot_from_clip(dark, t_red, BEV, VEHICLE), params=BEV).bev[CHANNEL].any()
 
 
 def test_map_tokens_carry_the_state_of_each_lanes_light(signal_clip):
     controlled = int(signal_clip.map.lane_index()[1])
     for t, state in ((30, SIGNAL_RED), (120, SIGNAL_GREEN)):
-        obs = build_observation(snapshot_from_clip(signal_clip, t))
+        obs = build_observation(snapshot_from_clip(signal_clip, t, BEV, VEHICLE), params=BEV)
         valid = obs.map_polylines[obs.map_mask]
         feats = valid[:, :, 6:8]
         assert obs.map_polylines.shape[-1] == MAP_FEATURES
@@ -86,8 +89,8 @@ def test_a_lane_two_lights_control_obeys_the_more_restrictive():
 
 
 def test_a_checkpoint_without_the_signal_inputs_is_fed_what_it_was_trained_on(signal_clip):
-    obs = build_observation(snapshot_from_clip(signal_clip, 30))
-    channels = get_config(None).channels
+    obs = build_observation(snapshot_from_clip(signal_clip, 30, BEV, VEHICLE), params=BEV)
+    channels = get_config(BEV).channels
     assert "traffic_signal" in channels
     full = np.zeros((len(channels), 32, 32), np.float32)
     for c in range(len(channels)):
@@ -113,7 +116,7 @@ def test_a_checkpoint_without_the_signal_inputs_is_fed_what_it_was_trained_on(si
 
 
 def test_widening_a_checkpoint_keeps_what_it_computes_and_learns_the_new_inputs():
-    channels = list(get_config(None).channels)
+    channels = list(get_config(BEV).channels)
     base = tiny_config()
     old_cfg = dataclasses.replace(
         base, bev_channels=len(channels) - 1,
@@ -153,9 +156,9 @@ def test_widening_a_checkpoint_keeps_what_it_computes_and_learns_the_new_inputs(
 def test_the_bev_validator_bounds_the_signal_channel(signal_clip):
     from rad2_core.validators import check_bev, load_limits
 
-    limits = load_limits()
-    obs = build_observation(snapshot_from_clip(signal_clip, 30))
-    channels = get_config(None).channels
+    limits = load_limits(load_params("validators"))
+    obs = build_observation(snapshot_from_clip(signal_clip, 30, BEV, VEHICLE), params=BEV)
+    channels = get_config(BEV).channels
     assert check_bev(obs.bev, channels, limits) == []
     obs.bev[CHANNEL, 5, 5] = 3.0  # not a light state's value
     names = [v.field for v in check_bev(obs.bev, channels, limits)]

@@ -20,8 +20,9 @@ from rad2_planner.stall_recovery import (
     recovery_plan,
 )
 
+BEV = load_params("bev")
 P = StallRecoveryParams.from_params(load_params("planner"))
-VEHICLE = VehicleParams.from_params()
+VEHICLE = VehicleParams.from_params(load_params("vehicle"))
 DT = 0.5
 
 
@@ -119,14 +120,14 @@ def test_the_route_is_followed_forwards_within_the_steering_limits():
 
 
 def _drivable(mask_fn) -> np.ndarray:
-    cfg = get_config(None)
+    cfg = get_config(BEV)
     xs, ys = cfg.cell_centers()
     gx, gy = np.meshgrid(xs, ys)
     return mask_fn(gx, gy).astype(np.float32)
 
 
 def test_recovery_uses_the_first_variant_on_the_drivable_area_or_none():
-    cfg = get_config(None)
+    cfg = get_config(BEV)
     route = _right_turn_route(corner_x=2.0, radius=3.0)  # a corner tighter than the car can take
     args = (route, 0.0, 0.0, DT, 8, VEHICLE, P)
     everywhere = _drivable(lambda x, y: np.ones_like(x))
@@ -157,7 +158,7 @@ def test_the_policy_applies_both_and_says_so():
     params = load_params("planner")
     on = {**params, "stall_recovery": {**params["stall_recovery"], "enabled": True}}
     policy = Rad2Policy.from_params(on, backend="pytorch")
-    cfg = get_config(None)
+    cfg = get_config(BEV)
     ex = example_inputs(policy.cfg, batch=2, seed=0)
     inputs = {k: np.array(ex[k]) for k in SCENE_INPUTS}
     inputs["ego_state"][:] = 0.0  # both standing, wheels straight

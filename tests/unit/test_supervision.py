@@ -6,13 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from rad2_core.bicycle import VehicleParams
+from rad2_core.config import load_params
 from rad2_core.supervision import FaultLatch, HeartbeatMonitor, OdometryGate, Seen, explain_starvation
 from rad2_core.validators import load_limits
 from rad2_planner import planner_guard
 from rad2_ros.conversions import EgoMotion as Motion
 
-LIMITS = load_limits()
-VEHICLE = VehicleParams.from_params()
+LIMITS = load_limits(load_params("validators"))
+VEHICLE = VehicleParams.from_params(load_params("vehicle"))
 MS = 1_000_000
 
 

@@ -8,14 +8,18 @@ import pytest
 from rad2_core import validators as val
 from rad2_core.bev import snapshot_from_clip
 from rad2_core.bicycle import VehicleParams
-from rad2_core.config import load_params
+from rad2_core.config import load_merged, load_params
 from rad2_core.geometry import world_to_ego
 from rad2_core.observation import build_observation
 from rad2_core.storage import load_dataset
 from rad2_planner.policy import resolve_path
 
-LIMITS = val.load_limits()
-VEHICLE = VehicleParams.from_params()
+LOG_PARAMS = load_merged("bev", "sim", "validators")
+
+BEV = load_params("bev")
+VEHICLE_PARAMS = load_params("vehicle")
+LIMITS = val.load_limits(load_params("validators"))
+VEHICLE = VehicleParams.from_params(load_params("vehicle"))
 CHANNELS = list(load_params("bev")["bev"]["channels"])
 
 
@@ -62,7 +66,7 @@ def test_real_logged_drives_pass_every_check(clips):
             assert val.check_odometry(m, LIMITS, prev) == [], (clip.clip_id, t)
             prev = m
         for t in (0, clip.num_steps // 2, clip.num_steps - 41):  # 4 s of logged future
-            obs = build_observation(snapshot_from_clip(clip, t))
+            obs = build_observation(snapshot_from_clip(clip, t, BEV, VEHICLE_PARAMS), params=BEV)
             assert val.check_bev(obs.bev, CHANNELS, LIMITS) == [], (clip.clip_id, t)
             assert val.check_tokens(obs, LIMITS) == [], (clip.clip_id, t)
             steps = t + np.arange(1, 9) * 5  # 8 points at 0.5 s
@@ -77,7 +81,7 @@ def test_objects_and_features_out_of_range(clips):
     assert _fields(val.check_objects(**{**ok, "length": [0.0, 0.8]}, limits=LIMITS)) == {"objects.length"}
     assert _fields(val.check_objects(**{**ok, "vx": [1e4, 1.0]}, limits=LIMITS)) == {"objects.speed"}
     assert _fields(val.check_objects(**{**ok, "x": [1e6, 5.0]}, limits=LIMITS)) == {"objects.distance"}
-    obs = build_observation(snapshot_from_clip(clips[0], 20))
+    obs = build_observation(snapshot_from_clip(clips[0], 20, BEV, VEHICLE_PARAMS), params=BEV)
     bev = obs.bev.copy()
     bev[CHANNELS.index("drivable_area"), 3, 4] = 1e30
     bev[CHANNELS.index("agent_velocity_x"), 5, 5] = -500.0
@@ -133,7 +137,7 @@ def test_a_log_of_the_impossible_is_refused_before_it_is_driven(clips):
     from bev_warp_sim.simulator import SimulationError, Simulator
     from rad2_bringup.cli.bench_bev import _fixture_clips
 
-    for clip in [*clips, *_fixture_clips()]:
+    for clip in [*clips, *_fixture_clips(LOG_PARAMS)]:
         found = val.check_clip(clip, LIMITS)
         assert found == [], (clip.clip_id, [str(v) for v in found])
     c = clips[0]
@@ -174,11 +178,13 @@ def test_log_readers_drop_a_tracker_glitch_and_refuse_an_impossible_ego(clips):
     length = c.agent_length.copy()
     j = int(np.argwhere(c.agent_valid.any(axis=1))[-1, 0])
     length[j] = 1e5
-    cleaned = plausible_clip(dataclasses.replace(c, agent_vx=vx, agent_length=length), "log.parquet")
+    cleaned = plausible_clip(dataclasses.replace(c, agent_vx=vx, agent_length=length), "log.parquet",
+                             LOG_PARAMS)
     want = 1 + int(c.agent_valid[j].sum()) - int(j == i and c.agent_valid[j, t])
     assert cleaned.metadata["implausible_agent_states"] == want
     assert not cleaned.agent_valid[i, t] and not cleaned.agent_valid[j].any()
     assert val.check_clip(cleaned, LIMITS) == []
-    assert plausible_clip(c, "log.parquet") is c  # a clean log is handed on untouched
+    assert plausible_clip(c, "log.parquet", LOG_PARAMS) is c  # a clean log is handed on untouched
     with pytest.raises(LogFormatError, match=r"log.parquet: clip .* logs the impossible: clip.ego_speed"):
-        plausible_clip(dataclasses.replace(c, ego_speed=np.full_like(c.ego_speed, 1e6)), "log.parquet")
+        plausible_clip(dataclasses.replace(c, ego_speed=np.full_like(c.ego_speed, 1e6)), "log.parquet",
+                       LOG_PARAMS)

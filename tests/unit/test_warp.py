@@ -8,6 +8,7 @@ from rad2_core.config import load_params
 from rad2_core.geometry import se2_compose
 from synthetic_scenes import make_clip
 
+VEHICLE = load_params("vehicle")
 BEV = load_params("bev")
 BACKENDS = ("opencv", "torch")
 
@@ -20,7 +21,7 @@ def warper():
 @pytest.fixture(scope="module")
 def scene():
     clip = make_clip()
-    return clip, snapshot_from_clip(clip, 40, BEV)
+    return clip, snapshot_from_clip(clip, 40, BEV, VEHICLE)
 
 
 def _smooth_field(seed=0):
@@ -70,12 +71,12 @@ def test_warp_then_inverse_recovers_interior(warper, backend):
 def test_warped_equals_rasterised_at_simulated_pose(warper, scene, backend):
     clip, snap = scene
     ref = clip.ego_pose(40)
-    logged = rasterize_bev(snap, ref, BEV)
+    logged = rasterize_bev(snap, ref, params=BEV)
     channels = BEV["bev"]["channels"]
     for delta in ([1.2, 0.6, 0.05], [-0.7, -1.3, -0.08], [0.3, 0.2, 0.0]):
         sim = se2_compose(ref, delta)
         warped = warper(logged, ref, sim, backend=backend)
-        direct = rasterize_bev(snap, sim, BEV)
+        direct = rasterize_bev(snap, sim, params=BEV)
         occ = [channels.index(n) for n in ("drivable_area", "agents_t0", "agents_t-5", "agents_t-10")]
         # compare where both rasters see the scene (the warped one is blank outside the logged view)
         view = warper(np.ones_like(logged), ref, sim, backend=backend)[occ] > 0.999

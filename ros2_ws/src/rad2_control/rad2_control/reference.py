@@ -130,7 +130,8 @@ def build_reference(
     dt: float,
     horizon: int,
     age=0.0,
-    min_heading_speed: float | None = None,
+    *,
+    min_heading_speed: float,
     frame: str = "world",
 ) -> Reference:
     """Tracking reference from plan(s).
@@ -139,13 +140,9 @@ def build_reference(
     start_pose: ``[3]`` or ``[B, 3]`` ego pose (x, y, yaw) at the plan's time origin (world frame;
     its position is the path's first knot, its yaw the fallback heading); age: ``[B]`` or scalar s
     elapsed since that origin (the reference starts at ``age + dt``); frame: ``"world"`` or
-    ``"ego"`` (points relative to ``start_pose``); min_heading_speed: m/s (None:
-    params/controller.yaml ``controller.reference.min_heading_speed``).
+    ``"ego"`` (points relative to ``start_pose``); min_heading_speed: m/s
+    (params/controller.yaml ``controller.reference.min_heading_speed``).
     """
-    if min_heading_speed is None:
-        from rad2_core.config import load_params
-
-        min_heading_speed = float(load_params("controller")["controller"]["reference"]["min_heading_speed"])
     pts = validate_plan(points)
     if not np.isfinite(plan_dt) or plan_dt <= 0.0:
         raise ReferenceError(f"plan_dt must be a positive number, got {plan_dt!r}")

@@ -1,7 +1,7 @@
 """``TrackingController``: the one entry point the simulator, the controller node and the benchmark use.
 
-It reads ``params/controller.yaml`` and ``params/vehicle.yaml``, turns plans into references
-(``reference.py``) and solves the batched iLQR problem (``ilqr.py``).
+It takes ``params/controller.yaml`` and ``params/vehicle.yaml`` as its caller loaded them, turns plans
+into references (``reference.py``) and solves the batched iLQR problem (``ilqr.py``).
 """
 
 from __future__ import annotations
@@ -32,30 +32,21 @@ class TrackingSolution(NamedTuple):
 class TrackingController:
     """iLQR tracker of planned trajectories on the kinematic bicycle.
 
-    ``controller_params`` / ``vehicle_params``: dicts as returned by ``load_params("controller")`` and
-    ``load_params("vehicle")`` (read from params/ when omitted).
+    ``controller_params`` / ``vehicle_params``: params/controller.yaml and params/vehicle.yaml as the
+    caller loaded them (the files, or their ``controller`` / ``vehicle`` blocks; the schemas bound
+    the values).
     """
 
-    def __init__(
-        self, controller_params: dict[str, Any] | None = None, vehicle_params: dict[str, Any] | None = None
-    ):
-        from rad2_core.config import load_params
-
-        if controller_params is None:
-            controller_params = load_params("controller")
+    def __init__(self, controller_params: dict[str, Any], vehicle_params: dict[str, Any]):
         block = controller_params.get("controller", controller_params)
         self.vehicle = VehicleParams.from_params(vehicle_params)
         self.dt = _num(block, "dt", "controller")
-        horizon = _num(block, "horizon", "controller")
-        if horizon < 1 or horizon != int(horizon):
-            raise ControllerParamsError(
-                f"controller.horizon must be a positive integer, got {block['horizon']!r}"
-            )
-        self.horizon = int(horizon)
+        self.horizon = int(_num(block, "horizon", "controller"))
         self.weights = CostWeights.from_params(block)
         self.settings = ILQRSettings.from_params(block)
-        ref_block = block.get("reference", {})
-        self.min_heading_speed = _num(ref_block, "min_heading_speed", "controller.reference")
+        if "reference" not in block:
+            raise ControllerParamsError("missing parameter controller.reference")
+        self.min_heading_speed = _num(block["reference"], "min_heading_speed", "controller.reference")
 
     # -- references -------------------------------------------------------------------------------
     def reference(self, plan, plan_dt: float, start_pose, age=0.0, frame: str = "ego") -> Reference:

@@ -35,7 +35,7 @@ import cv2
 import numpy as np
 
 from rad2_core.clip import Clip
-from rad2_core.config import cached_config, default_params, load_params, require
+from rad2_core.config import cached_by_block, require
 from rad2_core.geometry import box_corners, rotate_vectors, se2_inverse, se2_matrix
 from rad2_core.lane_map import SIGNAL_GREEN, SIGNAL_RED, SIGNAL_YELLOW, LaneMap
 
@@ -63,8 +63,9 @@ class BevConfig:
     supersample: int
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None = None) -> BevConfig:
-        params = params if params is not None else load_params("bev")
+    def from_params(cls, params: dict[str, Any]) -> BevConfig:
+        """From params/bev.yaml as loaded (its schema bounds the grid; the channel names are checked
+        here, the schema lists no choices for them)."""
         vec = [str(v) for v in require(params, "bev.vector_channels")]
         if len(vec) % 2:
             raise BevError(f"bev.vector_channels: needs (x, y) pairs, got {len(vec)} names {vec}")
@@ -82,13 +83,6 @@ class BevConfig:
             margin=float(require(params, "bev.view_margin_m")),
             supersample=int(require(params, "bev.occupancy_supersample")),
         )
-        if cfg.supersample < 1:
-            raise BevError(f"bev.occupancy_supersample: {cfg.supersample} must be >= 1")
-        if cfg.resolution <= 0 or cfg.height <= 0 or cfg.width <= 0:
-            raise BevError(
-                f"bev grid: resolution {cfg.resolution}, height {cfg.height}, width {cfg.width} "
-                "must be positive"
-            )
         for name in cfg.channels:
             _channel_kind(name)
         for a, b in cfg.vector_pairs:
@@ -151,11 +145,11 @@ def _channel_kind(name: str) -> tuple[str, int]:
 _CONFIG_CACHE: dict[str, BevConfig] = {}
 
 
-def get_config(params: dict[str, Any] | BevConfig | None) -> BevConfig:
-    """The BevConfig of a params dict (cached by the content of its ``bev`` block; None = params/bev.yaml)."""
+def get_config(params: dict[str, Any] | BevConfig) -> BevConfig:
+    """The BevConfig of a params dict (cached by the content of its ``bev`` block)."""
     if isinstance(params, BevConfig):
         return params
-    return cached_config(_CONFIG_CACHE, params, "bev", BevConfig.from_params, "bev")
+    return cached_by_block(_CONFIG_CACHE, params, "bev", BevConfig.from_params)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -258,11 +252,11 @@ def ego_state_from_clip(clip: Clip, t: int, wheelbase: float) -> np.ndarray:
 
 
 def snapshot_from_clip(
-    clip: Clip, t: int, params: dict[str, Any] | None = None, vehicle_params: dict[str, Any] | None = None
+    clip: Clip, t: int, params: dict[str, Any] | BevConfig, vehicle_params: dict[str, Any]
 ) -> SceneSnapshot:
-    """The scene at step ``t`` of a clip; history steps before the clip start use step 0."""
+    """The scene at step ``t`` of a clip; history steps before the clip start use step 0. ``params``:
+    params/bev.yaml (or its BevConfig), ``vehicle_params``: params/vehicle.yaml (the wheelbase)."""
     cfg = get_config(params)
-    vehicle_params = vehicle_params if vehicle_params is not None else default_params("vehicle")
     wheelbase = float(require(vehicle_params, "vehicle.wheelbase"))
     t = clip._check_step(t)
     offsets = set(cfg.history_offsets)
@@ -447,7 +441,8 @@ def _draw_signals(img: np.ndarray, snapshot: SceneSnapshot, affine: np.ndarray, 
 def rasterize_bev(
     snapshot: SceneSnapshot,
     ego_pose=None,
-    params: dict[str, Any] | None = None,
+    *,
+    params: dict[str, Any] | BevConfig,
     prepared: PreparedMap | None = None,
 ) -> np.ndarray:
     """float32 [C, H, W] raster of ``snapshot`` centred on ``ego_pose`` (default: the snapshot's)."""

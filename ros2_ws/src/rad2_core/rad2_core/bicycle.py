@@ -47,37 +47,21 @@ class VehicleParams:
     max_speed: float
 
     def __post_init__(self) -> None:
-        for name in ("length", "width", "wheelbase", "max_accel", "max_steer", "max_steer_rate", "max_speed"):
-            value = getattr(self, name)
-            if not np.isfinite(value) or value <= 0.0:
-                raise VehicleParamsError(f"vehicle.{name} must be a positive number, got {value!r}")
-        if not np.isfinite(self.min_accel) or self.min_accel >= 0.0:
-            raise VehicleParamsError(f"vehicle.min_accel must be negative, got {self.min_accel!r}")
+        # the schema bounds each value alone (params/vehicle.schema.yaml); it cannot relate two of them
         if not 0.0 <= self.rear_axle_to_center <= self.wheelbase:
             raise VehicleParamsError(
                 f"vehicle.rear_axle_to_center must lie in [0, wheelbase={self.wheelbase}], "
                 f"got {self.rear_axle_to_center!r}"
             )
-        if self.max_steer >= np.pi / 2:
-            raise VehicleParamsError(f"vehicle.max_steer must be below pi/2, got {self.max_steer!r}")
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None = None) -> VehicleParams:
-        """Build from the ``load_params("vehicle")`` dict (the ``vehicle`` block or the whole file)."""
-        if params is None:
-            from rad2_core.config import load_params
-
-            params = load_params("vehicle")
+    def from_params(cls, params: dict[str, Any]) -> VehicleParams:
+        """Build from params/vehicle.yaml as loaded (the ``vehicle`` block or the whole file)."""
         block = params.get("vehicle", params)
-        values = {}
-        for name in cls.__dataclass_fields__:
-            if name not in block:
-                raise VehicleParamsError(f"missing parameter vehicle.{name}")
-            try:
-                values[name] = float(block[name])
-            except (TypeError, ValueError):
-                raise VehicleParamsError(f"vehicle.{name} must be a number, got {block[name]!r}") from None
-        return cls(**values)
+        missing = [name for name in cls.__dataclass_fields__ if name not in block]
+        if missing:
+            raise VehicleParamsError(f"missing parameter vehicle.{missing[0]}")
+        return cls(**{name: float(block[name]) for name in cls.__dataclass_fields__})
 
     @property
     def rho(self) -> float:

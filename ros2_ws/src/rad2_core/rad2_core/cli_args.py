@@ -94,6 +94,17 @@ def schema_value(params_name: str, dotted: str) -> Callable[[str], object]:
     return parse
 
 
+def schema_choices(params_name: str, dotted: str) -> list:
+    """The ``choices`` of one parameter of ``params/<params_name>.schema.yaml``, for an option's
+    argparse ``choices=`` (the schema is their one list; the parameter must be an enumeration)."""
+    from rad2_core.config import load_schema
+
+    choices = load_schema(params_name)[dotted].choices
+    if choices is None:
+        raise ValueError(f"{dotted} of params/{params_name}.schema.yaml lists no choices")
+    return list(choices)
+
+
 def torch_device(text: str) -> str:
     """A torch device of this project's backends: cpu, cuda or cuda:<index>."""
     if re.fullmatch(r"cpu|cuda(:\d+)?", text):

@@ -18,6 +18,15 @@ module lives in (a checkout, or a ``--symlink-install`` build, whose modules are
 ``resource_path`` resolves the other repository-relative paths the same way (the shipped checkpoints
 and the bundled evaluation data, which ``setup.py`` installs beside params/), and ``writable_dir``
 sends caches that would go into a read-only install to the user's cache directory.
+
+The files are read at the entry points only (the ROS nodes, the ``rad2`` verbs, the bring-up, demo
+and harness mains, test fixtures): ``load_all`` there, then the dicts (or typed configs built from
+them) go down as arguments; a library never calls a loader of this module, so one run uses one set of
+values (``tests/unit/test_config_boundaries.py`` holds the libraries to that).
+
+The checker is this module's own rather than ``jsonschema``: the schemas are flat dotted names with
+units, ranges and read-only flags that also become the ROS parameter descriptors, and its messages
+name file, key and value in one line, which jsonschema's errors would need translating back into.
 """
 
 from __future__ import annotations
@@ -214,33 +223,66 @@ def _in_params_dir(path: Path) -> bool:
         return False
 
 
-def require(params: dict[str, Any], dotted: str) -> Any:
-    """Fetch ``a.b.c`` from a nested params dict, with an error naming the missing key."""
+def require(params: dict[str, Any], dotted: str, source: str | None = None) -> Any:
+    """Fetch ``a.b.c`` from a nested params dict, with an error naming the missing key; ``source`` (the
+    file the dict came from, e.g. ``planner.yaml``) words it for a file written before the key existed:
+    ``planner.yaml: missing key planner.initial_noise (older file?)``."""
     node: Any = params
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
-            raise ParameterError(f"missing parameter {dotted!r}")
+            raise ParameterError(f"{source}: missing key {dotted} (older file?)" if source
+                                 else f"missing parameter {dotted!r}")
         node = node[part]
     return node
+
+
+def param_names() -> tuple[str, ...]:
+    """The names of the parameter files of params/ (``bev``, ``planner``, ...), sorted."""
+    return tuple(sorted(p.stem for p in params_dir().glob("*.yaml") if not p.stem.endswith(".schema")))
+
+
+def load_all(names: tuple[str, ...] | list[str] | None = None) -> dict[str, dict[str, Any]]:
+    """``{name: load_params(name)}`` for ``names`` (None: every file of params/), each validated against
+    its schema: what an entry point loads once and passes down."""
+    return {name: load_params(name) for name in (param_names() if names is None else names)}
+
+
+def merged(params_by_name: dict[str, dict[str, Any]], *names: str) -> dict[str, Any]:
+    """The top-level blocks of several files (``load_all()`` by name) in one dict, for a library that
+    reads blocks of several files (a log reader: ``adapters`` of bev.yaml, ``sim`` and ``metrics`` of
+    sim.yaml, ``validators``); no two files of params/ share a block name, a clash is an error."""
+    out: dict[str, Any] = {}
+    for name in names:
+        for block, value in params_by_name[name].items():
+            if block in out:
+                raise ParameterError(f"params/{name}.yaml: block {block!r} is also in another of {names}")
+            out[block] = value
+    return out
+
+
+def load_merged(*names: str) -> dict[str, Any]:
+    """``merged(load_all(names), *names)``: the files ``names`` loaded and validated, their blocks in one
+    dict (an entry point's call for a library that reads several files)."""
+    return merged(load_all(names), *names)
 
 
 _DEFAULTS: dict[str, dict[str, Any]] = {}
 
 
 def default_params(name: str) -> dict[str, Any]:
-    """``load_params(name)`` read once per process and shared: treat it as read-only."""
+    """``load_params(name)`` read once per process and shared (for entry points that build several
+    objects from the same file): treat it as read-only."""
     if name not in _DEFAULTS:
         _DEFAULTS[name] = load_params(name)
     return _DEFAULTS[name]
 
 
-def cached_config(
-    cache: dict[str, Any], params: dict[str, Any] | None, block: str, build, default: str
-) -> Any:
-    """``build(params)`` cached in ``cache`` by the content of the ``block`` block of ``params``
-    (None = ``params/<default>.yaml``); the cache is emptied past 16 entries."""
-    if params is None:
-        params = default_params(default)
+def cached_by_block(cache: dict[str, Any], params: dict[str, Any], block: str, build) -> Any:
+    """``build(params)`` cached in ``cache`` by the content of the ``block`` block of ``params``; the
+    cache is emptied past 16 entries. Reads no file: ``params`` is what the caller loaded."""
+    if not isinstance(params, dict):
+        raise ParameterError(f"expected a params dict with a {block!r} block, got {type(params).__name__} "
+                             "(load the file at the entry point and pass it down)")
     key = repr(params.get(block))
     cfg = cache.get(key)
     if cfg is None:

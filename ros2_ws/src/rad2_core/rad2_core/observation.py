@@ -178,13 +178,14 @@ def stack_observations(observations: list[Observation]) -> Observation:
 
 
 def build_observation(
-    snapshot: SceneSnapshot, ego_pose=None, ego_state=None, params: dict[str, Any] | None = None
+    snapshot: SceneSnapshot, ego_pose=None, ego_state=None, *, params: dict[str, Any]
 ) -> Observation:
-    """BEV + tokens of ``snapshot`` in the ego frame of ``ego_pose`` (default: the snapshot's)."""
+    """BEV + tokens of ``snapshot`` in the ego frame of ``ego_pose`` (default: the snapshot's);
+    ``params``: params/bev.yaml as loaded."""
     pose = np.asarray(snapshot.ego_pose if ego_pose is None else ego_pose, np.float64)
     bev = rasterize_bev(snapshot, ego_pose=pose, params=params)
     tcfg = get_token_config(params)
-    mp, mm = map_tokens(snapshot.map, pose, snapshot.route_lane_ids, snapshot.route_polyline, tcfg,
+    mp, mm = map_tokens(snapshot.map, pose, snapshot.route_lane_ids, snapshot.route_polyline, params=tcfg,
                         signal_states=snapshot.signal_states)
     ag, am = agent_tokens(snapshot.agents, pose, tcfg)
     rt, rm = route_tokens(snapshot.route_polyline, pose, tcfg)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 import numpy as np
 
@@ -81,29 +80,13 @@ def plan_headings(
     return out
 
 
-@lru_cache(maxsize=1)
-def vehicle_max_curvature() -> float:
-    """Largest path curvature (1/m) of the ego box centre at full steering (``params/vehicle.yaml``)."""
+def vehicle_max_curvature(vehicle_params: dict) -> float:
+    """Largest path curvature (1/m) of the ego box centre at full steering (``vehicle_params``:
+    params/vehicle.yaml as loaded)."""
     from rad2_core.bicycle import VehicleParams, slip_and_curvature
 
-    vehicle = VehicleParams.from_params()
+    vehicle = VehicleParams.from_params(vehicle_params)
     return float(slip_and_curvature(vehicle.max_steer, vehicle)[1])
-
-
-def _curvature(max_curvature: float | None) -> float:
-    return vehicle_max_curvature() if max_curvature is None else float(max_curvature)
-
-
-@lru_cache(maxsize=1)
-def default_static_speed() -> float:
-    """Speed (m/s) below which a logged agent counts as static (``metrics.open_loop_static_speed``)."""
-    from rad2_core.config import load_params
-
-    return float(load_params("sim")["metrics"]["open_loop_static_speed"])
-
-
-def _static_speed(static_speed: float | None) -> float:
-    return default_static_speed() if static_speed is None else float(static_speed)
 
 
 @dataclass
@@ -172,25 +155,24 @@ def displacement_errors(
 
 
 def plan_collisions(
-    trajs: np.ndarray, fut: LoggedFuture, static_speed: float | None = None,
-    max_curvature: float | None = None,
+    trajs: np.ndarray, fut: LoggedFuture, static_speed: float, max_curvature: float,
 ) -> dict[str, np.ndarray]:
     """Collision flags of plans ``[M, T, 2]`` with the logged agents -> dict of bool [M].
 
-    Ego headings: :func:`plan_headings` limited to ``max_curvature`` (default: the vehicle's);
-    ``static_speed`` (m/s) splits static from dynamic agents (default: params/sim.yaml
-    ``metrics.open_loop_static_speed``)."""
+    Ego headings: :func:`plan_headings` limited to ``max_curvature`` (the vehicle's:
+    :func:`vehicle_max_curvature`); ``static_speed`` (m/s, params/sim.yaml
+    ``metrics.open_loop_static_speed``) splits static from dynamic agents."""
     m = trajs.shape[0]
     if fut.agent_pose.shape[0] == 0:
         z = np.zeros(m, bool)
         return {"collision": z, "dynamic": z.copy(), "static": z.copy()}
-    yaw = plan_headings(trajs, max_curvature=_curvature(max_curvature))
+    yaw = plan_headings(trajs, max_curvature=float(max_curvature))
     ego = np.stack(np.broadcast_arrays(trajs[..., 0], trajs[..., 1], yaw, *fut.ego_size), -1)  # M T 5
     ag = np.concatenate(
         [fut.agent_pose, np.broadcast_to(fut.agent_size[:, None, :], fut.agent_pose.shape[:2] + (2,))], -1
     )  # N T 5
     hit = boxes_overlap(ego[:, None], ag[None]) & fut.agent_valid[None]  # M N T
-    is_static = (fut.agent_speed < _static_speed(static_speed)).all(axis=1)  # N
+    is_static = (fut.agent_speed < float(static_speed)).all(axis=1)  # N
     dyn = hit & ~is_static[None, :, None]
     sta = hit & is_static[None, :, None]
     return {"collision": hit.any((1, 2)), "dynamic": dyn.any((1, 2)), "static": sta.any((1, 2))}
@@ -202,7 +184,7 @@ def offroad(
     drivable: np.ndarray,
     origin: tuple[float, float],
     resolution: float,
-    max_curvature: float | None = None,
+    max_curvature: float,
 ) -> bool:
     """Whether a corner of the ego box along ``traj [T, 2]`` lies on a non-drivable BEV cell (drivable
     coverage ≤ 0.5); headings as in :func:`plan_collisions`.
@@ -210,7 +192,7 @@ def offroad(
     ``drivable [H, W]`` uses the BEV convention: cell (i, j) covers x ∈ [ox + j·res, +res),
     y ∈ [oy + i·res, +res).
     """
-    yaw = plan_headings(traj[None], max_curvature=_curvature(max_curvature))[0]
+    yaw = plan_headings(traj[None], max_curvature=float(max_curvature))[0]
     c = box_corners(traj[:, 0], traj[:, 1], yaw, *ego_size).reshape(-1, 2)
     j = np.floor((c[:, 0] - origin[0]) / resolution).astype(int)
     i = np.floor((c[:, 1] - origin[1]) / resolution).astype(int)
@@ -223,9 +205,15 @@ def offroad(
 class OpenLoopAccumulator:
     """Collects per-sample results; :meth:`summary` gives the metric table (rates in %)."""
 
-    static_speed: float | None = None  # m/s (None: params/sim.yaml metrics.open_loop_static_speed)
-    max_curvature: float | None = None  # ego heading limit, 1/m (None: params/vehicle.yaml)
+    static_speed: float  # m/s (params/sim.yaml metrics.open_loop_static_speed)
+    max_curvature: float  # ego heading limit, 1/m (params/vehicle.yaml, :func:`vehicle_max_curvature`)
     rows: list[dict[str, float]] = field(default_factory=list)
+
+    @classmethod
+    def from_params(cls, sim_params: dict, vehicle_params: dict) -> OpenLoopAccumulator:
+        """From params/sim.yaml and params/vehicle.yaml as loaded."""
+        return cls(float(sim_params["metrics"]["open_loop_static_speed"]),
+                   vehicle_max_curvature(vehicle_params))
 
     def add(
         self,

@@ -16,7 +16,8 @@ from rad2_core.geometry import box_corners
 _TYPE_COLOURS = {AGENT_VEHICLE: "tab:blue", AGENT_PEDESTRIAN: "tab:orange", AGENT_CYCLIST: "tab:green"}
 
 
-def _figure(clip: Clip, t: int, params: dict[str, Any] | None, view_radius: float, show_bev: bool):
+def _figure(clip: Clip, t: int, params: dict[str, Any], vehicle_params: dict[str, Any], view_radius: float,
+            show_bev: bool):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -24,7 +25,7 @@ def _figure(clip: Clip, t: int, params: dict[str, Any] | None, view_radius: floa
     from matplotlib.patches import Polygon
 
     cfg = get_config(params)
-    snap = snapshot_from_clip(clip, t, params=params)
+    snap = snapshot_from_clip(clip, t, params, vehicle_params)
     channels = list(cfg.channels) if show_bev else []
     ncols = 1 + (int(np.ceil(len(channels) / 2)) if channels else 0)
     fig = plt.figure(figsize=(5 + 2.2 * (ncols - 1), 5), dpi=90)
@@ -88,12 +89,14 @@ def _figure(clip: Clip, t: int, params: dict[str, Any] | None, view_radius: floa
 
 
 def render_frame(
-    clip: Clip, t: int, params: dict[str, Any] | None = None, view_radius: float = 40.0, show_bev: bool = True
+    clip: Clip, t: int, params: dict[str, Any], vehicle_params: dict[str, Any], view_radius: float = 40.0,
+    show_bev: bool = True,
 ) -> np.ndarray:
-    """RGB uint8 image [H, W, 3] of step ``t``."""
+    """RGB uint8 image [H, W, 3] of step ``t`` (``params``: params/bev.yaml, ``vehicle_params``:
+    params/vehicle.yaml, as loaded)."""
     import matplotlib.pyplot as plt
 
-    fig = _figure(clip, t, params, view_radius, show_bev)
+    fig = _figure(clip, t, params, vehicle_params, view_radius, show_bev)
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     plt.close(fig)

@@ -124,13 +124,7 @@ class RouteLimits:
             raise KeyError(f"params/sim.yaml: metrics.{exc.args[0]} is missing (route limits)") from None
 
 
-def default_route_limits() -> RouteLimits:
-    from rad2_core.config import load_params
-
-    return RouteLimits.from_params(load_params("sim"))
-
-
-def check_route(polyline, ego_xy=None, limits: RouteLimits | None = None) -> RoutePath:
+def check_route(polyline, ego_xy, limits: RouteLimits) -> RoutePath:
     """The :class:`RoutePath` of ``polyline`` when progress can be measured along it, else
     :class:`RouteError` naming the reason and the place.
 
@@ -143,9 +137,8 @@ def check_route(polyline, ego_xy=None, limits: RouteLimits | None = None) -> Rou
       projection falls more than ``limits.max_backtrack_m`` below the farthest it had reached (the
       route runs against the driver somewhere).
 
-    ``limits`` default to params/sim.yaml.
+    ``limits``: :meth:`RouteLimits.from_params` of params/sim.yaml (``ego_xy`` None: no logged path).
     """
-    limits = default_route_limits() if limits is None else limits
     pts = np.asarray(polyline, dtype=np.float64)
     if pts.ndim != 2 or pts.shape[-1] != 2 or not np.all(np.isfinite(pts)):
         raise RouteError("malformed",

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from rad2_core.clip import AGENT_CYCLIST, AGENT_PEDESTRIAN, AGENT_VEHICLE
-from rad2_core.config import cached_config, load_params, require
+from rad2_core.config import cached_by_block, require
 from rad2_core.geometry import rotate_vectors, world_to_ego
 from rad2_core.lane_map import SIGNAL_GREEN, SIGNAL_RED, SIGNAL_UNKNOWN, SIGNAL_YELLOW, LaneMap
 
@@ -49,9 +49,9 @@ class TokenConfig:
     route_spacing: float
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None = None) -> TokenConfig:
-        params = params if params is not None else load_params("bev")
-        cfg = cls(
+    def from_params(cls, params: dict[str, Any]) -> TokenConfig:
+        """From params/bev.yaml as loaded (its schema bounds the sizes: at least one row, two points)."""
+        return cls(
             n_map=int(require(params, "tokens.map.num_polylines")),
             points=int(require(params, "tokens.map.points_per_polyline")),
             map_range=float(require(params, "tokens.map.range_m")),
@@ -61,25 +61,16 @@ class TokenConfig:
             n_route=int(require(params, "tokens.route.num_points")),
             route_spacing=float(require(params, "tokens.route.spacing_m")),
         )
-        for name, v in (
-            ("tokens.map.num_polylines", cfg.n_map),
-            ("tokens.map.points_per_polyline", cfg.points),
-            ("tokens.agents.num_agents", cfg.n_agents),
-            ("tokens.route.num_points", cfg.n_route),
-        ):
-            if v < 1 or (name.endswith("points_per_polyline") and v < 2):
-                raise TokenError(f"{name}: {v} is too small")
-        return cfg
 
 
 _CACHE: dict[str, TokenConfig] = {}
 
 
-def get_token_config(params: dict[str, Any] | TokenConfig | None) -> TokenConfig:
+def get_token_config(params: dict[str, Any] | TokenConfig) -> TokenConfig:
     """TokenConfig of a params dict (cached by the content of its ``tokens`` block)."""
     if isinstance(params, TokenConfig):
         return params
-    return cached_config(_CACHE, params, "tokens", TokenConfig.from_params, "bev")
+    return cached_by_block(_CACHE, params, "tokens", TokenConfig.from_params)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -192,7 +183,8 @@ def map_tokens(
     ego_pose,
     route_lane_ids=None,
     route_polyline=None,
-    params: dict[str, Any] | TokenConfig | None = None,
+    *,
+    params: dict[str, Any] | TokenConfig,
     signal_states=None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """([N_map, P, MAP_FEATURES] float32, [N_map] bool) nearest-lane polylines in the ego frame.
@@ -265,7 +257,7 @@ def _on_route(pl: PreparedLanes, order: np.ndarray, route_lane_ids, route_polyli
     return np.array(flags)
 
 
-def agent_tokens(agents, ego_pose, params: dict[str, Any] | TokenConfig | None = None):
+def agent_tokens(agents, ego_pose, params: dict[str, Any] | TokenConfig):
     """([N_agents, 10] float32, [N_agents] bool) from an AgentFrame-like object (world frame)."""
     cfg = get_token_config(params)
     pose = np.asarray(ego_pose, np.float64)
@@ -295,7 +287,7 @@ def agent_tokens(agents, ego_pose, params: dict[str, Any] | TokenConfig | None =
     return out, mask
 
 
-def route_tokens(route_polyline, ego_pose, params: dict[str, Any] | TokenConfig | None = None):
+def route_tokens(route_polyline, ego_pose, params: dict[str, Any] | TokenConfig):
     """([N_route, 4] float32, [N_route] bool): route points ahead of the ego's projection."""
     cfg = get_token_config(params)
     pose = np.asarray(ego_pose, np.float64)

@@ -51,11 +51,9 @@ def require_plausible(what: str, violations: Sequence[Violation]) -> None:
         raise PlausibilityError(what, violations)
 
 
-def load_limits(params: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The ``validators`` block of params/validators.yaml (or of a given dict)."""
-    from rad2_core.config import load_params
-
-    return (params if params is not None else load_params("validators"))["validators"]
+def load_limits(params: dict[str, Any]) -> dict[str, Any]:
+    """The ``validators`` block of params/validators.yaml as the caller loaded it."""
+    return params["validators"]
 
 
 def _worst(field: str, values: np.ndarray, lo: float | None, hi: float | None, unit: str) -> list[Violation]:

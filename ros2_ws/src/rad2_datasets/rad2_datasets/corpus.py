@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 from rad2_core.clip import Clip
-from rad2_core.config import load_params, require
+from rad2_core.config import require
 from rad2_core.field_checks import ClipValidationError
 from rad2_core.route_path import RouteError
 
@@ -247,7 +247,8 @@ def scenario_egos(path: str | os.PathLike, params: dict[str, Any], criteria: Ego
                   scenario_name: str | None = None, metadata: dict[str, Any] | None = None
                   ) -> Iterator[EgoOutcome]:
     """One :class:`EgoOutcome` per dynamic obstacle of the CommonRoad file ``path`` (in id order), the
-    qualifying ones converted into clips (``metadata`` added to each clip's). A file that does not
+    qualifying ones converted into clips (``metadata`` added to each clip's; ``params`` as for
+    :func:`convert_corpus`). A file that does not
     open raises :class:`rad2_datasets.adapters.commonroad.CommonRoadAdapterError` naming it."""
     from rad2_datasets.adapters.commonroad import (
         CommonRoadAdapterError,
@@ -273,7 +274,7 @@ def scenario_egos(path: str | os.PathLike, params: dict[str, Any], criteria: Ego
             continue
         try:
             clip = scenario_clip(scenario, planning, oid, params, lane_map)
-            clip = plausible_clip(clip, f"{name}: ego {oid}")
+            clip = plausible_clip(clip, f"{name}: ego {oid}", params)
         except RouteError as exc:
             yield EgoOutcome(name, oid, "refused", f"route {exc.reason}", str(exc))
             continue
@@ -372,21 +373,21 @@ class CorpusReport:
 
 
 def convert_corpus(root: str | os.PathLike, splits_dir: str | os.PathLike, out: str | os.PathLike, *,
-                   corpus: str = "ngsim", params: dict[str, Any] | None = None,
+                   corpus: str = "ngsim", params: dict[str, Any],
                    only: list[str] | None = None, splits: tuple[str, ...] = SPLITS,
                    progress: bool = True) -> CorpusReport:
     """Convert the corpus at ``root`` with every qualifying vehicle as the ego into ``<out>/<split>``
     datasets by the split lists in ``splits_dir`` (:func:`read_splits`, checked against the corpus);
     ``only``: convert just these scenario files (paths relative to ``root``, e.g. to try a few);
-    ``splits``: just these splits. Writes ``<out>/corpus_report.json`` and returns the report."""
+    ``splits``: just these splits; ``params``: params/bev.yaml, sim.yaml and validators.yaml as loaded,
+    merged (:func:`rad2_core.config.merged`). Writes ``<out>/corpus_report.json`` and returns the report."""
     from rad2_core.storage import save_dataset
     from tqdm import tqdm
 
     from rad2_datasets.adapters.commonroad import CommonRoadAdapterError
 
     start = time.perf_counter()
-    params = params if params is not None else load_params("bev")
-    criteria = EgoCriteria.from_params(params, load_params("sim"))
+    criteria = EgoCriteria.from_params(params, params)
     root, out = Path(root), Path(out)
     lists = read_splits(splits_dir, corpus, corpus_scenarios(root, corpus))
     unknown = sorted(set(splits) - set(SPLITS))

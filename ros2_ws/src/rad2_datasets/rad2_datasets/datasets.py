@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from rad2_core.clip import AGENT_CYCLIST, AGENT_PEDESTRIAN, AGENT_VEHICLE, Clip
 from rad2_core.storage import iter_dataset, load_clip, read_index, save_dataset
@@ -106,10 +107,11 @@ class ClipNotFoundError(LookupError):
         return str(self.args[0])
 
 
-def pick_clip(source: str | Path, clip_id: str | None = None, index: int = 0) -> Clip:
+def pick_clip(source: str | Path, params: dict[str, Any], clip_id: str | None = None, index: int = 0) -> Clip:
     """A clip from a dataset directory (by ``clip_id``, else the ``index``-th of its index) or from any log
     ``rad2_datasets.adapters.logs`` reads (a clip .npz, an AV2 scenario or sensor log, CommonRoad XML,
-    WOMD); ``ClipNotFoundError`` naming the clip id or index, ``LogFormatError`` for a source it cannot
+    WOMD; ``params`` as :func:`~rad2_datasets.adapters.logs.clips_in_log` takes them);
+    ``ClipNotFoundError`` naming the clip id or index, ``LogFormatError`` for a source it cannot
     read."""
     from rad2_datasets.adapters.logs import load_log
 
@@ -125,4 +127,4 @@ def pick_clip(source: str | Path, clip_id: str | None = None, index: int = 0) ->
         for c in iter_dataset(source):
             if c.clip_id == want:
                 return c
-    return load_log(source)
+    return load_log(source, params)

@@ -37,7 +37,8 @@ class MapAndRoute:
     source: str
 
 
-def load_map_and_route(path: str | Path, clip_id: str = "first", route: str = "") -> MapAndRoute:
+def load_map_and_route(path: str | Path, clip_id: str = "first", route: str = "", *,
+                       params: dict[str, Any]) -> MapAndRoute:
     """The lane map and route of a clip file (.npz), of one clip of a dataset directory, or of a
     Lanelet2 map (.osm) with a mission ``route``.
 
@@ -45,11 +46,12 @@ def load_map_and_route(path: str | Path, clip_id: str = "first", route: str = ""
     at start-up from a file named by a parameter; ``clip_id`` "first" takes the dataset's first clip.
     For a Lanelet2 map ``route`` is either lanelet ids in driving order ("1001 1012": consecutive
     ones are joined by the routing graph's shortest path, lane changes included) or the start and
-    goal positions in map metres ("x,y x,y"); see :func:`parse_route`.
+    goal positions in map metres ("x,y x,y"); see :func:`parse_route`. ``params``: params/bev.yaml as
+    loaded (a Lanelet2 map's default speed limit).
     """
     path = Path(path)
     if path.suffix.lower() == ".osm" and path.is_file():
-        return _from_lanelet2(path, route)
+        return _from_lanelet2(path, route, params)
     if path.is_dir():
         index = read_index(path)
         entries = index["clips"]
@@ -102,13 +104,13 @@ def parse_route(route: str, where: str = "route") -> tuple[list[int] | None, lis
     return None, points
 
 
-def _from_lanelet2(path: Path, route: str) -> MapAndRoute:
+def _from_lanelet2(path: Path, route: str, params: dict[str, Any]) -> MapAndRoute:
     ids, points = parse_route(route, f"{path}: route (perception.route)")
     # lanelet2 is only needed for .osm maps: imported here so clip maps work without it
     from rad2_datasets.adapters.lanelet2_map import Lanelet2MapError, load_lanelet2, mission_route
 
     try:
-        l2 = load_lanelet2(path)
+        l2 = load_lanelet2(path, params=params)
         if ids is not None:
             lane_ids, polyline = mission_route(l2, lanelet_ids=ids)
         else:

@@ -16,16 +16,17 @@ from pathlib import Path
 from rad2_bringup.cli.common import find_dataset, verb_parser
 
 
-def _fixture_clips():
-    """The AV2 scenario and the CommonRoad scene of the checkout's tests/fixtures."""
+def _fixture_clips(params: dict):
+    """The AV2 scenario and the CommonRoad scene of the checkout's tests/fixtures (``params``: bev.yaml
+    and sim.yaml as loaded, merged)."""
     from rad2_core.config import resource_path
     from rad2_datasets.adapters.av2 import load_av2_scenario
     from rad2_datasets.adapters.commonroad import load_commonroad_scenario
 
     fx = resource_path("tests/fixtures")
     return [
-        load_av2_scenario(fx / "av2" / "0a1e6f0a-1817-4a98-b02e-db8c9327d151"),
-        load_commonroad_scenario(fx / "commonroad" / "USA_US101-5_1_T-1.xml"),
+        load_av2_scenario(fx / "av2" / "0a1e6f0a-1817-4a98-b02e-db8c9327d151", params),
+        load_commonroad_scenario(fx / "commonroad" / "USA_US101-5_1_T-1.xml", params=params),
     ]
 
 
@@ -38,8 +39,11 @@ def main(argv: list[str]) -> int:
                         help="clips to use from a dataset (default 20)")
     parser.add_argument("--stride", type=int_at_least(1), default=1, help="use every N-th step (default 1)")
     args = parser.parse_args(argv)
+    from rad2_core.config import load_merged
     from rad2_core.storage import iter_dataset
     from rad2_evaluation.benchmarks.bev import print_bev_timings, time_bev_pipeline
+
+    params = load_merged("bev", "sim", "vehicle")
 
     if args.dataset is not None:
         dataset = find_dataset(args.dataset)
@@ -51,7 +55,7 @@ def main(argv: list[str]) -> int:
             if len(clips) >= args.max_clips:
                 break
     else:
-        clips = _fixture_clips()
-    print_bev_timings(time_bev_pipeline(clips, args.stride))
+        clips = _fixture_clips(params)
+    print_bev_timings(time_bev_pipeline(clips, params, args.stride), params)
     return 0
 

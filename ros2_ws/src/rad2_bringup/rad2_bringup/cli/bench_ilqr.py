@@ -50,9 +50,11 @@ def main(argv: list[str]) -> int:
         "--kernel", choices=("auto", "numpy", "small"), default="auto", help="iLQR kernel (default auto)"
     )
     args = ap.parse_args(argv)
+    from rad2_core.config import load_all
     from rad2_evaluation.benchmarks.ilqr import run_benchmark
 
-    run_benchmark(args.problems, args.repeats, args.batch, args.batch_repeats, args.seed, args.png,
-                  ipopt=not args.no_ipopt, json_path=args.json, kernel=args.kernel)
+    run_benchmark(load_all(("controller", "vehicle", "planner")), args.problems, args.repeats, args.batch,
+                  args.batch_repeats, args.seed, args.png, ipopt=not args.no_ipopt, json_path=args.json,
+                  kernel=args.kernel)
     return 0
 

@@ -55,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
 
-    from rad2_core.config import ParameterError, load_params
+    from rad2_core.config import ParameterError, load_all, load_params, merged
     from rad2_core.field_checks import ClipValidationError
     from rad2_datasets.adapters.logs import LogFormatError, convert_logs
     from rad2_datasets.datasets import composition
@@ -64,7 +64,9 @@ def main(argv: list[str]) -> int:
 
     start = time.perf_counter()
     try:
-        params = load_params(args.params if args.params else "bev")
+        params = load_all(("sim", "validators"))
+        params["bev"] = load_params(args.params if args.params else "bev")
+        params = merged(params, "bev", "sim", "validators")
         written, index, errors = convert_logs(
             args.inputs, args.out, params, formats=args.formats, egos_per_scenario=args.egos_per_scenario,
             limit=args.limit, append=args.append, skip_bad=args.skip_bad, verify_crc=not args.no_verify_crc,

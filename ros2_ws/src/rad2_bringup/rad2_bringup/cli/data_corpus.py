@@ -46,7 +46,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = ap.parse_args(argv)
 
-    from rad2_core.config import ParameterError, load_params
+    from rad2_core.config import ParameterError, load_all, load_params, merged
     from rad2_datasets.corpus import (
         SPLITS,
         CorpusError,
@@ -67,7 +67,9 @@ def main(argv: list[str]) -> int:
     if args.bundle_clips < 1:
         ap.error(f"--bundle-clips: must be >= 1, got {args.bundle_clips}")
     try:
-        params = load_params(args.params if args.params else "bev")
+        params = load_all(("sim", "validators"))
+        params["bev"] = load_params(args.params if args.params else "bev")
+        params = merged(params, "bev", "sim", "validators")
         if args.make_splits:
             existing = [p for p in (split_path(args.splits, args.corpus, s) for s in SPLITS) if p.exists()]
             if existing:

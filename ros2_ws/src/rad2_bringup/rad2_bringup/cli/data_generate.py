@@ -18,7 +18,7 @@ from rad2_bringup.cli.common import verb_parser
 
 
 def _parser() -> argparse.ArgumentParser:
-    from rad2_core.cli_args import int_at_least
+    from rad2_core.cli_args import int_at_least, schema_choices
     from rad2_datasets.scenarios import events
 
     ap = verb_parser("data generate", __doc__)
@@ -41,7 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--append", action="store_true", help="add to an existing dataset instead of replacing it"
     )
-    ap.add_argument("--network", choices=["grid", "highway", "spider", "random"],
+    ap.add_argument("--network",
+                    choices=schema_choices("scenarios", "scenarios.presets.eval_signals.network"),
                     help="use only this network kind (default: each kind's networks in "
                     "params/scenarios.yaml)")
     ap.add_argument("--signals", action="store_true",
@@ -82,19 +83,19 @@ def main(argv: list[str]) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
     from bev_warp_sim.safety import min_ttc_of_log
-    from rad2_core.config import resource_path
+    from rad2_core.config import load_all, resource_path
     from rad2_datasets.scenarios.generate import (
         clean_dataset_dir,
         generate_bundled,
         generate_dataset,
-        load_config,
         print_report,
     )
 
-    presets = load_config()[0].get("presets", {})
+    params = load_all(("scenarios", "vehicle", "sim"))
+    presets = params["scenarios"]["scenarios"]["presets"]
     if args.bundled:
         data_dir = args.data_dir if args.data_dir is not None else resource_path("data", required=False)
-        generate_bundled(data_dir, min_ttc_of_log, seed=args.seed, workers=args.workers,
+        generate_bundled(data_dir, min_ttc_of_log, params=params, seed=args.seed, workers=args.workers,
                          cache_dir=args.cache_dir)
         return 0
 
@@ -107,6 +108,7 @@ def main(argv: list[str]) -> int:
         int(count),
         int(seed),
         log_safety=min_ttc_of_log,
+        params=params,
         workers=args.workers,
         cache_dir=args.cache_dir,
         append=args.append,

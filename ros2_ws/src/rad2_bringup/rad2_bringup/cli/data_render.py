@@ -36,17 +36,20 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.png is None and args.gif is None:
         parser.error("give --png and/or --gif")
+    from rad2_core.config import load_merged
     from rad2_core.render import save_clip_gif, save_frame_png
     from rad2_datasets.adapters.logs import LogFormatError
     from rad2_datasets.datasets import ClipNotFoundError, pick_clip
 
+    params = load_merged("bev", "sim", "validators", "vehicle")
     try:
-        clip = pick_clip(args.source, args.clip_id, args.index)
+        clip = pick_clip(args.source, params, args.clip_id, args.index)
     except ClipNotFoundError as exc:
         parser.error(f"{'--clip-id' if args.clip_id is not None else '--index'}: {exc}")
     except LogFormatError as exc:
         parser.error(f"source: {exc}")
-    kw = dict(view_radius=args.radius, show_bev=not args.no_bev)
+    kw = dict(params=params, vehicle_params=params, view_radius=args.radius,
+              show_bev=not args.no_bev)
     if args.png is not None:
         step = clip.num_steps // 2 if args.step is None else args.step
         if not 0 <= step < clip.num_steps:

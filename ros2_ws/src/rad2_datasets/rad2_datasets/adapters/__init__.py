@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 from rad2_core.clip import Clip
-from rad2_core.config import load_params, require
+from rad2_core.config import require
 from rad2_core.geometry import wrap_angle
 from rad2_core.lane_map import NO_LANE, LaneMap
 from rad2_core.route_path import RouteError, RouteLimits, check_route
@@ -549,13 +549,13 @@ def logged_clip(
     lane_allowed: np.ndarray | None = None,
     signal_states: np.ndarray | None = None,
 ) -> Clip:
-    """A validated clip of a real log: the route matched to the ego path (``adapters.*`` in ``params``),
-    acceleration from the logged speed, metadata of a logged scene plus the adapter's ``metadata``,
-    resampled from the log's ``dt`` to the simulator's step ``sim.dt`` (params/sim.yaml) so a replay
-    runs at the logged speed. ``agents`` holds the ``agent_*`` fields of :meth:`Clip.build`;
-    ``signal_states`` [S, T] the logged states of ``lane_map``'s signals (held, not blended, when
-    resampled)."""
-    sim_params = load_params("sim")
+    """A validated clip of a real log: the route matched to the ego path (``adapters.*`` in ``params``)
+    and checked against ``metrics.route_*``, acceleration from the logged speed, metadata of a logged
+    scene plus the adapter's ``metadata``, resampled from the log's ``dt`` to the simulator's step
+    ``sim.dt`` so a replay runs at the logged speed. ``params``: params/bev.yaml and sim.yaml as
+    loaded, merged (:func:`rad2_core.config.merged`). ``agents`` holds the ``agent_*`` fields of
+    :meth:`Clip.build`; ``signal_states`` [S, T] the logged states of ``lane_map``'s signals (held, not
+    blended, when resampled)."""
     route_ids, route_poly = build_route(
         lane_map,
         np.stack([ego_x, ego_y], axis=1),
@@ -564,7 +564,7 @@ def logged_clip(
         heading_weight=float(require(params, "adapters.lane_match_heading_weight_m_per_rad")),
         change_penalty=float(require(params, "adapters.lane_change_penalty_m")),
         lane_allowed=lane_allowed,
-        limits=RouteLimits.from_params(sim_params),
+        limits=RouteLimits.from_params(params),
     )
     meta = {"source": source, "scenario_kind": "logged", "seed": None, "network_kind": "real",
             "scenario_id": scenario_id, **metadata}
@@ -584,7 +584,7 @@ def logged_clip(
         route_polyline=route_poly,
         metadata=meta,
         signal_states=signal_states,
-    ).validate().resample(float(sim_params["sim"]["dt"]))
+    ).validate().resample(float(require(params, "sim.dt")))
 
 
 __all__ = [

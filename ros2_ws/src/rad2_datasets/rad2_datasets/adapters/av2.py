@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 from rad2_core.clip import AGENT_CYCLIST, AGENT_OTHER, AGENT_PEDESTRIAN, AGENT_VEHICLE, Clip
-from rad2_core.config import load_params, require
+from rad2_core.config import require
 from rad2_core.geometry import wrap_angle
 from rad2_core.lane_map import LaneMap
 
@@ -197,10 +197,10 @@ def find_scenario_files(path: str | os.PathLike) -> tuple[Path, Path]:
 
 
 def load_av2_map(
-    json_path: str | os.PathLike, params: dict[str, Any] | None = None
+    json_path: str | os.PathLike, params: dict[str, Any]
 ) -> tuple[LaneMap, np.ndarray]:
-    """The map archive as a LaneMap, plus a [L] bool mask of vehicle-drivable lanes."""
-    params = params if params is not None else load_params("bev")
+    """The map archive as a LaneMap, plus a [L] bool mask of vehicle-drivable lanes (``params``:
+    params/bev.yaml as loaded, its ``adapters`` block)."""
     limits = require(params, "adapters.default_speed_limits")
     try:
         with open(json_path) as f:
@@ -246,12 +246,12 @@ def load_av2_map(
 
 
 def load_av2_scenario(
-    path: str | os.PathLike, params: dict[str, Any] | None = None, lane_map: LaneMap | None = None
+    path: str | os.PathLike, params: dict[str, Any], lane_map: LaneMap | None = None
 ) -> Clip:
-    """Read one AV2 scenario directory into a validated :class:`Clip`."""
+    """Read one AV2 scenario directory into a validated :class:`Clip` (``params``: params/bev.yaml and
+    sim.yaml as loaded, merged by :func:`rad2_core.config.merged`)."""
     import pandas as pd
 
-    params = params if params is not None else load_params("bev")
     sizes = require(params, "adapters.default_box_sizes")
     ego_len, ego_wid = (float(v) for v in require(params, "adapters.ego_box_size"))
     dt = float(require(params, "adapters.av2_dt"))

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 from rad2_core.clip import AGENT_CYCLIST, AGENT_OTHER, AGENT_PEDESTRIAN, AGENT_VEHICLE, Clip
-from rad2_core.config import load_params, require
+from rad2_core.config import require
 from rad2_core.field_checks import ClipValidationError
 from rad2_core.geometry import wrap_angle
 from rad2_core.lane_map import LaneMap
@@ -200,10 +200,10 @@ def find_sensor_log_files(log_dir: str | os.PathLike) -> tuple[Path, Path, Path]
 
 
 def load_av2_sensor_log(
-    log_dir: str | os.PathLike, params: dict[str, Any] | None = None, lane_map: LaneMap | None = None
+    log_dir: str | os.PathLike, params: dict[str, Any], lane_map: LaneMap | None = None
 ) -> Clip:
-    """One AV2 sensor log directory as a validated clip at the simulator's step (see the module doc)."""
-    params = params if params is not None else load_params("bev")
+    """One AV2 sensor log directory as a validated clip at the simulator's step (see the module doc;
+    ``params``: params/bev.yaml and sim.yaml as loaded, merged)."""
     dt = float(require(params, "adapters.av2_dt"))
     tolerance = float(require(params, "adapters.log_step_tolerance"))
     ego_len, ego_wid = (float(v) for v in require(params, "adapters.ego_box_size"))

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 from rad2_core.clip import AGENT_CYCLIST, AGENT_OTHER, AGENT_PEDESTRIAN, AGENT_VEHICLE, Clip
-from rad2_core.config import load_params, require
+from rad2_core.config import require
 from rad2_core.geometry import boxes_overlap, wrap_angle
 from rad2_core.lane_map import NO_LANE, LaneMap
 
@@ -253,20 +253,19 @@ def read_commonroad_file(path: str | os.PathLike):
             f"{path}: not a readable CommonRoad scenario ({type(exc).__name__}: {exc})") from exc
 
 
-def commonroad_ego_candidates(path: str | os.PathLike, params: dict[str, Any] | None = None) -> list[int]:
-    """:func:`rank_egos` of the scenario in the CommonRoad file ``path``."""
-    params = params if params is not None else load_params("bev")
+def commonroad_ego_candidates(path: str | os.PathLike, params: dict[str, Any]) -> list[int]:
+    """:func:`rank_egos` of the scenario in the CommonRoad file ``path`` (``params``: params/bev.yaml as
+    loaded)."""
     scenario, _ = read_commonroad_file(path)
     return rank_egos(scenario, lanelet_map(scenario, params), params)
 
 
 def load_commonroad_scenario(
-    path: str | os.PathLike, ego_obstacle_id: int | None = None, params: dict[str, Any] | None = None
+    path: str | os.PathLike, ego_obstacle_id: int | None = None, *, params: dict[str, Any]
 ) -> Clip:
     """Read a CommonRoad XML file into a validated :class:`Clip`, promoting an obstacle to ego (None:
-    the best of :func:`rank_egos`). A route that does not follow the ego is a
-    :class:`rad2_core.route_path.RouteError` naming the reason."""
-    params = params if params is not None else load_params("bev")
+    the best of :func:`rank_egos`; ``params``: params/bev.yaml and sim.yaml as loaded, merged). A route
+    that does not follow the ego is a :class:`rad2_core.route_path.RouteError` naming the reason."""
     scenario, planning = read_commonroad_file(path)
     return scenario_clip(scenario, planning, ego_obstacle_id, params)
 

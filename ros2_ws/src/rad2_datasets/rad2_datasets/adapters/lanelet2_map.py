@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rad2_core.config import load_params, require
+from rad2_core.config import require
 from rad2_core.lane_map import NO_LANE, LaneMap
 from rad2_core.tokens import arc_lengths, clean_polyline, project_onto_polyline
 
@@ -277,15 +277,16 @@ def load_lanelet2(
     path: str | os.PathLike,
     origin: tuple[float, float] | None = None,
     projector: str = "auto",
-    params: dict[str, Any] | None = None,
+    *,
+    params: dict[str, Any],
 ) -> Lanelet2Map:
-    """Load a Lanelet2 .osm map (see the module docstring for the mapping and the projectors)."""
+    """Load a Lanelet2 .osm map (see the module docstring for the mapping and the projectors;
+    ``params``: params/bev.yaml as loaded, for ``adapters.default_speed_limits``)."""
     path = Path(path)
     if projector not in PROJECTORS:
         raise Lanelet2MapError(f"{path}: projector {projector!r} is not one of {list(PROJECTORS)}")
     if not path.is_file():
         raise Lanelet2MapError(f"Lanelet2 map file {path} does not exist")
-    params = load_params("bev") if params is None else params
     fallback_speed = float(require(params, "adapters.default_speed_limits.default"))
     scan = _scan_osm(path)
     if scan.first_node is None:
@@ -414,9 +415,9 @@ def _signals(path, lanelet_map, entries, geometry, lane_of):
 
 
 def load_lanelet2_map(path: str | os.PathLike, origin: tuple[float, float] | None = None,
-                      projector: str = "auto", params: dict[str, Any] | None = None) -> LaneMap:
+                      projector: str = "auto", *, params: dict[str, Any]) -> LaneMap:
     """Just the :class:`LaneMap` of :func:`load_lanelet2`."""
-    return load_lanelet2(path, origin, projector, params).lane_map
+    return load_lanelet2(path, origin, projector, params=params).lane_map
 
 
 # ----------------------------------------------------------------------------------------------

@@ -116,11 +116,11 @@ def find_logs(inputs: str | os.PathLike | Iterable[str | os.PathLike],
     return found
 
 
-def plausible_clip(clip: Clip, source: str) -> Clip:
+def plausible_clip(clip: Clip, source: str, params: dict[str, Any]) -> Clip:
     """A converted log as the simulator will take it: agent states that no road user can have (a
     tracker's glitch) marked invalid and counted in ``metadata["implausible_agent_states"]``;
     :class:`LogFormatError` naming ``source`` and the fields when the ego itself is impossible
-    (rad2_core.validators, bounds of params/validators.yaml)."""
+    (rad2_core.validators, bounds of params/validators.yaml: ``params`` holds its block)."""
     from dataclasses import replace
 
     from rad2_core.validators import (
@@ -130,7 +130,7 @@ def plausible_clip(clip: Clip, source: str) -> Clip:
         load_limits,
     )
 
-    limits = load_limits()
+    limits = load_limits(params)
     clip, changed = invalidate_implausible_agent_states(clip, limits)
     bad = check_clip(clip, limits)
     if bad:
@@ -141,26 +141,24 @@ def plausible_clip(clip: Clip, source: str) -> Clip:
     return clip
 
 
-def clips_in_log(source: LogSource, params: dict[str, Any] | None = None, *, egos_per_scenario: int = 1,
+def clips_in_log(source: LogSource, params: dict[str, Any], *, egos_per_scenario: int = 1,
                  errors: list[str] | None = None, verify_crc: bool = True) -> Iterator[Clip]:
     """The clips of one log (readers' clips through :func:`plausible_clip`). ``params``:
-    params/bev.yaml (None: loaded); ``verify_crc``: check WOMD TFRecord CRCs (off: faster, corruption
+    params/bev.yaml, sim.yaml and validators.yaml as loaded, merged
+    (:func:`rad2_core.config.merged`); ``verify_crc``: check WOMD TFRecord CRCs (off: faster, corruption
     then shows as decode errors). With an ``errors`` list, a WOMD record or a CommonRoad ego that does
     not convert is skipped and its message appended; otherwise, and for a log that does not open at
     all, :class:`LogFormatError` names the log."""
-    from rad2_core.config import load_params
-
-    params = params if params is not None else load_params("bev")
     fmt, path = source.format, source.path
     try:
         if fmt == "av2":
             from rad2_datasets.adapters.av2 import load_av2_scenario
 
-            yield plausible_clip(load_av2_scenario(path, params), str(path))
+            yield plausible_clip(load_av2_scenario(path, params), str(path), params)
         elif fmt == "av2_sensor":
             from rad2_datasets.adapters.av2_sensor import load_av2_sensor_log
 
-            yield plausible_clip(load_av2_sensor_log(path, params), str(path))
+            yield plausible_clip(load_av2_sensor_log(path, params), str(path), params)
         elif fmt == "commonroad":
             from rad2_core.route_path import RouteError
 
@@ -173,7 +171,7 @@ def clips_in_log(source: LogSource, params: dict[str, Any] | None = None, *, ego
             for ego in commonroad_ego_candidates(path, params)[:egos_per_scenario]:
                 try:
                     clip = plausible_clip(load_commonroad_scenario(path, ego_obstacle_id=ego, params=params),
-                                          f"{path}: ego {ego}")
+                                          f"{path}: ego {ego}", params)
                 except (CommonRoadAdapterError, LogFormatError, RouteError) as exc:
                     if errors is None:
                         raise
@@ -185,7 +183,7 @@ def clips_in_log(source: LogSource, params: dict[str, Any] | None = None, *, ego
 
             for clip in iter_womd_clips(path, params, errors=errors, verify_crc=verify_crc):
                 try:
-                    yield plausible_clip(clip, str(path))
+                    yield plausible_clip(clip, str(path), params)
                 except LogFormatError as exc:
                     if errors is None:
                         raise
@@ -206,8 +204,9 @@ def clips_in_log(source: LogSource, params: dict[str, Any] | None = None, *, ego
         raise LogFormatError(f"{path} ({fmt}): {type(exc).__name__}: {exc}") from exc
 
 
-def load_log(path: str | os.PathLike, params: dict[str, Any] | None = None) -> Clip:
-    """The first clip of the log at ``path`` (any format of :data:`FORMATS`)."""
+def load_log(path: str | os.PathLike, params: dict[str, Any]) -> Clip:
+    """The first clip of the log at ``path`` (any format of :data:`FORMATS`; ``params`` as for
+    :func:`clips_in_log`)."""
     fmt = log_format(path)
     if fmt is None:
         raise LogFormatError(f"{path}: not a log of a known format ({', '.join(FORMATS)})")
@@ -216,14 +215,14 @@ def load_log(path: str | os.PathLike, params: dict[str, Any] | None = None) -> C
     raise LogFormatError(f"{path} ({fmt}): holds no clip")
 
 
-def convert_logs(inputs, out: str | os.PathLike, params: dict[str, Any] | None = None, *,
+def convert_logs(inputs, out: str | os.PathLike, params: dict[str, Any], *,
                  formats: Iterable[str] | None = None, egos_per_scenario: int = 1, limit: int | None = None,
                  append: bool = False, skip_bad: bool = False, verify_crc: bool = True, progress: bool = True
                  ) -> tuple[int, dict[str, Any], list[str]]:
     """Write every clip of the logs under ``inputs`` into the dataset ``out``; returns (clips written,
     the index, the messages of the logs skipped with ``skip_bad``). Without ``skip_bad`` the first log
-    that does not convert raises :class:`LogFormatError` naming it (nothing is written to the index)."""
-    from rad2_core.config import load_params
+    that does not convert raises :class:`LogFormatError` naming it (nothing is written to the index).
+    ``params`` as for :func:`clips_in_log`."""
     from rad2_core.storage import save_dataset
     from tqdm import tqdm
 
@@ -231,7 +230,6 @@ def convert_logs(inputs, out: str | os.PathLike, params: dict[str, Any] | None =
         raise LogFormatError(f"egos_per_scenario: must be >= 1, got {egos_per_scenario}")
     if limit is not None and limit < 1:
         raise LogFormatError(f"limit: must be >= 1, got {limit}")
-    params = params if params is not None else load_params("bev")
     sources = find_logs(inputs, formats)
     errors: list[str] = []
     count = 0

@@ -51,7 +51,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 from rad2_core.clip import AGENT_CYCLIST, AGENT_OTHER, AGENT_PEDESTRIAN, AGENT_VEHICLE, Clip
-from rad2_core.config import load_params, require
+from rad2_core.config import require
 from rad2_core.field_checks import ClipValidationError
 from rad2_core.geometry import wrap_angle
 from rad2_core.lane_map import SIGNAL_GREEN, SIGNAL_RED, SIGNAL_UNKNOWN, SIGNAL_YELLOW, LaneMap
@@ -883,10 +883,10 @@ def _median_size(tr: dict[str, np.ndarray], key: str) -> float:
     return float(np.median(vals)) if len(vals) else 0.0
 
 
-def scenario_to_clip(scenario, params: dict[str, Any] | None = None, where: str = "scenario") -> Clip:
+def scenario_to_clip(scenario, params: dict[str, Any], where: str = "scenario") -> Clip:
     """One decoded ``Scenario`` message as a validated clip at the simulator's step (see the module doc).
-    ``where`` prefixes error messages (the readers pass ``<file>: record <i>``)."""
-    params = params if params is not None else load_params("bev")
+    ``params``: params/bev.yaml and sim.yaml as loaded, merged; ``where`` prefixes error messages (the
+    readers pass ``<file>: record <i>``)."""
     tolerance = float(require(params, "adapters.log_step_tolerance"))
     sizes = require(params, "adapters.default_box_sizes")
     ts = np.asarray(scenario.timestamps_seconds, dtype=np.float64)
@@ -1013,7 +1013,7 @@ def parse_scenario(data: bytes, where: str):
 
 def iter_womd_clips(
     path: str | os.PathLike | Iterable[str | os.PathLike],
-    params: dict[str, Any] | None = None,
+    params: dict[str, Any],
     *,
     verify_crc: bool = True,
     limit: int | None = None,
@@ -1023,7 +1023,6 @@ def iter_womd_clips(
     ``*.tfrecord*``), at the simulator's step. ``limit`` stops after that many records. With an
     ``errors`` list a record that does not convert is skipped and its message appended; framing and
     CRC errors always raise (the rest of a file cannot be trusted)."""
-    params = params if params is not None else load_params("bev")
     seen = 0
     for file in womd_files(path):
         for index, data in iter_tfrecord(file, verify_crc=verify_crc):
@@ -1040,7 +1039,7 @@ def iter_womd_clips(
 
 
 def load_womd_scenario(
-    path: str | os.PathLike, record: int = 0, params: dict[str, Any] | None = None
+    path: str | os.PathLike, record: int = 0, *, params: dict[str, Any]
 ) -> Clip:
     """The clip of record ``record`` of one TFRecord file."""
     for index, data in iter_tfrecord(path):

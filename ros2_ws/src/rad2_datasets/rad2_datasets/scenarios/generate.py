@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 from rad2_core.clip import Clip
-from rad2_core.config import load_params, resource_path
+from rad2_core.config import resource_path
 from rad2_core.storage import save_dataset
 
 from rad2_datasets.scenarios import convert, events, networks
@@ -44,10 +44,13 @@ class GenerationResult:
     details: list[str] = field(default_factory=list)
 
 
-def load_config() -> tuple[dict, dict, dict]:
-    """(scenarios, vehicle, sim) parameter dicts, each checked against its params/<name>.schema.yaml
-    by ``load_params`` (a bad value fails here, naming file, key and value, before any SUMO run)."""
-    return (load_params("scenarios")["scenarios"], load_params("vehicle")["vehicle"], load_params("sim"))
+def generation_params(params: dict[str, dict]) -> dict[str, dict]:
+    """``cfg`` (the ``scenarios`` block), ``vehicle`` (the ``vehicle`` block) and ``sim_params``
+    (params/sim.yaml) of the files the entry point loaded (``params``: ``load_all()`` by name, checked
+    against their schemas there, so a bad value fails before any SUMO run): the keyword arguments of
+    :func:`generate_clip`."""
+    return {"cfg": params["scenarios"]["scenarios"], "vehicle": params["vehicle"]["vehicle"],
+            "sim_params": params["sim"]}
 
 
 def resolve_cache_dir(cfg: dict, cache_dir: str | os.PathLike | None = None) -> Path:
@@ -97,9 +100,9 @@ def generate_clip(
     seed: int,
     *,
     log_safety: LogSafety,
-    cfg: dict | None = None,
-    vehicle: dict | None = None,
-    sim_params: dict | None = None,
+    cfg: dict,
+    vehicle: dict,
+    sim_params: dict,
     cache_dir: str | os.PathLike | None = None,
     network_kind: str | None = None,
     max_attempts: int | None = None,
@@ -108,10 +111,8 @@ def generate_clip(
 ) -> GenerationResult:
     """One clip of ``kind`` for ``seed`` (retrying with derived seeds); ``clip`` is None if all failed.
     ``log_safety``: see :data:`LogSafety`. ``rich``: a richer scene (see ``scenarios.rich``), drawn from
-    a fourth random stream so that the clips without it are unchanged."""
-    if cfg is None or vehicle is None or sim_params is None:
-        c, v, s = load_config()
-        cfg, vehicle, sim_params = cfg or c, vehicle or v, sim_params or s
+    a fourth random stream so that the clips without it are unchanged. ``cfg``, ``vehicle``,
+    ``sim_params``: :func:`generation_params`."""
     if kind not in events.ALL_KINDS:
         raise ValueError(f"scenario kind {kind!r} is not one of {list(events.ALL_KINDS)}")
     kind_cfg = cfg["kinds"].get(kind)
@@ -197,8 +198,7 @@ def _all_specs(cfg: dict, net_kind: str, rich: bool) -> list[networks.NetworkSpe
 
 def _job(args) -> GenerationResult:
     kind, seed, cache_dir, log_safety, network_kind, signals, rich, params = args
-    cfg, vehicle, sim_params = params
-    return generate_clip(kind, seed, log_safety=log_safety, cfg=cfg, vehicle=vehicle, sim_params=sim_params,
+    return generate_clip(kind, seed, log_safety=log_safety, **params,
                          cache_dir=cache_dir, network_kind=network_kind, signals=signals, rich=rich)
 
 
@@ -221,6 +221,7 @@ def generate_dataset(
     seed: int,
     *,
     log_safety: LogSafety,
+    params: dict[str, dict],
     workers: int = 1,
     cache_dir: str | os.PathLike | None = None,
     description: str | None = None,
@@ -233,11 +234,11 @@ def generate_dataset(
     rich: bool = False,
 ) -> dict[str, Any]:
     """Generate ``count`` clips into a dataset directory; returns a report (also written as
-    ``generation_report.json`` next to ``index.json``). ``log_safety``: see :data:`LogSafety`."""
-    # read once and handed to every job: a run keeps the parameters it started with even if
-    # params/ is edited while it runs (worker processes are restarted every 50 clips)
-    params = load_config()
-    cfg = params[0]
+    ``generation_report.json`` next to ``index.json``). ``log_safety``: see :data:`LogSafety`; ``params``:
+    scenarios, vehicle and sim of ``load_all()``, handed to every job (a run keeps the values its entry
+    point loaded even if params/ is edited while it runs; worker processes restart every 50 clips)."""
+    params = generation_params(params)
+    cfg = params["cfg"]
     cache = resolve_cache_dir(cfg, cache_dir)
     jobs = plan_jobs(kinds, count, seed)
     # build every network once up front so workers never race on netgenerate
@@ -378,11 +379,13 @@ def clean_dataset_dir(directory: Path) -> None:
             (directory / f).unlink()
 
 
-def generate_bundled(data_dir: Path, log_safety: LogSafety, *, seed: int | None = None, workers: int = 1,
+def generate_bundled(data_dir: Path, log_safety: LogSafety, *, params: dict[str, dict],
+                     seed: int | None = None, workers: int = 1,
                      cache_dir: str | os.PathLike | None = None) -> None:
     """Regenerate the committed sets under ``data_dir`` from presets.bundled of params/scenarios.yaml
-    (``seed`` overrides its base seed), printing a report per set."""
-    bundle = load_config()[0].get("presets", {})["bundled"]
+    (``seed`` overrides its base seed; ``params`` as for :func:`generate_dataset`), printing a report
+    per set."""
+    bundle = params["scenarios"]["scenarios"]["presets"]["bundled"]
     base = int(seed if seed is not None else bundle["seed"])
     for name, spec in bundle["sets"].items():
         out = Path(data_dir) / name
@@ -394,6 +397,7 @@ def generate_bundled(data_dir: Path, log_safety: LogSafety, *, seed: int | None 
             int(spec["count"]),
             base + int(spec["seed_offset"]),
             log_safety=log_safety,
+            params=params,
             workers=workers,
             cache_dir=cache_dir,
             description=f"SUMO {name}: rad2 data generate --bundled (seed {base})",

@@ -273,15 +273,14 @@ def print_timings(rows, kinds: list[str], tc: TrackingController, kernel: str, l
     print(f"iLQR converged (cold): {int(np.sum(converged))}/{len(converged)}")
 
 
-def run_benchmark(problems: int = 40, repeats: int = 5, batch: int = 64, batch_repeats: int = 20,
-                  seed: int = 0, png: Path | None = None, ipopt: bool = True, json_path: Path | None = None,
-                  kernel: str = "auto") -> dict[str, Any]:
+def run_benchmark(params: dict[str, dict], problems: int = 40, repeats: int = 5, batch: int = 64,
+                  batch_repeats: int = 20, seed: int = 0, png: Path | None = None, ipopt: bool = True,
+                  json_path: Path | None = None, kernel: str = "auto") -> dict[str, Any]:
     """The whole benchmark of rad2 bench ilqr: prints the table (and cost gaps), writes the figure
-    and the optional JSON; returns the JSON record."""
-    from rad2_core.config import load_params
-
-    tc = TrackingController()
-    plan_cfg = load_params("planner")["planner"]
+    and the optional JSON; returns the JSON record. ``params``: controller, vehicle and planner of
+    ``load_all()``."""
+    tc = TrackingController(params["controller"], params["vehicle"])
+    plan_cfg = params["planner"]["planner"]
     plan_dt, points = float(plan_cfg["plan_dt"]), int(plan_cfg["plan_points"])
     plans, states, kinds = make_plans(problems, np.random.default_rng(seed), plan_dt, points)
     load_start = os.getloadavg()

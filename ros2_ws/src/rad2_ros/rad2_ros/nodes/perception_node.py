@@ -85,7 +85,8 @@ class PerceptionNode(Node):
         self.frame_id = str(c["frame_id"])
         self.grid = rc.BevGrid.from_params(self.params["bev"])
         self.channels = list(self.params["bev"]["channels"])
-        scene = load_map_and_route(resolve_path(c["map_file"]), str(c["clip_id"]), str(c["route"]))
+        scene = load_map_and_route(resolve_path(c["map_file"]), str(c["clip_id"]), str(c["route"]),
+                                   params=self.params)
         self.scene = LiveScene(scene, self.params, step_s=float(c["step_s"]), history_s=float(c["history_s"]),
                                odom_max_age_s=float(c["odom_max_age_s"]),
                                history_tolerance_s=float(c["history_tolerance_s"]))
