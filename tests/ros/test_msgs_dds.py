@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from rad2_core.config import load_params
 from rad2_ros import msg_roundtrip
 from rad2_ros.rosenv import rad2_variables
 from ros_process import ROOT, RosProcess, require_ros_build, ros_env, unique_domain_id
@@ -21,6 +22,7 @@ SMOKE = ["-m", "rad2_bringup.cli", "graph", "smoke"]  # rad2 graph smoke, in the
 BEV_CHANNELS = 10
 BEV_SIZE = 128
 SEED = 3
+BEV_PARAMS = load_params("bev")
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +60,7 @@ def test_every_message_type_round_trips_between_two_processes(dds_exchange):
 
 
 def test_received_content_equals_generated_content(dds_exchange):
-    arrays = msg_roundtrip.sample_arrays(SEED, BEV_CHANNELS, BEV_SIZE)
+    arrays = msg_roundtrip.sample_arrays(BEV_PARAMS, SEED, BEV_CHANNELS, BEV_SIZE)
     with np.load(dds_exchange["dump"]) as dump:
         received = {key: dump[key] for key in dump.files}
     for type_name in msg_roundtrip.MESSAGE_TYPES:
@@ -83,7 +85,7 @@ def test_received_content_equals_generated_content(dds_exchange):
 
 
 def test_compare_content_detects_a_changed_value():
-    arrays = msg_roundtrip.sample_arrays(SEED, BEV_CHANNELS, BEV_SIZE)
+    arrays = msg_roundtrip.sample_arrays(BEV_PARAMS, SEED, BEV_CHANNELS, BEV_SIZE)
     expected = msg_roundtrip.expected_content("BevFeatures", arrays)
     tampered = dict(expected, features=expected["features"].copy())
     tampered["features"][4, 60, 70] += np.float32(1e-3)

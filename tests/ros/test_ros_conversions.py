@@ -30,7 +30,7 @@ STAMP = 1_700_000_123_456_789_012
 
 @pytest.fixture(scope="module")
 def arrays():
-    return msg_roundtrip.sample_arrays(seed=11)
+    return msg_roundtrip.sample_arrays(BEV_PARAMS, seed=11)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rad2_core.config import load_params
 from rad2_datasets import bags
 from rad2_datasets.input_bags import TOPIC_CLOCK, TOPIC_OBJECTS
 from rad2_evaluation.replay import (
@@ -268,7 +269,7 @@ def run_replay(
     name = Path(bag).name
     print_replay_report(report, f"open-loop metrics: {bag}")
     if diag_summary:
-        deadline = latency.default_deadline()
+        deadline = float(load_params("planner")["planner"]["deadline_ms"])
         latency.print_tables(diag_summary, deadline, "planning diagnostics")
         latency.plot_histograms(player.diagnostics, out / "latency.png", deadline,
                                f"replay of {name}: planner latency")

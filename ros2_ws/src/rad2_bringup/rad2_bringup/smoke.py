@@ -152,8 +152,9 @@ def run_probe(seed: int, count: int, timeout: float, bev_channels: int | None = 
     import rclpy
     from rad2_ros import conversions as rc
 
-    arrays = sample_arrays(seed, bev_channels, bev_size)
-    sizes = rc.TokenSizes.from_params(load_params("bev")["tokens"])
+    bev_params = load_params("bev")
+    arrays = sample_arrays(bev_params, seed, bev_channels, bev_size)
+    sizes = rc.TokenSizes.from_params(bev_params["tokens"])
     messages = build_messages(arrays)
     rclpy.init()
     node = rclpy.create_node("rad2_smoke_probe")

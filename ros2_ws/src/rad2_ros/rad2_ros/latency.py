@@ -216,11 +216,3 @@ def jsonable(obj: Any) -> Any:
     return obj
 
 
-def default_deadline() -> float | None:
-    """planner.deadline_ms of params/planner.yaml, or None when it cannot be read (plots omit the line)."""
-    try:
-        from rad2_core.config import load_params, require
-
-        return float(require(load_params("planner"), "planner.deadline_ms"))
-    except Exception:
-        return None

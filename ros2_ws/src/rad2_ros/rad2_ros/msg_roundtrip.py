@@ -1,7 +1,7 @@
 """Content and protocol of the DDS round-trip check of every rad2_msgs type (rad2 graph smoke).
 
 The content (a BEV tensor with a road, lanes and moving agents, scene tokens, candidates, ...) comes
-from `sample_arrays(seed)`, which needs no ROS; `build_messages` encodes it with
+from `sample_arrays(bev_params, seed)`, which needs no ROS; `build_messages` encodes it with
 rad2_ros.conversions, `decode_content` decodes a received message into the layout of
 `expected_content`, and `compare_content` lists the differences. The probe process prints its results
 as one ``RESULT_PREFIX`` JSON line (`parse_probe_output`). The tests of the converters and of the DDS
@@ -16,7 +16,6 @@ import math
 from typing import Any
 
 import numpy as np
-from rad2_core.config import load_params
 from rad2_core.tokens import MAP_FEATURES
 
 MESSAGE_TYPES = (
@@ -90,14 +89,14 @@ def _bev_content(rng: np.random.Generator, channels: list[str], grid: dict[str, 
 
 
 def sample_arrays(
-    seed: int = 0, bev_channels: int | None = None, bev_size: int | None = None
+    params: dict[str, Any], seed: int = 0, bev_channels: int | None = None, bev_size: int | None = None
 ) -> dict[str, Any]:
     """Deterministic content for every message type, as the numpy-side values the converters take.
 
-    The BEV grid, channels and token sizes come from params/bev.yaml; `bev_channels` / `bev_size`
-    override the channel count (extra channels get noise) and the square grid size."""
+    The BEV grid, channels and token sizes come from ``params`` (params/bev.yaml as loaded);
+    `bev_channels` / `bev_size` override the channel count (extra channels get noise) and the square
+    grid size."""
     rng = np.random.default_rng(seed)
-    params = load_params("bev")
     grid = dict(params["bev"])
     if bev_size is not None:
         grid["height"] = grid["width"] = int(bev_size)

@@ -46,9 +46,9 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    from rad2_core.config import load_params
     from rad2_datasets import bags
     from rad2_ros.latency import (
-        default_deadline,
         jsonable,
         plot_histograms,
         print_tables,
@@ -56,7 +56,8 @@ def main(argv: list[str]) -> int:
         summarise,
     )
 
-    deadline = args.deadline_ms if args.deadline_ms is not None else default_deadline()
+    deadline = (args.deadline_ms if args.deadline_ms is not None
+                else float(load_params("planner")["planner"]["deadline_ms"]))
     try:
         if args.bag:
             records = records_from_bag(args.bag, args.topic)

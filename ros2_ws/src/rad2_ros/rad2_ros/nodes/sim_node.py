@@ -136,7 +136,7 @@ class SimNode(Node):
         # here, say which and why, and drive the others (validators.check_clip, as Simulator.init)
         from rad2_core.validators import PlausibilityError, check_clip, load_limits
 
-        limits, drivable = load_limits(), []
+        limits, drivable = load_limits(load_params("validators")), []
         for clip in clips:
             bad = check_clip(clip, limits)
             if bad:
