@@ -64,9 +64,9 @@ class EgoCriteria:
     offroad_margin_m: float
 
     @classmethod
-    def from_params(cls, params: dict[str, Any], sim_params: dict[str, Any]) -> EgoCriteria:
+    def from_params(cls, params: dict[str, Any]) -> EgoCriteria:
         """From params/bev.yaml (``adapters.corpus_ego``, ``adapters.promoted_ego``) and params/sim.yaml
-        (``sim.offroad_margin_m``)."""
+        (``sim.offroad_margin_m``) as loaded, merged (:func:`rad2_core.config.merged`)."""
         corpus = require(params, "adapters.corpus_ego")
         size = require(params, "adapters.promoted_ego")
         return cls(types=tuple(str(t) for t in corpus["types"]),
@@ -74,7 +74,7 @@ class EgoCriteria:
                    width_m=tuple(float(v) for v in size["width_m"]),
                    min_duration_s=float(corpus["min_duration_s"]),
                    min_mean_speed_m_s=float(corpus["min_mean_speed_m_s"]),
-                   offroad_margin_m=float(sim_params["sim"]["offroad_margin_m"]))
+                   offroad_margin_m=float(require(params, "sim.offroad_margin_m")))
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -387,7 +387,7 @@ def convert_corpus(root: str | os.PathLike, splits_dir: str | os.PathLike, out: 
     from rad2_datasets.adapters.commonroad import CommonRoadAdapterError
 
     start = time.perf_counter()
-    criteria = EgoCriteria.from_params(params, params)
+    criteria = EgoCriteria.from_params(params)
     root, out = Path(root), Path(out)
     lists = read_splits(splits_dir, corpus, corpus_scenarios(root, corpus))
     unknown = sorted(set(splits) - set(SPLITS))
