@@ -1,13 +1,13 @@
-"""What the tools share about bad input: argparse value types for their options, and ``run_tool`` for
-the inputs found bad later (a dataset, a checkpoint). A bad value is an argparse error (exit 2,
-"argument --cycles: must be an integer >= 1, got '0'"), never a traceback or a silent default.
+"""What the verbs of the ``rad2`` command share about bad input: argparse value types for their options,
+and ``run_tool`` for the inputs found bad later (a dataset, a checkpoint). A bad value is an argparse
+error (exit 2, "argument --cycles: must be an integer >= 1, got '0'"), never a traceback or a silent
+default.
 
     ap.add_argument("--cycles", type=int_at_least(1), default=200)
     ap.add_argument("--budget-min", type=float_in(0.0, exclusive_min=True))
     ap.add_argument("--k", type=schema_value("planner", "planner.num_denoise_steps"))
     ...
-    if __name__ == "__main__":
-        sys.exit(run_tool(main, "my_tool"))
+    run_tool(lambda: verb.main(argv), "rad2 bench planner")   # what rad2_bringup.cli.main does
 """
 
 from __future__ import annotations
