@@ -44,11 +44,10 @@ def _straight(x0, x1, y, step=2.0):
 
 
 def make_scenario(times=None, scenario_id="synthetic-0001"):
-    from rad2_datasets.adapters.womd import womd_messages
+    from rad2_datasets.adapters.womd_protos.waymo_open_dataset.protos import scenario_pb2
 
-    M = womd_messages()
     times = np.arange(STEPS) * 0.1 if times is None else np.asarray(times)
-    sc = M.Scenario(scenario_id=scenario_id, current_time_index=10, sdc_track_index=1)
+    sc = scenario_pb2.Scenario(scenario_id=scenario_id, current_time_index=10, sdc_track_index=1)
     sc.timestamps_seconds.extend(times.tolist())
 
     def lane(fid, xy, mph, lane_type, exits=()):
@@ -130,15 +129,67 @@ def womd_clip(womd_file):
 # ---------------------------------------------------------------------------------------------------------
 # TFRecord / CRC32C / protobuf wire format
 # ---------------------------------------------------------------------------------------------------------
-def test_crc32c_known_values_and_vectorised_path():
+WOMD_PROTOS = ROOT / "ros2_ws/src/rad2_datasets/rad2_datasets/adapters/womd_protos"
+
+
+def test_masked_crc32c_is_tfrecords():
     from rad2_datasets.adapters import womd
 
-    assert womd.crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
-    assert womd.crc32c(bytes(32)) == 0x8A9136AA  # RFC 3720 B.4: 32 bytes of zeros
-    rng = np.random.default_rng(0)
-    for n in (4, 511, 4096, 100_003):
-        data = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
-        assert womd._crc32c_numpy(data) == womd._crc32c_loop(data), n
+    def masked(crc):  # TFRecord stores a CRC rotated right by 15 bits plus 0xA282EAD8
+        return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+
+    # CRC-32C (Castagnoli) check value, not zlib's CRC-32 (0xCBF43926); RFC 3720 B.4: 32 bytes of zeros
+    assert womd.masked_crc32c(b"123456789") == masked(0xE3069283)
+    assert womd.masked_crc32c(bytes(32)) == masked(0x8A9136AA)
+
+
+def test_generated_modules_match_the_committed_protos():
+    """Every field (name, number) and enum value declared in the .proto files is in the generated
+    modules' descriptors, and nothing else: the committed *_pb2.py files are the committed protos."""
+    import re
+
+    from rad2_datasets.adapters.womd_protos import POOL
+    from rad2_datasets.adapters.womd_protos.waymo_open_dataset.protos import scenario_pb2
+
+    def walk(msgs, out):
+        for m in msgs:
+            out |= {("field", f.name, f.number) for f in m.fields}
+            out |= {("enum", v.name, v.number) for e in m.enum_types for v in e.values}
+            walk(m.nested_types, out)
+
+    protos = sorted((WOMD_PROTOS / "waymo_open_dataset").rglob("*.proto"))
+    assert len(protos) == 8
+    # "[label] Type name = N" declares a field (oneof members have no label); "NAME = N;" an enum value
+    field = re.compile(r"^\s*(?:(?:optional|repeated|required)\s+)?[\w.]+\s+(\w+)\s*=\s*(\d+)\s*[;\[]", re.M)
+    value = re.compile(r"^\s*([A-Z][A-Z0-9_]*)\s*=\s*(\d+)\s*;", re.M)
+    for path in protos:
+        text = re.sub(r"//[^\n]*", "", path.read_text(encoding="utf-8"))
+        declared = {("field", n, int(k)) for n, k in field.findall(text)}
+        declared |= {("enum", n, int(k)) for n, k in value.findall(text)}
+        fd = POOL.FindFileByName(path.relative_to(WOMD_PROTOS).as_posix())
+        generated: set = set()
+        walk(fd.message_types_by_name.values(), generated)
+        generated |= {("enum", v.name, v.number) for e in fd.enum_types_by_name.values() for v in e.values}
+        assert declared == generated, path.name
+    assert scenario_pb2.Scenario.DESCRIPTOR.file.pool is POOL
+
+
+def test_the_messages_load_next_to_another_scenario_proto():
+    """Another waymo_open_dataset/protos/scenario.proto already in protobuf's default pool (the official
+    package, of another version) does not stop the adapter's classes from loading and parsing."""
+    code = """
+from google.protobuf import descriptor_pb2, descriptor_pool
+other = descriptor_pb2.FileDescriptorProto(
+    name="waymo_open_dataset/protos/scenario.proto", package="waymo.open_dataset", syntax="proto2")
+other.message_type.add(name="Scenario").field.add(name="scenario_id", number=5, type=9, label=1)
+descriptor_pool.Default().Add(other)
+from rad2_datasets.adapters.womd import parse_scenario
+from rad2_datasets.adapters.womd_protos.waymo_open_dataset.protos import scenario_pb2
+raw = scenario_pb2.Scenario(scenario_id="s", sdc_track_index=3).SerializeToString()
+print(parse_scenario(raw, "x").sdc_track_index)
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and res.stdout.strip() == "3", res.stderr
 
 
 def _varint(v: int) -> bytes:
@@ -171,8 +222,8 @@ def _int(field: int, v: int) -> bytes:
 
 
 def test_field_numbers_follow_the_public_protos():
-    """Bytes encoded by hand from the public scenario.proto / map.proto field numbers decode to the right
-    fields: a typo in the runtime declaration would misplace or drop them."""
+    """Bytes encoded by hand from the field numbers of Waymo's scenario.proto / map.proto decode to the
+    right fields of the generated classes: a wrong or stale .proto file would misplace or drop them."""
     from rad2_datasets.adapters.womd import parse_scenario
 
     state = (

@@ -1,14 +1,13 @@
 """Waymo Open Motion Dataset (WOMD) scenarios -> :class:`Clip`, without TensorFlow.
 
-WOMD ships ``waymo.open_dataset.Scenario`` protobufs in TFRecord files. Both layers are read here with
-what rad2 already depends on:
+WOMD ships ``waymo.open_dataset.Scenario`` protobufs in TFRecord files. Both layers are read here:
 
 - TFRecord framing (``uint64 length | uint32 masked CRC32C(length) | data | uint32 masked CRC32C(data)``,
-  little-endian), CRCs verified (CRC-32C/Castagnoli; a table-driven NumPy implementation, or the
-  ``google-crc32c`` / ``crc32c`` package when one is installed); gzip-compressed files are read too;
-- the Scenario messages, declared at runtime (:func:`womd_messages`) with field names and numbers of the
-  public ``scenario.proto`` / ``map.proto`` of waymo-open-dataset, in a private descriptor pool (so the
-  official package, if also imported, does not clash), parsed by the installed ``protobuf``.
+  little-endian), both CRCs verified (CRC-32C/Castagnoli, from the ``crc32c`` package); gzip-compressed
+  files are read too;
+- the Scenario messages, by the classes protoc generated from Waymo's own ``scenario.proto`` /
+  ``map.proto`` (``womd_protos/``; their descriptors live in a pool of their own, so the official
+  package, if also imported, does not clash).
 
 Conversion (one clip per Scenario record):
 
@@ -44,12 +43,12 @@ import os
 import re
 import struct
 from collections.abc import Iterable, Iterator
-from functools import lru_cache
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, BinaryIO
 
 import numpy as np
+from crc32c import crc32c
+from google.protobuf.message import DecodeError
 from rad2_core.clip import AGENT_CYCLIST, AGENT_OTHER, AGENT_PEDESTRIAN, AGENT_VEHICLE, Clip
 from rad2_core.config import require
 from rad2_core.field_checks import ClipValidationError
@@ -57,6 +56,7 @@ from rad2_core.geometry import wrap_angle
 from rad2_core.lane_map import SIGNAL_GREEN, SIGNAL_RED, SIGNAL_UNKNOWN, SIGNAL_YELLOW, LaneMap
 
 from rad2_datasets.adapters import logged_clip
+from rad2_datasets.adapters.womd_protos.waymo_open_dataset.protos import map_pb2, scenario_pb2
 
 MPH_TO_MPS = 0.44704
 
@@ -66,117 +66,18 @@ class WOMDFormatError(ValueError):
 
 
 # ----------------------------------------------------------------------------------------------
-# CRC-32C (Castagnoli), as TFRecord uses it
+# TFRecord files
 # ----------------------------------------------------------------------------------------------
-_CRC32C_POLY = 0x82F63B78  # reflected 0x1EDC6F41
 _MASK_DELTA = 0xA282EAD8
 
 
-def _byte_table() -> np.ndarray:
-    t = np.arange(256, dtype=np.uint32)
-    for _ in range(8):
-        t = np.where(t & 1, (t >> 1) ^ np.uint32(_CRC32C_POLY), t >> 1).astype(np.uint32)
-    return t
-
-
-_TABLE = _byte_table()
-_TABLE_LIST = [int(v) for v in _TABLE]
-# The vectorised path splits a buffer into rows of this many bytes, runs the byte-wise CRC down all
-# rows at once and then folds the row CRCs together; below a few rows the plain loop is as fast.
-_ROW = 512
-_VECTOR_MIN_BYTES = 8 * _ROW
-_shift_ops: dict[int, np.ndarray] = {}
-
-
-def _crc32c_loop(data: bytes) -> int:
-    crc = 0xFFFFFFFF
-    table = _TABLE_LIST
-    for b in data:
-        crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
-
-
-def _apply_op(op: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """A linear map on 32-bit CRC registers, given as four 256-entry tables (one per register byte)."""
-    return op[0][v & 0xFF] ^ op[1][(v >> 8) & 0xFF] ^ op[2][(v >> 16) & 0xFF] ^ op[3][v >> 24]
-
-
-def _shift_op(level: int) -> np.ndarray:
-    """The operator advancing a zero-initialised CRC register over ``_ROW * 2**level`` zero bytes. CRCs
-    are linear over GF(2), so crc(A || B) = shift_{|B|}(crc(A)) ^ crc(B) when both start from zero; the
-    operator is built from the images of the 32 unit registers (squared per level)."""
-    if level not in _shift_ops:
-        unit = (np.uint32(1) << np.arange(32, dtype=np.uint32)).astype(np.uint32)
-        if level == 0:
-            cols = unit
-            for _ in range(_ROW):
-                cols = _TABLE[cols & 0xFF] ^ (cols >> 8)
-        else:
-            prev = _shift_op(level - 1)
-            cols = _apply_op(prev, _apply_op(prev, unit))
-        op = np.zeros((4, 256), np.uint32)
-        byte = np.arange(256)
-        for k in range(4):
-            for bit in range(8):
-                op[k] ^= np.where((byte >> bit) & 1, cols[8 * k + bit], np.uint32(0)).astype(np.uint32)
-        _shift_ops[level] = op
-    return _shift_ops[level]
-
-
-def _crc32c_numpy(data: bytes) -> int:
-    a = np.frombuffer(data, np.uint8).copy()
-    # A register initialised to 0xFFFFFFFF equals a zero register with the first 4 bytes inverted, and
-    # zero bytes in front of a zero register change nothing: so pad in front to whole rows, a power of 2.
-    a[:4] ^= 0xFF
-    rows = 1 << max(0, math.ceil(math.log2(-(-len(a) // _ROW))))
-    buf = np.zeros(rows * _ROW, np.uint8)
-    buf[len(buf) - len(a) :] = a
-    m = buf.reshape(rows, _ROW)
-    crc = np.zeros(rows, np.uint32)
-    for j in range(_ROW):
-        crc = _TABLE[(crc ^ m[:, j]) & 0xFF] ^ (crc >> 8)
-    level = 0
-    while len(crc) > 1:
-        crc = _apply_op(_shift_op(level), crc[0::2]) ^ crc[1::2]
-        level += 1
-    return int(crc[0]) ^ 0xFFFFFFFF
-
-
-def _native_crc32c():
-    """The C implementation of an installed crc32c package (much faster), or None."""
-    try:
-        import google_crc32c  # type: ignore[import-not-found]
-
-        return lambda data: int(google_crc32c.value(bytes(data)))
-    except ImportError:
-        pass
-    try:
-        import crc32c as _crc32c  # type: ignore[import-not-found]
-
-        return lambda data: int(_crc32c.crc32c(bytes(data)))
-    except ImportError:
-        return None
-
-
-_NATIVE = _native_crc32c()
-
-
-def crc32c(data: bytes) -> int:
-    """CRC-32C (Castagnoli) of ``data``, as an unsigned 32-bit int."""
-    if _NATIVE is not None:
-        return _NATIVE(data)
-    return _crc32c_numpy(data) if len(data) >= _VECTOR_MIN_BYTES else _crc32c_loop(data)
-
-
 def masked_crc32c(data: bytes) -> int:
-    """TFRecord's masked CRC: rotate right by 15 bits and add a constant (CRCs of CRC'd data stay useful)."""
+    """TFRecord's masked CRC-32C: rotated right by 15 bits plus a constant, so that the CRC of data
+    that itself holds CRCs stays meaningful."""
     crc = crc32c(data)
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
-# ----------------------------------------------------------------------------------------------
-# TFRecord files
-# ----------------------------------------------------------------------------------------------
 def _open_record_file(path: Path) -> BinaryIO:
     f = open(path, "rb")
     if f.read(2) == b"\x1f\x8b":  # gzip magic: TFRecordOptions(compression_type="GZIP")
@@ -283,297 +184,40 @@ def womd_files(inputs: str | os.PathLike | Iterable[str | os.PathLike]) -> list[
 
 
 # ----------------------------------------------------------------------------------------------
-# Scenario message types (public scenario.proto / map.proto of waymo-open-dataset)
+# Enum values of the Scenario messages
 # ----------------------------------------------------------------------------------------------
-_PKG = "waymo.open_dataset"
-# RoadLine.RoadLineType values that are broken (crossable) lines. PASSING_DOUBLE_YELLOW (8) is solid on
-# one side and broken on the other, and the proto does not say which: treated as not crossable.
+_LINE = map_pb2.RoadLine
+_SIGNAL = map_pb2.TrafficSignalLaneState
+_LANE = map_pb2.LaneCenter
+_TRACK = scenario_pb2.Track
+# Road line types that are broken (crossable) lines. PASSING_DOUBLE_YELLOW is solid on one side and
+# broken on the other, and the proto does not say which: treated as not crossable.
 BROKEN_ROAD_LINE_TYPES = frozenset(
-    {1, 4, 5}
-)  # BROKEN_SINGLE_WHITE, BROKEN_SINGLE_YELLOW, BROKEN_DOUBLE_YELLOW
+    {_LINE.TYPE_BROKEN_SINGLE_WHITE, _LINE.TYPE_BROKEN_SINGLE_YELLOW, _LINE.TYPE_BROKEN_DOUBLE_YELLOW}
+)
 _SIGNAL_STATE_MAP = {
-    1: SIGNAL_RED,
-    4: SIGNAL_RED,
-    7: SIGNAL_RED,  # ARROW_STOP, STOP, FLASHING_STOP
-    2: SIGNAL_YELLOW,
-    5: SIGNAL_YELLOW,
-    8: SIGNAL_YELLOW,  # ARROW_CAUTION, CAUTION, FLASHING_CAUTION
-    3: SIGNAL_GREEN,
-    6: SIGNAL_GREEN,
-}  # ARROW_GO, GO
-_TRACK_TYPE_MAP = {1: AGENT_VEHICLE, 2: AGENT_PEDESTRIAN, 3: AGENT_CYCLIST}
+    _SIGNAL.LANE_STATE_ARROW_STOP: SIGNAL_RED,
+    _SIGNAL.LANE_STATE_STOP: SIGNAL_RED,
+    _SIGNAL.LANE_STATE_FLASHING_STOP: SIGNAL_RED,
+    _SIGNAL.LANE_STATE_ARROW_CAUTION: SIGNAL_YELLOW,
+    _SIGNAL.LANE_STATE_CAUTION: SIGNAL_YELLOW,
+    _SIGNAL.LANE_STATE_FLASHING_CAUTION: SIGNAL_YELLOW,
+    _SIGNAL.LANE_STATE_ARROW_GO: SIGNAL_GREEN,
+    _SIGNAL.LANE_STATE_GO: SIGNAL_GREEN,
+}
+_TRACK_TYPE_MAP = {
+    _TRACK.TYPE_VEHICLE: AGENT_VEHICLE,
+    _TRACK.TYPE_PEDESTRIAN: AGENT_PEDESTRIAN,
+    _TRACK.TYPE_CYCLIST: AGENT_CYCLIST,
+}
 _TRACK_TYPE_SIZE_KEY = {AGENT_VEHICLE: "vehicle", AGENT_PEDESTRIAN: "pedestrian", AGENT_CYCLIST: "cyclist"}
-_LANE_TYPE_NAMES = {0: "undefined", 1: "freeway", 2: "surface_street", 3: "bike_lane"}
-LANE_TYPE_BIKE = 3
-
-
-def _file_proto(name: str, deps: list[str], messages: list, enums: list = ()):
-    from google.protobuf import descriptor_pb2
-
-    fp = descriptor_pb2.FileDescriptorProto(name=name, package=_PKG, syntax="proto2", dependency=deps)
-    for msg in messages:
-        fp.message_type.add().CopyFrom(msg)
-    for enum in enums:
-        fp.enum_type.add().CopyFrom(enum)
-    return fp
-
-
-def _enum(name: str, values: list[tuple[str, int]]):
-    from google.protobuf import descriptor_pb2
-
-    e = descriptor_pb2.EnumDescriptorProto(name=name)
-    for vname, number in values:
-        e.value.add(name=vname, number=number)
-    return e
-
-
-def _message(name: str, fields: list[tuple], nested: list = (), enums: list = (), oneofs: list[str] = ()):
-    """fields: (name, number, kind, label, type_name, oneof index or None, packed)."""
-    from google.protobuf import descriptor_pb2
-
-    F = descriptor_pb2.FieldDescriptorProto
-    kinds = {
-        "double": F.TYPE_DOUBLE,
-        "float": F.TYPE_FLOAT,
-        "int32": F.TYPE_INT32,
-        "int64": F.TYPE_INT64,
-        "bool": F.TYPE_BOOL,
-        "string": F.TYPE_STRING,
-        "message": F.TYPE_MESSAGE,
-        "enum": F.TYPE_ENUM,
-    }
-    m = descriptor_pb2.DescriptorProto(name=name)
-    for o in oneofs:
-        m.oneof_decl.add(name=o)
-    for fname, number, kind, repeated, type_name, oneof, packed in fields:
-        f = m.field.add(
-            name=fname,
-            number=number,
-            type=kinds[kind],
-            label=F.LABEL_REPEATED if repeated else F.LABEL_OPTIONAL,
-        )
-        if type_name:
-            f.type_name = f".{_PKG}.{type_name}"
-        if oneof is not None:
-            f.oneof_index = oneof
-        if packed:
-            f.options.packed = True
-    for n in nested:
-        m.nested_type.add().CopyFrom(n)
-    for e in enums:
-        m.enum_type.add().CopyFrom(e)
-    return m
-
-
-def _fld(name, number, kind, repeated=False, type_name=None, oneof=None, packed=False):
-    return (name, number, kind, repeated, type_name, oneof, packed)
-
-
-def _point_list(name: str, number: int):
-    return _fld(name, number, "message", True, "MapPoint")
-
-
-@lru_cache(maxsize=1)
-def womd_messages() -> SimpleNamespace:
-    """The WOMD message classes (Scenario, Track, ObjectState, DynamicMapState, TrafficSignalLaneState,
-    MapFeature, LaneCenter, LaneNeighbor, BoundarySegment, RoadLine, RoadEdge, StopSign, Crosswalk,
-    SpeedBump, Driveway, MapPoint, RequiredPrediction), declared with the public field numbers."""
-    from google.protobuf import descriptor_pool, message_factory
-
-    road_line_types = _enum(
-        "RoadLineType",
-        [
-            ("TYPE_UNKNOWN", 0),
-            ("TYPE_BROKEN_SINGLE_WHITE", 1),
-            ("TYPE_SOLID_SINGLE_WHITE", 2),
-            ("TYPE_SOLID_DOUBLE_WHITE", 3),
-            ("TYPE_BROKEN_SINGLE_YELLOW", 4),
-            ("TYPE_BROKEN_DOUBLE_YELLOW", 5),
-            ("TYPE_SOLID_SINGLE_YELLOW", 6),
-            ("TYPE_SOLID_DOUBLE_YELLOW", 7),
-            ("TYPE_PASSING_DOUBLE_YELLOW", 8),
-        ],
-    )
-    map_messages = [
-        _message("MapPoint", [_fld("x", 1, "double"), _fld("y", 2, "double"), _fld("z", 3, "double")]),
-        _message(
-            "TrafficSignalLaneState",
-            [
-                _fld("lane", 1, "int64"),
-                _fld("state", 2, "enum", type_name="TrafficSignalLaneState.State"),
-                _fld("stop_point", 3, "message", type_name="MapPoint"),
-            ],
-            enums=[
-                _enum(
-                    "State",
-                    [
-                        ("LANE_STATE_UNKNOWN", 0),
-                        ("LANE_STATE_ARROW_STOP", 1),
-                        ("LANE_STATE_ARROW_CAUTION", 2),
-                        ("LANE_STATE_ARROW_GO", 3),
-                        ("LANE_STATE_STOP", 4),
-                        ("LANE_STATE_CAUTION", 5),
-                        ("LANE_STATE_GO", 6),
-                        ("LANE_STATE_FLASHING_STOP", 7),
-                        ("LANE_STATE_FLASHING_CAUTION", 8),
-                    ],
-                )
-            ],
-        ),
-        _message(
-            "BoundarySegment",
-            [
-                _fld("lane_start_index", 1, "int32"),
-                _fld("lane_end_index", 2, "int32"),
-                _fld("boundary_feature_id", 3, "int64"),
-                _fld("boundary_type", 4, "enum", type_name="RoadLine.RoadLineType"),
-            ],
-        ),
-        _message(
-            "LaneNeighbor",
-            [
-                _fld("feature_id", 1, "int64"),
-                _fld("self_start_index", 2, "int32"),
-                _fld("self_end_index", 3, "int32"),
-                _fld("neighbor_start_index", 4, "int32"),
-                _fld("neighbor_end_index", 5, "int32"),
-                _fld("boundaries", 6, "message", True, "BoundarySegment"),
-            ],
-        ),
-        _message(
-            "LaneCenter",
-            [
-                _fld("speed_limit_mph", 1, "double"),
-                _fld("type", 2, "enum", type_name="LaneCenter.LaneType"),
-                _fld("interpolating", 3, "bool"),
-                _point_list("polyline", 8),
-                _fld("entry_lanes", 9, "int64", True, packed=True),
-                _fld("exit_lanes", 10, "int64", True, packed=True),
-                _fld("left_neighbors", 11, "message", True, "LaneNeighbor"),
-                _fld("right_neighbors", 12, "message", True, "LaneNeighbor"),
-                _fld("left_boundaries", 13, "message", True, "BoundarySegment"),
-                _fld("right_boundaries", 14, "message", True, "BoundarySegment"),
-            ],
-            enums=[
-                _enum(
-                    "LaneType",
-                    [
-                        ("TYPE_UNDEFINED", 0),
-                        ("TYPE_FREEWAY", 1),
-                        ("TYPE_SURFACE_STREET", 2),
-                        ("TYPE_BIKE_LANE", 3),
-                    ],
-                )
-            ],
-        ),
-        _message(
-            "RoadEdge",
-            [_fld("type", 1, "enum", type_name="RoadEdge.RoadEdgeType"), _point_list("polyline", 2)],
-            enums=[
-                _enum(
-                    "RoadEdgeType",
-                    [("TYPE_UNKNOWN", 0), ("TYPE_ROAD_EDGE_BOUNDARY", 1), ("TYPE_ROAD_EDGE_MEDIAN", 2)],
-                )
-            ],
-        ),
-        _message(
-            "RoadLine",
-            [_fld("type", 1, "enum", type_name="RoadLine.RoadLineType"), _point_list("polyline", 2)],
-            enums=[road_line_types],
-        ),
-        _message(
-            "StopSign",
-            [
-                _fld("lane", 1, "int64", True, packed=True),
-                _fld("position", 2, "message", type_name="MapPoint"),
-            ],
-        ),
-        _message("Crosswalk", [_point_list("polygon", 1)]),
-        _message("SpeedBump", [_point_list("polygon", 1)]),
-        _message("Driveway", [_point_list("polygon", 1)]),
-        _message(
-            "MapFeature",
-            [
-                _fld("id", 1, "int64"),
-                _fld("lane", 3, "message", type_name="LaneCenter", oneof=0),
-                _fld("road_line", 4, "message", type_name="RoadLine", oneof=0),
-                _fld("road_edge", 5, "message", type_name="RoadEdge", oneof=0),
-                _fld("stop_sign", 7, "message", type_name="StopSign", oneof=0),
-                _fld("crosswalk", 8, "message", type_name="Crosswalk", oneof=0),
-                _fld("speed_bump", 9, "message", type_name="SpeedBump", oneof=0),
-                _fld("driveway", 10, "message", type_name="Driveway", oneof=0),
-            ],
-            oneofs=["feature_data"],
-        ),
-    ]
-    scenario_messages = [
-        _message(
-            "ObjectState",
-            [
-                _fld("center_x", 2, "double"),
-                _fld("center_y", 3, "double"),
-                _fld("center_z", 4, "double"),
-                _fld("length", 5, "float"),
-                _fld("width", 6, "float"),
-                _fld("height", 7, "float"),
-                _fld("heading", 8, "float"),
-                _fld("velocity_x", 9, "float"),
-                _fld("velocity_y", 10, "float"),
-                _fld("valid", 11, "bool"),
-            ],
-        ),
-        _message(
-            "Track",
-            [
-                _fld("id", 1, "int32"),
-                _fld("object_type", 2, "enum", type_name="Track.ObjectType"),
-                _fld("states", 3, "message", True, "ObjectState"),
-            ],
-            enums=[
-                _enum(
-                    "ObjectType",
-                    [
-                        ("TYPE_UNSET", 0),
-                        ("TYPE_VEHICLE", 1),
-                        ("TYPE_PEDESTRIAN", 2),
-                        ("TYPE_CYCLIST", 3),
-                        ("TYPE_OTHER", 4),
-                    ],
-                )
-            ],
-        ),
-        _message("DynamicMapState", [_fld("lane_states", 1, "message", True, "TrafficSignalLaneState")]),
-        _message(
-            "RequiredPrediction",
-            [
-                _fld("track_index", 1, "int32"),
-                _fld("difficulty", 2, "enum", type_name="RequiredPrediction.DifficultyLevel"),
-            ],
-            enums=[_enum("DifficultyLevel", [("NONE", 0), ("LEVEL_1", 1), ("LEVEL_2", 2)])],
-        ),
-        _message(
-            "Scenario",
-            [
-                _fld("timestamps_seconds", 1, "double", True),
-                _fld("tracks", 2, "message", True, "Track"),
-                _fld("objects_of_interest", 4, "int32", True),
-                _fld("scenario_id", 5, "string"),
-                _fld("sdc_track_index", 6, "int32"),
-                _fld("dynamic_map_states", 7, "message", True, "DynamicMapState"),
-                _fld("map_features", 8, "message", True, "MapFeature"),
-                _fld("current_time_index", 10, "int32"),
-                _fld("tracks_to_predict", 11, "message", True, "RequiredPrediction"),
-            ],
-        ),
-    ]
-    map_file = "waymo_open_dataset/protos/map.proto"
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(_file_proto(map_file, [], map_messages))
-    pool.Add(_file_proto("waymo_open_dataset/protos/scenario.proto", [map_file], scenario_messages))
-    names = [m.name for m in map_messages + scenario_messages]
-    return SimpleNamespace(
-        **{n: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PKG}.{n}")) for n in names}
-    )
+_LANE_TYPE_NAMES = {
+    _LANE.TYPE_UNDEFINED: "undefined",
+    _LANE.TYPE_FREEWAY: "freeway",
+    _LANE.TYPE_SURFACE_STREET: "surface_street",
+    _LANE.TYPE_BIKE_LANE: "bike_lane",
+}
+LANE_TYPE_BIKE = _LANE.TYPE_BIKE_LANE
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1001,9 +645,7 @@ def scenario_to_clip(scenario, params: dict[str, Any], where: str = "scenario") 
 
 def parse_scenario(data: bytes, where: str):
     """Decode one Scenario payload; a payload that is not one raises naming ``where``."""
-    from google.protobuf.message import DecodeError
-
-    msg = womd_messages().Scenario()
+    msg = scenario_pb2.Scenario()
     try:
         msg.ParseFromString(data)
     except DecodeError as exc:
@@ -1052,7 +694,6 @@ def load_womd_scenario(
 __all__ = [
     "WOMDFormatError",
     "count_tfrecords",
-    "crc32c",
     "iter_tfrecord",
     "iter_womd_clips",
     "load_womd_scenario",
@@ -1061,6 +702,5 @@ __all__ = [
     "scenario_to_clip",
     "womd_files",
     "womd_lane_map",
-    "womd_messages",
     "write_tfrecord",
 ]

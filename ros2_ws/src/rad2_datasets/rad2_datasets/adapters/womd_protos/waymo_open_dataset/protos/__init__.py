@@ -1,0 +1,1 @@
+"""Modules generated from waymo-open-dataset's .proto files (see ../README.md)."""
