@@ -1,7 +1,7 @@
 """The ``rad2`` command: one entry point for the work around the planner, in verb groups.
 
     rad2 demo                        the closed-loop demo (sim + planner + controller as ROS 2 processes)
-    rad2 data convert|generate|...   clip datasets: convert, generate SUMO scenarios, curate, render, bags
+    rad2 data convert|corpus|...     clip datasets: convert, generate SUMO scenarios, curate, render, bags
     rad2 train il|rl|critic|...      training: imitation, closed-loop RL, critic, self-correction, composition
     rad2 eval policy|experiments|... closed-loop and replay evaluation, latency reports, runtime consistency
     rad2 bench planner|graph|...     benchmarks
@@ -27,6 +27,8 @@ COMMANDS: dict[str, tuple[str, dict[str, tuple[str, str]] | None]] = {
     "data": ("clip datasets: convert logs, generate and curate scenarios, render, merge, bags", {
         "convert": ("data_convert", "convert driving logs (AV2, CommonRoad, WOMD, rad2 clips) into a rad2 "
                                     "clip dataset"),
+        "corpus": ("data_corpus", "a real-traffic corpus (NGSIM) with every qualifying vehicle as the ego, "
+                                  "as train / val / test datasets"),
         "generate": ("data_generate", "generate SUMO clips with injected safety events or efficiency cases"),
         "curate": ("data_curate", "curate the RL training sets (elevated collision risk, poor progress)"),
         "render": ("data_render", "render a clip or a log to PNG (one frame) and/or GIF"),

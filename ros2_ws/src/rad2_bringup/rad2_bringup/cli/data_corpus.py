@@ -29,6 +29,8 @@ from rad2_bringup.cli.common import verb_parser
 
 
 def main(argv: list[str]) -> int:
+    from rad2_core.cli_args import int_at_least
+
     ap = verb_parser("data corpus", __doc__)
     ap.add_argument("root", type=Path, help="corpus root (holding US101/ and Lankershim/ for ngsim)")
     ap.add_argument("--corpus", default="ngsim", help="corpus name (default ngsim)")
@@ -41,7 +43,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--make-splits", action="store_true",
                     help="write the split lists first (refused when they exist)")
     ap.add_argument("--bundle", type=Path, help="also write a fixed subset of the test split here")
-    ap.add_argument("--bundle-clips", type=int, default=25, help="clips per road in --bundle (default 25)")
+    ap.add_argument("--bundle-clips", type=int_at_least(1), default=25,
+                    help="clips per road in --bundle (default 25)")
     ap.add_argument("--params", type=Path, help="a bev.yaml to use instead of params/bev.yaml")
     ap.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = ap.parse_args(argv)
@@ -64,8 +67,6 @@ def main(argv: list[str]) -> int:
         ap.error(f"--split: unknown {bad}; known: {list(SPLITS)}")
     if args.bundle is not None and "test" not in splits:
         ap.error("--bundle takes its clips from the test split: include test in --split")
-    if args.bundle_clips < 1:
-        ap.error(f"--bundle-clips: must be >= 1, got {args.bundle_clips}")
     try:
         params = load_all(("sim", "validators"))
         params["bev"] = load_params(args.params if args.params else "bev")
