@@ -266,5 +266,133 @@ def test_odometry_jump_drops_the_plan_and_older_trajectories(controller):
     assert not sent[-1].emergency_stop, sent[-1].reason
 
 
+# --------------------------------------------------------------------------------------------------
+# in-process: clock faults, the reason of every hard braking, the steady-clock watchdog
+# --------------------------------------------------------------------------------------------------
+
+S, MS = 1_000_000_000, 1_000_000
+
+
+class _Drive:
+    """A 10 m/s straight drive fed to the in-process controller: odometry every 20 ms (received 3 ms
+    after its stamp), a fresh ego-frame plan every 100 ms, one control cycle per odometry sample."""
+
+    def __init__(self, node, speed: float = 10.0):
+        self.node, self.speed, self.t = node, speed, 10 * S
+        self.steady = 0
+        node._steady_ns = lambda: self.steady
+        self.sent = _commands(node)
+        self.plan_points = np.stack([speed * 0.5 * np.arange(1, 9), np.zeros(8)], -1)
+
+    def step(self, shift_ns: int = 0, speed: float | None = None, plan: np.ndarray | None = None,
+             plan_shift_ns: int = 0):
+        from rad2_ros import conversions as rc
+
+        node = self.node
+        self.t += 20 * MS
+        self.steady += 20 * MS
+        x = self.speed * (self.t - 10 * S) / 1e9
+        node.clock_ns = self.t + 3 * MS
+        node.on_odometry(_odom(x, 0.0, 0.0, self.speed if speed is None else speed, self.t + shift_ns))
+        if (self.t // (20 * MS)) % 5 == 0:
+            pts = self.plan_points if plan is None else plan
+            node.on_trajectory(rc.trajectory_to_msg(pts, 0.5, self.t + plan_shift_ns, "base_link"))
+        node.warm = None
+        node.on_timer()
+        return self.sent[-1]
+
+    def run(self, n: int, **kw):
+        return [self.step(**kw) for _ in range(n)]
+
+
+def _stop_plan(speed: float, decel: float) -> np.ndarray:
+    """8 points at 0.5 s of a straight stop from ``speed`` at ``decel``."""
+    t = 0.5 * np.arange(1, 9)
+    t_stop = speed / decel
+    s = np.where(t <= t_stop, speed * t - 0.5 * decel * t**2, 0.5 * speed * t_stop)
+    return np.stack([s, np.zeros(8)], -1)
+
+
+def _no_unexplained_hard_braking(cmds, comfort: float):
+    bad = [(c.acceleration, c.emergency_stop) for c in cmds if c.acceleration < -comfort and not c.reason]
+    assert not bad, bad
+
+
+@pytest.mark.parametrize(("shift_s", "burst"), [(-2.0, 25), (10.0, 25), (10.0, 1), (3600.0, 5)],
+                         ids=["back-2s-0.5s", "forward-10s-0.5s", "forward-10s-single", "forward-1h"])
+def test_odometry_clock_fault_stops_with_its_name_and_never_relocalises(controller, shift_s, burst):
+    node = controller
+    drive = _Drive(node)
+    warm = drive.run(25)
+    assert not warm[-1].emergency_stop, warm[-1].reason
+    faulty = drive.run(burst, shift_ns=int(shift_s * S))
+    for cmd in faulty:
+        assert cmd.emergency_stop and "odometry.header.stamp" in cmd.reason, cmd.reason
+        assert ("behind the node clock" if shift_s < 0 else "ahead of the node clock") in cmd.reason
+        assert cmd.acceleration >= -node.stop_decel - 1e-6
+    assert node.gate.reset_count == 0 and node.reset_ns is None
+    after = drive.run(40)
+    assert not after[-1].emergency_stop, after[-1].reason
+    assert not any("relocalisation" in c.reason or "localization reset" in c.reason for c in after)
+    _no_unexplained_hard_braking(warm + faulty + after, node.comfort_decel)
+
+
+def test_hard_braking_always_carries_a_reason(controller):
+    node = controller
+    drive = _Drive(node)
+    drive.run(25)
+    # a plan that stops at 6 m/s^2 from 10 m/s: the tracker brakes beyond comfort, the plan asked for it
+    cmds = drive.run(10, plan=_stop_plan(10.0, 6.0))
+    hard = [c for c in cmds if c.acceleration < -node.comfort_decel]
+    assert hard, [round(c.acceleration, 2) for c in cmds]
+    assert all("demands it" in c.reason and not c.emergency_stop for c in hard), [c.reason for c in hard]
+    _no_unexplained_hard_braking(cmds, node.comfort_decel)
+
+
+def test_braking_after_a_rejected_burst_is_flagged_with_the_fault(controller):
+    node = controller
+    drive = _Drive(node)
+    drive.run(25)
+    burst = drive.run(25, speed=1e6)  # 0.5 s of impossible odometry: minimal-risk stop
+    assert all(c.emergency_stop and "speed = 1e+06" in c.reason for c in burst)
+    # odometry back, but the plan left behind is a stop (what the planner sends after its own fallback)
+    after = drive.run(15, plan=_stop_plan(10.0, 6.0))
+    hard = [c for c in after if c.acceleration < -node.comfort_decel]
+    assert hard and all(c.emergency_stop and "recovering" in c.reason and "speed = 1e+06" in c.reason
+                        for c in hard), [(round(c.acceleration, 2), c.reason[:80]) for c in after]
+    _no_unexplained_hard_braking(burst + after, node.comfort_decel)
+
+
+def test_watchdog_stops_while_the_cycle_timer_is_held(controller):
+    """Simulated time paused (the cycle timer does not run): the planner's heartbeat stops; the steady
+    watchdog commands the stop naming it within the heartbeat timeout plus two watchdog periods."""
+    from std_msgs.msg import Header
+
+    node = controller
+    drive = _Drive(node)
+    drive.run(25)
+    n = len(drive.sent)
+    node.on_heartbeat(Header(frame_id=node.planner_name))
+    last_beat = drive.steady
+    period = node.watchdog_period_ns
+    stop_at = None
+    for _ in range(40):  # 2 s of steady time with no cycle, no odometry, no plan, no beat
+        drive.steady += period
+        node.on_watchdog()
+        if len(drive.sent) > n and stop_at is None:
+            stop_at = drive.steady
+    assert stop_at is not None, "the watchdog never commanded a stop"
+    cmd = drive.sent[n]
+    assert cmd.emergency_stop and "watchdog" in cmd.reason, cmd.reason
+    assert "planner heartbeat lost" in cmd.reason, cmd.reason
+    timeout = node.heartbeats.timeouts[node.planner_name]
+    assert (stop_at - last_beat) / 1e9 <= timeout + 2 * period / 1e9 + 1e-9
+    # the cycle resumes: the watchdog stands aside
+    k = len(drive.sent)
+    node.on_timer()
+    node.on_watchdog()
+    assert len(drive.sent) == k + 1
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))

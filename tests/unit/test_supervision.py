@@ -65,13 +65,18 @@ def test_gate_accepts_a_confirmed_relocalisation_only():
     t = 10**9 + 3 * 20 * MS
     assert not gate2.offer(Motion(5000.0, 0.0, 0.0, 10.0, 0.0, t)).accepted
     assert not gate2.offer(Motion(-5000.0, 0.0, 0.0, 10.0, 0.0, t + 20 * MS)).accepted
-    # time going backwards (a replay loop) is a reset once confirmed
+    # stamps going backwards are a clock fault however many agree: never a relocalisation
     gate3 = OdometryGate(LIMITS, confirm_samples=2)
     for m in drive(3, t0_ns=50 * 10**9):
         gate3.offer(m)
-    back = drive(2, t0_ns=10**9)
-    assert not gate3.offer(back[0]).accepted
-    assert gate3.offer(back[1]).reset
+    back = drive(4, t0_ns=10**9)
+    assert not any(gate3.offer(m).accepted for m in back) and gate3.reset_count == 0
+    # the node's own clock going back (a replay loop restarting /clock) starts a new history
+    gate4 = OdometryGate(LIMITS, confirm_samples=2)
+    for m in drive(3, t0_ns=50 * 10**9):
+        assert gate4.offer(m, m.stamp_ns + 10 * MS).accepted
+    first = gate4.offer(back[0], back[0].stamp_ns + 10 * MS)
+    assert first.accepted and gate4.clock.resets == 1
     with pytest.raises(ValueError):
         OdometryGate(LIMITS, confirm_samples=0)
 

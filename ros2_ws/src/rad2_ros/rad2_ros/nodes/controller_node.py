@@ -44,6 +44,26 @@ reported for that one cycle
 (``supervision.FaultLatch``). Normal tracking resumes with the next valid input. A thread publishes
 this node's own ``/heartbeat``.
 
+Time: every odometry stamp and every trajectory stamp goes through the clock model
+(``supervision.StampClock``, ``validators.clock``): odometry stamped further behind the node's clock
+than ``max_age_s`` or ahead of it by more than ``max_future_s`` (``max_future_sim_s`` on /clock), or
+not after the previous accepted stamp, is rejected with the field, the offset and the tolerance named
+(a stop, like any impossible value); a trajectory stamped in the future likewise. Clock faults never
+count towards a relocalisation; the node clock itself going back (the simulator restarting time) is
+the one signal that restarts the odometry history. Odometry arriving faster than
+``validators.odometry.max_rate_hz`` by its stamps is read at most once per period (``RateGate``): a
+flood is dropped unread, counted and reported, never queued.
+
+Braking: a command that decelerates harder than ``comfort_decel`` always carries its reason: a fault
+(the minimal-risk stop itself brakes at ``stop_decel``), the plan's own demand (reason set, emergency
+flag off), or, within ``recovery_window_s`` after a fault cleared, the fault it follows (reason names
+it, emergency flag set): the transition back to tracking after a rejected burst is never unexplained.
+
+Watchdog: a timer on the steady clock (``watchdog_period_s``) checks that the cycle ran. While it does
+not (simulated time paused between clips, or the cycle held), an overdue planner heartbeat, trajectory
+or odometry, judged by steady receive times, still produces a minimal-risk stop command with its
+reason, so the stop never waits for the simulated clock to move.
+
 The estimation and prediction above live in ``rad2_control.estimation`` (no ROS, unit-tested
 there); this node holds the ROS I/O, the validation, the fallbacks and the diagnostics.
 
@@ -62,9 +82,18 @@ from rad2_control import TrackingController, shift_controls
 from rad2_control.estimation import StateEstimator, bicycle_state, steps_advance
 from rad2_control.reference import plan_to_world
 from rad2_core.geometry import world_to_ego
-from rad2_core.supervision import FaultLatch, HeartbeatMonitor, OdometryGate, describe_violations
+from rad2_core.supervision import (
+    ClockLimits,
+    FaultLatch,
+    HeartbeatMonitor,
+    OdometryGate,
+    RateGate,
+    StampClock,
+    describe_violations,
+)
 from rad2_msgs.msg import ControlCommand, PlanningDiagnostics, Trajectory
 from rad2_planner.planner_guard import check_plan_kinematics
+from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from std_msgs.msg import Header
 
@@ -126,12 +155,32 @@ class ControllerNode(Node):
         self.stats = CycleStats(deadline_ms=1e3 / self.rate_hz)
         self.throttle = Throttle(2.0)
         self.limits = values["validators"]
-        self.gate = OdometryGate(self.limits, int(self.limits["odometry"]["reset_confirm_samples"]))
+        use_sim_time = bool(self.get_parameter("use_sim_time").value)
+        clock = self.limits["clock"]
+        odom_clock = StampClock("odometry.header.stamp", ClockLimits.from_params(clock, use_sim_time))
+        confirm = int(self.limits["odometry"]["reset_confirm_samples"])
+        self.gate = OdometryGate(self.limits, confirm, odom_clock)
+        # trajectories: a fallback keeps its predecessor's stamp (neither increasing nor young), but no
+        # plan is stamped in the future
+        self.traj_clock = StampClock("trajectory.header.stamp",
+                                     ClockLimits.from_params(clock, use_sim_time, monotonic=False, age=False))
+        self.odom_rate = RateGate(float(self.limits["odometry"]["max_rate_hz"]))
         self.odom_timeout_ns = int(float(cfg["odom_timeout_s"]) * 1e9)
         self.planner_name = str(cfg["planner_name"])
         self.heartbeats = HeartbeatMonitor({self.planner_name: float(cfg["planner_heartbeat_timeout_s"])})
         self.latch = FaultLatch()
-        self._last_tick_ns: int | None = None
+        self.comfort_decel = float(cfg["comfort_decel"])
+        self.recovery_window_ns = int(float(cfg["recovery_window_s"]) * 1e9)
+        self.watchdog_period_ns = int(float(cfg["watchdog_period_s"]) * 1e9)
+        self._fault_steady_ns: int | None = None  # steady time of the last cycle that stopped for a fault
+        self._fault_text = ""  # and its reason
+        self._tracked = False  # whether a cycle has tracked a plan yet
+        self.hard_brake_count = 0  # commands braking beyond comfort_decel (each with its reason)
+        self._last_cmd_steady_ns: int | None = None  # steady time of the last command published
+        self._last_watchdog_ns: int | None = None
+        self._odom_rx_steady_ns: int | None = None  # steady receive time of the last accepted odometry
+        self._traj_rx_steady_ns: int | None = None  # ... and of the last accepted trajectory
+        self.watchdog_stops = 0
         self.diagnostics = DiagnosticsReporter(self)
         # Both inputs are validated message by message and taken in order: a rejected one is reported
         # and stopped for even when a good one follows before this process runs (a loaded host).
@@ -144,6 +193,9 @@ class ControllerNode(Node):
         self.sub_heartbeat = self.create_subscription(Header, HEARTBEAT_TOPIC, self.on_heartbeat,
                                                       heartbeat_qos())
         self.create_timer(1.0 / self.rate_hz, self.on_timer)
+        # the watchdog runs on the steady clock: it must run while simulated time stands still
+        self.create_timer(self.watchdog_period_ns / 1e9, self.on_watchdog,
+                          clock=Clock(clock_type=ClockType.STEADY_TIME))
         self.heartbeat = Heartbeat(self, float(values["heartbeat"]["period_s"]))
         self.get_logger().info(
             f"controller ready: {self.rate_hz:.0f} Hz, horizon {self.tracker.horizon} x {self.tracker.dt} s, "
@@ -168,6 +220,9 @@ class ControllerNode(Node):
 
     # -- inputs ---------------------------------------------------------------------------------------
     def on_odometry(self, msg: Odometry) -> None:
+        # a flood is dropped here, unread: one stamp comparison per surplus message
+        if not self.odom_rate.admit(rc.time_to_ns(msg.header.stamp), self._steady_ns()):
+            return
         try:
             motion = rc.odometry_from_msg(msg)
         except Exception as exc:  # noqa: BLE001 -- bad input must never kill the node
@@ -175,19 +230,23 @@ class ControllerNode(Node):
             self.latch.raise_fault("odometry", f"odometry rejected: {exc}")
             self._warn("odom", f"odometry rejected: {exc}")
             return
-        gate = self.gate.offer(motion)
+        now = self._now_ns()
+        gate = self.gate.offer(motion, now)
         if not gate.accepted:
             self.stats.reject()
-            self.latch.raise_fault("odometry", f"odometry rejected: implausible {gate.reason}")
-            self._warn("odom", f"odometry rejected: implausible {gate.reason}")
+            what = "clock fault" if gate.violations[0].field.endswith("header.stamp") else "implausible"
+            self.latch.raise_fault("odometry", f"odometry rejected: {what} {gate.reason}")
+            self._warn("odom", f"odometry rejected: {what} {gate.reason}")
             return
         self.latch.clear("odometry")
-        jump = self.estimator.add_odometry(motion, self._now_ns())
-        if jump:
+        self._odom_rx_steady_ns = self._steady_ns()
+        jump = self.estimator.add_odometry(motion, now)
+        if jump or gate.reset:
             self.plan = None
             self.warm = None
             self.reset_ns = motion.stamp_ns
-            self.fault = f"localization reset: {jump}; waiting for a trajectory planned after it"
+            why = self.gate.last_reset if gate.reset else jump
+            self.fault = f"localization reset: {why}; waiting for a trajectory planned after it"
             self._warn("jump", self.fault)
 
     def on_trajectory(self, msg: Trajectory) -> None:
@@ -201,8 +260,9 @@ class ControllerNode(Node):
             if traj.points.shape[0] < self.min_points:
                 raise ValueError(f"Trajectory.points: has {traj.points.shape[0]} points, "
                                  f"need at least {self.min_points}")
-            if traj.stamp_ns <= 0:
-                raise ValueError(f"Trajectory.header.stamp = {traj.stamp_ns} ns is unset")
+            verdict = self.traj_clock.check(traj.stamp_ns, now)
+            if not verdict.accepted:
+                raise ValueError(f"clock fault {verdict.reason}")
             if traj.frame_id == self.world_frame:
                 pts = traj.points
                 latest = self.estimator.odometry.latest
@@ -233,7 +293,9 @@ class ControllerNode(Node):
             self.latch.raise_fault("trajectory", self.fault)
             self._warn("trajectory", self.fault)
             return
+        self.traj_clock.accept(traj.stamp_ns)
         self.plan = _Plan(pts, traj.dt, origin, traj.stamp_ns, now)
+        self._traj_rx_steady_ns = self._steady_ns()
         self.fault = ""
         self.latch.clear("trajectory")
 
@@ -272,16 +334,17 @@ class ControllerNode(Node):
         t0 = time.perf_counter()
         now = self._now_ns()
         steady = self._steady_ns()
-        last_tick, self._last_tick_ns = self._last_tick_ns, steady
-        if last_tick is None or steady - last_tick > 5e9 / self.rate_hz:
-            # this timer did not run for 5 periods (simulated time paused between clips, or this
-            # process was not scheduled): a planner beat missed meanwhile is not evidence of its loss
+        last_watchdog = self._last_watchdog_ns
+        if last_watchdog is None or steady - last_watchdog > 5 * self.watchdog_period_ns:
+            # not even the steady-clock watchdog ran for 5 of its periods: this process was not scheduled,
+            # and a planner beat missed meanwhile is not evidence of its loss
             self.heartbeats.rebase(steady)
         self._drain_heartbeats(steady)
         self._drain(self.sub_odometry, self.on_odometry)  # the freshest state, even if starved
         self._drain(self.sub_trajectory, self.on_trajectory)  # and the newest plan
         stages: dict[str, float] = {}
         reason = ""
+        emergency = fault_stop = False  # flagged; and a stop for a fault (opens the recovery window)
         accel = rate = 0.0
         steer_now = self.estimator.commands.steer_at(now)
         try:
@@ -290,23 +353,9 @@ class ControllerNode(Node):
             stages["predict"] = (time.perf_counter() - ta) * 1e3
             if state is not None:
                 steer_now = float(state[4])
-            latched = self.latch.reason()
-            odom_age = self.estimator.odometry.age_ns(now)
-            lost = self.heartbeats.lost(steady)
-            if state is None:
-                reason = latched or "no odometry received"
-            elif odom_age > self.odom_timeout_ns:
-                reason = (f"odometry lost: {odom_age / 1e9:.2f} s since the last accepted sample "
-                          f"(timeout {self.odom_timeout_ns / 1e9:g} s)" + (f"; {latched}" if latched else ""))
-            elif latched:
-                reason = latched
-            elif lost:
-                reason = lost[0].message
-            elif self.plan is None:
-                reason = self.fault or "no trajectory received"
-            elif now - self.plan.received_ns > self.stale_ns:
-                reason = f"stale trajectory: {(now - self.plan.received_ns) / 1e9:.2f} s since reception"
+            reason = self._stop_reason(now, steady, state)
             if reason:
+                emergency = fault_stop = True
                 self.warm = None
                 accel, rate, steer_next, speed_next = self._stop(state, steer_now)
             else:
@@ -315,6 +364,10 @@ class ControllerNode(Node):
                 age = (t_state - plan.stamp_ns) / 1e9
                 if not (0.0 <= age <= plan.dt * len(plan.points)):
                     age = (now - plan.received_ns) / 1e9  # clocks disagree: fall back to receive time
+                if age < 0.0:
+                    # received "after now": the node's clock went back since (a restarted simulation)
+                    raise ValueError(f"trajectory received {-age:.3f} s after the node clock's now "
+                                     f"(the node clock went back)")
                 ta = time.perf_counter()
                 ref = self.tracker.reference(plan.points, plan.dt, plan.origin, age=age, frame="world")
                 stages["reference"] = (time.perf_counter() - ta) * 1e3
@@ -332,41 +385,138 @@ class ControllerNode(Node):
                 accel, rate = float(sol.controls[0, 0, 0]), float(sol.controls[0, 0, 1])
                 steer_next = float(sol.states[0, 1, 4])
                 speed_next = float(sol.states[0, 1, 3])
+                reason, emergency = self._hard_braking_reason(accel, steady)
         except Exception as exc:  # noqa: BLE001 -- any failure ends in the stop manoeuvre
             reason = f"controller failure: {type(exc).__name__}: {exc}"
+            emergency = fault_stop = True
             self._warn("solve", reason)
             self.warm = None
             latest = self.estimator.odometry.latest
             state = None if latest is None else bicycle_state(latest, steer_now)
             accel, rate, steer_next, speed_next = self._stop(state, steer_now)
+        if fault_stop and self._tracked:  # a stop before any tracking is the start-up wait, no fault
+            self._fault_steady_ns, self._fault_text = steady, reason
+        self._tracked = self._tracked or not fault_stop
+        self._publish_command(t0, now, steady, accel, rate, steer_now, steer_next, speed_next, reason,
+                              emergency, stages)
+
+    def _stop_reason(self, now: int, steady: int, state) -> str:
+        """Why this cycle must be the minimal-risk stop ("" to track the plan)."""
+        latched = self.latch.reason()
+        odom_age = self.estimator.odometry.age_ns(now)
+        lost = self.heartbeats.lost(steady)
+        if state is None:
+            return latched or "no odometry received"
+        if odom_age > self.odom_timeout_ns:
+            return (f"odometry lost: {odom_age / 1e9:.2f} s since the last accepted sample "
+                    f"(timeout {self.odom_timeout_ns / 1e9:g} s)" + (f"; {latched}" if latched else ""))
+        if latched:
+            return latched
+        if lost:
+            return lost[0].message
+        if self.plan is None:
+            return self.fault or "no trajectory received"
+        if now - self.plan.received_ns > self.stale_ns:
+            return f"stale trajectory: {(now - self.plan.received_ns) / 1e9:.2f} s since reception"
+        return ""
+
+    def _hard_braking_reason(self, accel: float, steady: int) -> tuple[str, bool]:
+        """(reason, emergency) of a tracking command: ("", False) within the comfort deceleration; beyond
+        it, the fault it follows (within recovery_window_s of the last stop for a fault: flagged) or the
+        plan's own demand (not flagged: the planner asked for it, a reason still says so)."""
+        if accel >= -self.comfort_decel:
+            return "", False
+        self.hard_brake_count += 1
+        braking = f"braking {accel:.2f} m/s^2 beyond the comfort limit -{self.comfort_decel:g} m/s^2"
+        if self._fault_steady_ns is not None and steady - self._fault_steady_ns <= self.recovery_window_ns:
+            since = (steady - self._fault_steady_ns) / 1e9
+            return f"{braking}: recovering {since:.2f} s after a fault stop ({self._fault_text[:300]})", True
+        stamp = self.plan.stamp_ns / 1e9 if self.plan is not None else float("nan")
+        return f"{braking}: the plan stamped {stamp:.3f} s demands it", False
+
+    def on_watchdog(self) -> None:
+        """Steady-clock check: while the cycle timer does not run (simulated time paused between clips, a
+        held executor), an overdue input still gets a minimal-risk stop command, judged on the steady
+        clock alone (the node clock may stand still)."""
+        steady = self._steady_ns()
+        last, self._last_watchdog_ns = self._last_watchdog_ns, steady
+        if last is None or steady - last > 5 * self.watchdog_period_ns:
+            self.heartbeats.rebase(steady)  # this process was not scheduled: beats missed are not lost
+            return
+        period_ns = int(1e9 / self.rate_hz)
+        if self._last_cmd_steady_ns is not None and steady - self._last_cmd_steady_ns <= 2 * period_ns:
+            return  # the cycle runs: it judges the inputs itself
+        self._drain_heartbeats(steady)
+        why = []
+        lost = self.heartbeats.lost(steady)
+        if lost:
+            why.append(lost[0].message)
+        stale_s, odom_s = self.stale_ns / 1e9, self.odom_timeout_ns / 1e9
+        for name, rx, limit in (("trajectory", self._traj_rx_steady_ns, stale_s),
+                                ("odometry", self._odom_rx_steady_ns, odom_s)):
+            if rx is not None and (steady - rx) / 1e9 > limit:
+                why.append(f"no {name} for {(steady - rx) / 1e9:.2f} s (timeout {limit:g} s)")
+        if not why:
+            return  # time stands still and nothing is overdue: nothing to command
+        held = (steady - (self._last_cmd_steady_ns or steady)) / 1e9
+        reason = f"watchdog: control cycle held {held:.2f} s; " + "; ".join(why)
+        latest = self.estimator.odometry.latest
+        steer_now = self.estimator.commands.steer_at(self._now_ns())
+        state = None if latest is None else bicycle_state(latest, steer_now)
+        accel, rate, steer_next, speed_next = self._stop(state, steer_now)
+        self.warm = None
+        self.watchdog_stops += 1
+        if self._tracked:
+            self._fault_steady_ns, self._fault_text = steady, reason
+        self._publish_command(time.perf_counter(), self._now_ns(), steady, accel, rate, steer_now, steer_next,
+                              speed_next, reason, True, {})
+
+    def _publish_command(self, t0: float, now: int, steady: int, accel: float, rate: float, steer_now: float,
+                         steer_next: float, speed_next: float, reason: str, emergency: bool,
+                         stages: dict[str, float]) -> None:
         # The command applies from `now`: the steering estimate ramps from here (SteeringRamp).
         self.estimator.commands.issue(now, accel, rate, steer_now)
         if reason:
-            self._warn("stop:" + reason.split(":")[0], f"minimal-risk stop: {reason}")
+            kind = "minimal-risk stop" if emergency else "hard braking"
+            self._warn(f"{kind}:" + reason.split(":")[0], f"{kind}: {reason}")
         try:
             cmd = rc.ControlCommandValues(
                 acceleration=accel, steering_angle=float(steer_next), steering_rate=rate,
-                target_speed=float(speed_next), emergency_stop=bool(reason), reason=reason[:500],
+                target_speed=float(speed_next), emergency_stop=bool(emergency), reason=reason[:500],
                 stamp_ns=now, frame_id=self.ego_frame,
             )
             self.pub_cmd.publish(rc.control_command_to_msg(cmd))
+            self._last_cmd_steady_ns = steady
             total_ms = (time.perf_counter() - t0) * 1e3
             latest = self.estimator.odometry.latest
             odom_stamp = latest.stamp_ns if latest is not None else 0
             e2e = (now - odom_stamp) / 1e6 + total_ms if odom_stamp else math.nan
-            rep = self.stats.record(stages, total_ms, total_ms, fallback_reason=reason[:500])
-            self.diagnostics.publish("error" if reason else "ok", reason or "tracking", {
+            fallback = reason[:500] if emergency else ""
+            rep = self.stats.record(stages, total_ms, total_ms, fallback_reason=fallback)
+            level = "error" if emergency else ("warn" if reason else "ok")
+            flood = self.odom_rate.flooding(steady)
+            if flood and level == "ok":
+                level = "warn"
+            message = reason or ("tracking" if not flood else
+                                 f"odometry flood: {self.odom_rate.rate_hz(steady):.0f} messages/s > "
+                                 f"{self.odom_rate.max_rate_hz:g} Hz, one per "
+                                 f"{self.odom_rate.min_period_ns / 1e6:g} ms of stamps read")
+            self.diagnostics.publish(level, message, {
                 "cycle_count": rep.cycle_count, "rejected_input_count": rep.rejected_input_count,
-                "emergency_stop": bool(reason),
+                "emergency_stop": bool(emergency), "acceleration": f"{accel:.3f}",
                 "planner_heartbeat": self.heartbeats.status(steady)[0].message,
-                "odometry_resets": self.gate.reset_count})
+                "odometry_resets": self.gate.reset_count,
+                "odometry_clock_faults": sum(self.gate.clock.faults.values()),
+                "hard_brake_count": self.hard_brake_count, "watchdog_stops": self.watchdog_stops,
+                "odometry_rate_hz": f"{self.odom_rate.rate_hz(steady):.0f}",
+                "odometry_flood_dropped": self.odom_rate.dropped})
             self.pub_diag.publish(rc.planning_diagnostics_to_msg(
                 stages, node=NODE_NAME, backend="numpy-ilqr", stamp_ns=self._now_ns(),
                 input_stamp_ns=self.plan.stamp_ns if self.plan is not None else 0, total_ms=total_ms,
                 end_to_end_ms=e2e if math.isfinite(e2e) else total_ms, deadline_missed=rep.deadline_missed,
                 cycle_count=rep.cycle_count, deadline_miss_count=rep.deadline_miss_count,
-                rejected_input_count=rep.rejected_input_count, fallback_active=rep.fallback_active,
-                fallback_reason=rep.fallback_reason))
+                rejected_input_count=rep.rejected_input_count, fallback_active=bool(emergency),
+                fallback_reason=reason[:500]))
         except Exception as exc:  # noqa: BLE001
             self._warn("publish", f"publishing failed: {exc}")
 

@@ -43,6 +43,13 @@ against the last accepted sample; a pose jump is accepted as a relocalisation on
 ``/diagnostics`` (status "bev_features", the field and value named) and never reaches the outputs:
 a rejected object list produces no features for its stamp (the planner then falls back). A thread
 publishes ``/heartbeat`` every ``heartbeat.period_s``.
+
+Time and rate: odometry and object-list stamps go through the clock model (``supervision.StampClock``,
+``validators.clock``: stale, from the future or out of order against this node's clock are named
+faults, never a relocalisation); an object list whose ``header.frame_id`` is not
+``perception.world_frame`` is rejected naming it. Each stream is read at most once per period of its
+stamps (``validators.odometry.max_rate_hz``, ``validators.objects.max_rate_hz``): a flood is dropped
+unread, counted (``*_flood_dropped``) and reported, so it cannot take the CPU the planner needs.
 """
 
 from __future__ import annotations
@@ -53,7 +60,7 @@ from nav_msgs.msg import Odometry
 from rad2_core import validators
 from rad2_core.bev import AgentFrame, BevError
 from rad2_core.observation import ObservationError
-from rad2_core.supervision import OdometryGate, describe_violations
+from rad2_core.supervision import ClockLimits, OdometryGate, RateGate, StampClock, describe_violations
 from rad2_datasets.live_scene import LiveScene, LiveSceneError, load_map_and_route
 from rad2_msgs.msg import BevFeatures, PerceptionInputs, SceneTokens
 from rad2_planner.policy import resolve_path
@@ -92,7 +99,14 @@ class PerceptionNode(Node):
                                history_tolerance_s=float(c["history_tolerance_s"]))
         self.throttle = Throttle(2.0)
         self.limits = self.params["validators"]
-        self.gate = OdometryGate(self.limits, int(self.limits["odometry"]["reset_confirm_samples"]))
+        self.world_frame = str(c["world_frame"])
+        use_sim_time = bool(self.get_parameter("use_sim_time").value)
+        clock = ClockLimits.from_params(self.limits["clock"], use_sim_time)
+        self.gate = OdometryGate(self.limits, int(self.limits["odometry"]["reset_confirm_samples"]),
+                                 StampClock("odometry.header.stamp", clock))
+        self.objects_clock = StampClock("objects.header.stamp", clock)
+        self.odom_rate = RateGate(float(self.limits["odometry"]["max_rate_hz"]))
+        self.objects_rate = RateGate(float(self.limits["objects"]["max_rate_hz"]))
         self.rejected = 0
         self.cycles = 0
         self.last_fault = ""
@@ -113,9 +127,20 @@ class PerceptionNode(Node):
         return super().destroy_node()
 
     def _status(self, level: str, message: str) -> None:
+        now = time.monotonic_ns()
+        floods = [f"{name} flood: {gate.rate_hz(now):.0f} messages/s > {gate.max_rate_hz:g} Hz, one per "
+                  f"{gate.min_period_ns / 1e6:g} ms of stamps read"
+                  for name, gate in (("odometry", self.odom_rate), ("objects", self.objects_rate))
+                  if gate.flooding(now)]
+        if floods and level == "ok":
+            level, message = "warn", "; ".join(floods)
         self.diagnostics.publish(level, message, {
             "cycles": self.cycles, "rejected_input_count": self.rejected,
-            "odometry_resets": self.gate.reset_count, "last_fault": self.last_fault[:300]})
+            "odometry_resets": self.gate.reset_count, "last_fault": self.last_fault[:300],
+            "odometry_clock_faults": sum(self.gate.clock.faults.values()),
+            "objects_clock_faults": sum(self.objects_clock.faults.values()),
+            "odometry_flood_dropped": self.odom_rate.dropped,
+            "objects_flood_dropped": self.objects_rate.dropped})
 
     def _reject(self, what: str, exc: Exception | str) -> None:
         self.rejected += 1
@@ -125,11 +150,14 @@ class PerceptionNode(Node):
             self.get_logger().error(f"rejected {what} ({self.rejected} so far): {exc}")
 
     def _on_odom(self, msg: Odometry) -> None:
+        if not self.odom_rate.admit(rc.time_to_ns(msg.header.stamp), time.monotonic_ns()):
+            return  # a flood: dropped unread
         try:
             m = rc.odometry_from_msg(msg)
-            gate = self.gate.offer(m)
+            gate = self.gate.offer(m, self.get_clock().now().nanoseconds)
             if not gate.accepted:
-                self._reject("odometry", f"implausible {gate.reason}")
+                what = "clock fault" if gate.violations[0].field.endswith("header.stamp") else "implausible"
+                self._reject("odometry", f"{what} {gate.reason}")
                 return
             if gate.reset:
                 self.get_logger().warning(f"odometry relocalised at {m.x:.1f}, {m.y:.1f} (confirmed by "
@@ -140,7 +168,14 @@ class PerceptionNode(Node):
 
     def _on_objects(self, msg: PerceptionInputs) -> None:
         t0 = time.perf_counter()
+        if not self.objects_rate.admit(rc.time_to_ns(msg.header.stamp), time.monotonic_ns()):
+            return  # a flood: dropped unread
         try:
+            frame_id = str(msg.header.frame_id)
+            if frame_id != self.world_frame:
+                self._reject("objects", f"objects.header.frame_id = {frame_id!r}: object lists must be in "
+                             f"{self.world_frame!r} (perception.world_frame)")
+                return
             agents, stamp_ns, _frame = rc.perception_inputs_from_msg(msg)
             signals = rc.perception_signals_from_msg(msg)
             a = agents
@@ -152,6 +187,11 @@ class PerceptionNode(Node):
             if bad:
                 self._reject("objects", f"implausible {describe_violations(bad)}")
                 return
+            verdict = self.objects_clock.check(stamp_ns, self.get_clock().now().nanoseconds)
+            if not verdict.accepted:
+                self._reject("objects", f"clock fault {verdict.reason}")
+                return
+            self.objects_clock.accept(stamp_ns)
             frame = AgentFrame.from_arrays(a.ids, a.types, a.x, a.y, a.yaw, a.vx, a.vy, a.length, a.width)
             self.scene.add_objects(stamp_ns / 1e9, frame)
             foreign = self.scene.add_signals(stamp_ns / 1e9, signals)
