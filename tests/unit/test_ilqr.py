@@ -329,7 +329,7 @@ def _mixed_problems(tc, n=16, seed=7):
 
 @pytest.mark.parametrize("max_iterations", [None, 2])
 def test_small_batch_kernel_equals_batched_kernel(tc, max_iterations):
-    """The per-problem float kernel (small batches) and the batched numpy kernel are one algorithm."""
+    """The float kernel (small batches) and the numpy kernel run the same iteration to the same iterates."""
     states, ref = _mixed_problems(tc)
     a = tc.solve(states, ref, max_iterations=max_iterations, kernel="numpy")
     b = tc.solve(states, ref, max_iterations=max_iterations, kernel="small")

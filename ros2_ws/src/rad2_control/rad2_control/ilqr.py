@@ -37,18 +37,30 @@ Method
 - Converged when an accepted step lowers the cost by less than ``rel_tolerance`` (relative), or,
   before the rollout, when the largest feed-forward step |k| is below ``step_tolerance`` or the
   decrease the local model predicts is below ``rel_tolerance`` (relative).
-
-Two kernels run this one algorithm (``ilqr_solve`` picks by batch size, ``kernel`` forces one, and
-tests check they agree): the batched numpy kernel (``_Problem``: every step of the backward and
-forward passes is a handful of array operations over the batch, all line-search step sizes rolled
-out at once as [B, n_alpha]) and, for batches of at most ``SMALL_BATCH`` problems, a per-problem
-kernel on Python floats (``_SmallProblem``), where numpy's per-call overhead on 1-row arrays would
-dominate: Jacobians, cost gradients and active bounds are computed vectorised over time first,
-the Riccati recursion exploits the sparsity of A and B, and the line search rolls out the other
-step sizes only if the full step fails and abandons a rollout as soon as its partial cost (a sum
-of non-negative terms) reaches the cost to beat.
 - Warm start: the caller passes an initial control sequence (``reference.shift_controls`` shifts the
   previous solution); the iteration cap is then ``max_iterations_warm``.
+
+Kernels
+-------
+``ilqr_solve`` is the iteration above (regularisation, line-search rule, convergence tests), written
+once over a batch of problems; the linearisation (Jacobian entries, cost gradients, active bounds) is
+computed vectorised over problems and steps. The parts that are sequential in time, the rollouts and
+the Riccati sweep, come in two forms: ``_BatchKernel`` (each step a handful of numpy operations over
+the batch, all line-search step sizes rolled out at once) and, for batches of at most
+``SMALL_BATCH`` problems, ``_SmallKernel`` on Python floats (``kernel`` forces one; tests check that
+they agree). The float kernel exists because a batch of one, the controller node's case, is several
+times slower in numpy, whose per-call overhead dominates on 1-row arrays. Median ms per solve,
+H = 40, dt = 0.1 s, the 40 problems of ``benchmarks.ilqr.make_plans`` x 7 repetitions, pinned to
+one core of a 2-CPU machine at load average 0.8:
+
+    ========================  ==========  ==========
+    one problem               cold start  warm start
+    ========================  ==========  ==========
+    numpy kernel, batch of 1  3.89        2.48
+    float kernel              1.04        0.68
+    ========================  ==========  ==========
+
+From about 16 problems on, the numpy kernel is the faster one (64 problems: 43 ms against 58 ms).
 """
 
 from __future__ import annotations
@@ -56,10 +68,21 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
-from rad2_core.bicycle import ISTEER, IV, NU, NX, VehicleParams, jacobian_entries, jacobians
+from rad2_core.bicycle import (
+    IA,
+    IRATE,
+    ISTEER,
+    IV,
+    JAC_A_INDEX,
+    JAC_B_INDEX,
+    NU,
+    NX,
+    VehicleParams,
+    jacobian_entries,
+)
 
 
 class ControllerParamsError(ValueError):
@@ -187,6 +210,25 @@ def tracking_cost(
     return cost + (controls * controls * weights.r).sum(axis=(-1, -2))
 
 
+# An input within this of its (state-dependent) bound counts as on it.
+_ACTIVE_EPS = 1e-9
+# Where the entries of ``bicycle.jacobian_entries`` go in the homogeneous dynamics Fh [6, 8].
+_FH_ROWS = np.array([1 + r for r, _ in JAC_A_INDEX] + [1 + r for r, _ in JAC_B_INDEX])
+_FH_COLS = np.array([1 + c for _, c in JAC_A_INDEX] + [6 + c for _, c in JAC_B_INDEX])
+
+
+class _Linearisation(NamedTuple):
+    """The local model of a batch of problems around their nominal trajectories ([n, H, ...])."""
+
+    jac: np.ndarray  # [n, H, 14] bicycle.jacobian_entries at (x_k, u_k)
+    gx: np.ndarray  # [n, H, 5] cost gradient in x_{k+1}
+    gu: np.ndarray  # [n, H, 2] cost gradient in u_k
+    at_lo: np.ndarray  # [n, H, 2] u_k on its lower / upper bound
+    at_hi: np.ndarray
+    state_lo: np.ndarray  # ... and that bound is the speed / steering limit, not the input box
+    state_hi: np.ndarray
+
+
 class _Problem:
     """Constant data of one batched solve, precomputed once."""
 
@@ -274,48 +316,58 @@ class _Problem:
         err = xs[..., 1:, :] - self.ref[:, None] if xs.ndim == 4 else xs[..., 1:, :] - self.ref
         return (err * err * self.qk).sum(axis=(-1, -2)) + (us * us * self.weights.r).sum(axis=(-1, -2))
 
-    def backward(self, xs, us, mu):
-        """Riccati sweep around (xs [B,H+1,5], us [B,H,2]).
+    def linearise(self, xs, us, rows=slice(None)) -> _Linearisation:
+        """What either Riccati sweep needs around the nominal trajectories xs [n, H+1, 5], us [n, H, 2]
+        of the problems ``rows``, computed for all of them and all steps at once."""
+        vd = xs[:, :-1, IV:]
+        # Active input bounds at the nominal (state-dependent, see bicycle.clamp_controls).
+        lo_eff = np.maximum(self.ulo, (self.slo - vd) / self.dt)
+        hi_eff = np.minimum(self.uhi, (self.shi - vd) / self.dt)
+        at_lo = us <= lo_eff + _ACTIVE_EPS
+        at_hi = us >= hi_eff - _ACTIVE_EPS
+        return _Linearisation(
+            jac=jacobian_entries(xs[:, :-1], us, self.vehicle, self.dt),
+            gx=2.0 * self.qk * (xs[:, 1:] - self.ref[rows]),
+            gu=2.0 * self.weights.r * us,
+            at_lo=at_lo,
+            at_hi=at_hi,
+            state_lo=at_lo & (lo_eff > self.ulo),
+            state_hi=at_hi & (hi_eff < self.uhi),
+        )
+
+    def backward(self, lin: _Linearisation, mu):
+        """Riccati sweep of all B problems at once, on homogeneous coordinates.
 
         Returns gains kK [B, H, 2, 6] = [k | K] and the decrease [B] the local model predicts for a
         full step.
         """
         b, h = self.b, self.h
-        A, Bm = jacobians(xs[:, :-1], us, self.vehicle, self.dt)
-        # Homogeneous dynamics: (1, dx') = Fh (1, dx, du)
+        # Homogeneous dynamics: (1, dx') = Fh (1, dx, du), A = I + entries, B = entries + dt on (v, delta)
         Fh = np.zeros((b, h, 6, 8))
         Fh[..., 0, 0] = 1.0
-        Fh[..., 1:, 1:6] = A
-        Fh[..., 1:, 6:] = Bm
+        idx = np.arange(5)
+        Fh[..., 1 + idx, 1 + idx] = 1.0
+        Fh[..., _FH_ROWS, _FH_COLS] = lin.jac
+        Fh[..., 1 + IV, 6 + IA] = self.dt
+        Fh[..., 1 + ISTEER, 6 + IRATE] = self.dt
         FhT = np.ascontiguousarray(Fh.swapaxes(-1, -2))
         # Stage cost of step k in homogeneous coordinates: state part is x_k's (0 for k = 0).
-        err = xs[:, 1:] - self.ref  # err[:, k] belongs to x_{k+1}
         two_q = 2.0 * self.qk
         L = np.zeros((b, h, 8, 8))
-        gx = 2.0 * self.qk[None, :-1] * err[:, :-1]
+        gx = lin.gx[:, :-1]  # gradient in x_k, k = 1..H-1
         L[:, 1:, 0, 1:6] = gx
         L[:, 1:, 1:6, 0] = gx
-        gu = 2.0 * self.weights.r * us
-        L[:, :, 0, 6:] = gu
-        L[:, :, 6:, 0] = gu
-        idx = np.arange(5)
+        L[:, :, 0, 6:] = lin.gu
+        L[:, :, 6:, 0] = lin.gu
         L[:, 1:, 1 + idx, 1 + idx] = two_q[None, :-1]
         L[:, :, 6, 6] = 2.0 * self.weights.r[0] + mu[:, None]
         L[:, :, 7, 7] = 2.0 * self.weights.r[1] + mu[:, None]
-        # Active input bounds at the nominal (state-dependent, see bicycle.clamp_controls).
-        vd = xs[:, :-1, IV:]
-        lo_eff = np.maximum(self.ulo, (self.slo - vd) / self.dt)
-        hi_eff = np.minimum(self.uhi, (self.shi - vd) / self.dt)
-        eps = 1e-9
-        at_lo = us <= lo_eff + eps
-        at_hi = us >= hi_eff - eps
+        at_lo, at_hi, state_lo, state_hi = lin.at_lo, lin.at_hi, lin.state_lo, lin.state_hi
         any_active = (at_lo | at_hi).any(axis=(0, 2))
-        state_lo = lo_eff > self.ulo  # the bound is the speed / steering limit, not the input box
-        state_hi = hi_eff < self.uhi
         eye8 = np.eye(8)
 
         P = np.zeros((b, 6, 6))
-        gT = 2.0 * self.qk[-1] * err[:, -1]
+        gT = lin.gx[:, -1]
         P[:, 0, 1:] = gT
         P[:, 1:, 0] = gT
         P[:, 1 + idx, 1 + idx] = two_q[-1]
@@ -370,43 +422,148 @@ def _solve2(m: np.ndarray, g: np.ndarray, out: np.ndarray) -> np.ndarray:
     return out
 
 
-# Batches of at most this many problems run on the per-problem kernel (``_SmallProblem``), larger
-# ones on the batched numpy kernel. Both compute the same iterates; this only picks the faster one.
+# Batches of at most this many problems run on the per-problem kernel (``_SmallKernel``), larger
+# ones on the batched numpy kernel (``_BatchKernel``). Both compute the same iterates; this only picks
+# the faster one.
 SMALL_BATCH = 8
 
 _KERNELS = ("auto", "numpy", "small")
 
 
-class _SmallProblem:
-    """One problem on Python floats: the kernel for small batches (same algorithm as ``_Problem``).
+class _BatchKernel:
+    """Every problem of the batch in each numpy operation: the backward sweep on [B] stacks of 8x8
+    matrices, all line-search step sizes rolled out at once as [B, n_alpha]."""
+
+    name = "numpy"
+
+    def __init__(self, prob: _Problem, u_init: np.ndarray, alphas: tuple[float, ...]):
+        self.prob = prob
+        self.alphas = np.asarray(alphas)
+        self.rows = np.arange(prob.b)
+        xs, us = prob.forward(None, u_init[:, None], None)
+        self.xs, self.us = xs[:, 0], us[:, 0]
+        self.cost = prob.cost(self.xs, self.us)
+
+    def backward(self, mu: np.ndarray, rows: np.ndarray):
+        """(predicted decrease, max |k|, not finite) per problem; ``rows`` is ignored: sweeping
+        converged problems too costs less than selecting the others."""
+        kK, predicted = self.prob.backward(self.prob.linearise(self.xs, self.us), mu)
+        bad = ~np.isfinite(kK).all(axis=(1, 2, 3)) | ~np.isfinite(predicted)
+        if bad.any():
+            kK[bad] = 0.0
+            predicted[bad] = 0.0
+        self.kK = kK
+        return predicted, np.abs(kK[..., 0]).max(axis=(1, 2)), bad
+
+    def line_search(self, rows: np.ndarray, cost: np.ndarray) -> np.ndarray:
+        """Cost of the step each problem would take (the line-search rule of the module docstring)."""
+        k_ff = self.kK[..., 0]
+        u_open = self.us[:, None] + self.alphas[None, :, None, None] * k_ff[:, None]
+        cand_x, cand_u = self.prob.forward(self.xs, u_open, self.kK[..., 1:])
+        cand_cost = self.prob.cost(cand_x, cand_u)
+        cand_cost = np.where(np.isnan(cand_cost), np.inf, cand_cost)
+        # The first (full) step if it lowers the cost, else the cheapest of the others.
+        best = np.where(cand_cost[:, 0] < cost, 0, np.argmin(cand_cost, axis=1))
+        self.candidate = (cand_x, cand_u, best)
+        return cand_cost[self.rows, best]
+
+    def accept(self, mask: np.ndarray) -> None:
+        cand_x, cand_u, best = self.candidate
+        self.xs = np.where(mask[:, None, None], cand_x[self.rows, best], self.xs)
+        self.us = np.where(mask[:, None, None], cand_u[self.rows, best], self.us)
+
+    def trajectories(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.xs, self.us
+
+
+class _SmallKernel:
+    """One problem at a time on Python floats, where numpy's per-call overhead on 1-row arrays would
+    dominate; the linearisation is still computed for all problems at once. The rollout and the sweep
+    are ``_Problem.forward`` and ``_Problem.backward`` on floats. The line search rolls out the other
+    step sizes only if the full step fails and abandons a rollout as soon as its partial cost (a sum
+    of non-negative terms) reaches the cost to beat: the same choice as ``_BatchKernel.line_search``.
 
     Trajectories are lists of tuples; per-step gains are tuples
     ``(k_0, k_1, (K x_nom)_0, (K x_nom)_1, K_00..K_04, K_10..K_14)``.
     """
 
-    def __init__(self, x0: np.ndarray, ref: np.ndarray, prob: _Problem):
+    name = "small"
+
+    def __init__(self, prob: _Problem, u_init: np.ndarray, alphas: tuple[float, ...]):
         veh = prob.vehicle
-        self.vehicle = veh
-        self.dt = prob.dt
-        self.h = ref.shape[0]
-        self.x0 = tuple(x0.tolist())
-        self.ref_arr = ref
-        self.ref = [tuple(row) for row in ref.tolist()]
+        self.prob, self.alphas, self.dt, self.h = prob, alphas, prob.dt, prob.h
+        self.x0s = [tuple(x) for x in prob.x0.tolist()]
+        self.refs = [[tuple(r) for r in ref] for ref in prob.ref.tolist()]
         self.q = tuple(prob.weights.q.tolist())
         self.q_last = tuple(prob.qk[-1].tolist())
         self.r = tuple(prob.weights.r.tolist())
-        self.two_qk = 2.0 * prob.qk
-        self.two_r = 2.0 * prob.weights.r
-        self.ulo, self.uhi, self.slo, self.shi = prob.ulo, prob.uhi, prob.slo, prob.shi
+        self.two_q = tuple((2.0 * prob.qk[0]).tolist())
+        self.two_q_last = tuple((2.0 * prob.qk[-1]).tolist())
         self.limits = (*prob.ulo.tolist(), *prob.uhi.tolist(), *prob.slo.tolist(), *prob.shi.tolist())
         self.rho = veh.rho
         self.inv_lr = 1.0 / veh.rear_axle_to_center if veh.rho > 0.0 else 0.0
         self.inv_l = 1.0 / veh.wheelbase
+        self.xs, self.us, cost = [], [], []
+        self.gains: list = [None] * prob.b
+        self.candidate: list = [None] * prob.b
+        for i, u in enumerate(u_init):
+            # limit nan: never abandoned (an overflowing cost stays inf, as in the batched kernel)
+            out = self.rollout(i, u.tolist(), None, 1.0, math.nan)
+            # None: the rollout left the model's domain; reported as the numpy kernel would
+            xs, us, c = out or ([self.x0s[i]] + [(math.nan,) * NX] * self.h, u.tolist(), math.nan)
+            self.xs.append(xs)
+            self.us.append(us)
+            cost.append(c)
+        self.cost = np.array(cost)
 
-    def rollout(self, u_nom, gains, alpha: float, limit: float):
-        """Rollout of ``u = u_nom + alpha k + K (x - x_nom)`` (``gains`` None: ``u = u_nom``) with input
-        projection, as ``_Problem.forward``. Returns (states, applied inputs, cost), or None as soon as
-        the partial cost reaches ``limit`` (nan: never) or the rollout leaves the model's domain."""
+    def backward(self, mu: np.ndarray, rows: np.ndarray):
+        """(predicted decrease, max |k|, not finite) of the problems ``rows`` (zeros elsewhere)."""
+        b = self.prob.b
+        predicted, step, bad = np.zeros(b), np.zeros(b), np.zeros(b, dtype=bool)
+        idx = rows.nonzero()[0]
+        if not len(idx):
+            return predicted, step, bad
+        lin = self.prob.linearise(
+            np.array([self.xs[i] for i in idx]), np.array([self.us[i] for i in idx]), idx
+        )
+        flags = lin.at_lo + 2 * lin.at_hi + 4 * lin.state_lo + 8 * lin.state_hi
+        rows_of = zip(lin.jac.tolist(), lin.gx.tolist(), lin.gu.tolist(), flags.tolist())
+        for i, (jac, gx, gu, fl) in zip(idx.tolist(), rows_of):
+            out = self.sweep(self.xs[i], jac, gx, gu, fl, float(mu[i]))
+            if out is None:
+                bad[i] = True
+            else:
+                self.gains[i], predicted[i], step[i] = out
+        return predicted, step, bad
+
+    def line_search(self, rows: np.ndarray, cost: np.ndarray) -> np.ndarray:
+        new_cost = np.full(self.prob.b, np.inf)
+        first, others = self.alphas[0], self.alphas[1:]
+        for i in rows.nonzero()[0].tolist():
+            us, gains, c = self.us[i], self.gains[i], float(cost[i])
+            cand = self.rollout(i, us, gains, first, c)
+            if cand is None or not cand[2] < c:  # else the full step is taken
+                cand, best = None, c
+                for alpha in others:
+                    trial = self.rollout(i, us, gains, alpha, best)
+                    if trial is not None and trial[2] < best:
+                        cand, best = trial, trial[2]
+            self.candidate[i] = cand
+            if cand is not None:
+                new_cost[i] = cand[2]
+        return new_cost
+
+    def accept(self, mask: np.ndarray) -> None:
+        for i in mask.nonzero()[0].tolist():
+            self.xs[i], self.us[i], _ = self.candidate[i]
+
+    def trajectories(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.array(self.xs, dtype=np.float64), np.array(self.us, dtype=np.float64)
+
+    def rollout(self, i: int, u_nom, gains, alpha: float, limit: float):
+        """Problem i's rollout of ``u = u_nom + alpha k + K (x - x_nom)`` (``gains`` None: ``u = u_nom``)
+        with input projection. Returns (states, applied inputs, cost), or None as soon as the partial
+        cost reaches ``limit`` (nan: never) or the rollout leaves the model's domain."""
         tan, atan, sin, cos = math.tan, math.atan, math.sin, math.cos
         dt = self.dt
         half, inv_dt = 0.5 * dt, 1.0 / dt
@@ -415,9 +572,9 @@ class _SmallProblem:
         q0, q1, q2, q3, q4 = self.q
         r0, r1 = self.r
         last = self.h - 1
-        ref = self.ref
-        x, y, yaw, v, d = self.x0
-        xs = [self.x0]
+        ref = self.refs[i]
+        x, y, yaw, v, d = xs0 = self.x0s[i]
+        xs = [xs0]
         us = []
         cost = 0.0
         try:
@@ -484,35 +641,21 @@ class _SmallProblem:
             return None
         return xs, us, cost
 
-    def backward(self, xs, us, mu: float):
+    def sweep(self, xs, jac, gx, gu, flags, mu: float):
         """Riccati sweep as ``_Problem.backward`` for one problem, exploiting the sparsity of A and B.
+        ``jac``, ``gx``, ``gu``, ``flags``: its rows of ``_Problem.linearise`` as lists (flags 1 / 2 on
+        the lower / upper bound, 4 / 8 if that bound is the speed or steering limit).
 
         Returns (gains, predicted decrease of a full step, max |k|), or None if not finite.
         """
         dt = self.dt
-        xa = np.array(xs)
-        ua = np.array(us)
-        jac = jacobian_entries(xa[:-1], ua, self.vehicle, dt).tolist()
-        gx = ((xa[1:] - self.ref_arr) * self.two_qk).tolist()  # gx[k]: gradient in x_{k+1}
-        gu = (ua * self.two_r).tolist()
-        # Active input bounds at the nominal: flag 1 on the lower, 2 on the upper bound.
-        vd = xa[:-1, IV:]
-        lo_eff = np.maximum(self.ulo, (self.slo - vd) / dt)
-        hi_eff = np.minimum(self.uhi, (self.shi - vd) / dt)
-        eps = 1e-9
-        at_lo = ua <= lo_eff + eps
-        at_hi = ua >= hi_eff - eps
-        # Flags: 1 / 2 on the lower / upper bound, 4 / 8 if that bound is the speed or steering limit.
-        flags = (
-            at_lo + 2 * at_hi + 4 * (at_lo & (lo_eff > self.ulo)) + 8 * (at_hi & (hi_eff < self.uhi))
-        ).tolist()
         inv_dt = 1.0 / dt
-        h2q0, h2q1, h2q2, h2q3, h2q4 = self.two_qk[0].tolist()
+        h2q0, h2q1, h2q2, h2q3, h2q4 = self.two_q
         ruu0 = 2.0 * self.r[0] + mu
         ruu1 = 2.0 * self.r[1] + mu
         # Value function: s (twice the constant part), p (gradient), V (Hessian, upper triangle).
         p0, p1, p2, p3, p4 = gx[-1]
-        V00, V11, V22, V33, V44 = self.two_qk[-1].tolist()
+        V00, V11, V22, V33, V44 = self.two_q_last
         V01 = V02 = V03 = V04 = V12 = V13 = V14 = V23 = V24 = V34 = 0.0
         s = 0.0
         step = 0.0
@@ -680,54 +823,6 @@ class _SmallProblem:
             return None
         return gains, -0.5 * s, step
 
-    def solve(self, u_init: np.ndarray, settings: ILQRSettings, iters_cap: int):
-        """The iteration of ``ilqr_solve`` for this problem: (xs, us, cost, initial, iterations,
-        converged, mu)."""
-        # limit nan: never abandoned (an overflowing cost stays inf, as in the batched kernel)
-        xs, us, cost = self.rollout(u_init.tolist(), None, 1.0, math.nan) or self._nonfinite(u_init)
-        initial = cost
-        mu = settings.reg_init
-        rel_tol, step_tol = settings.rel_tolerance, settings.step_tolerance
-        iterations = 0
-        converged = False
-        for _ in range(iters_cap):
-            back = self.backward(xs, us, mu)
-            tol = rel_tol * max(cost, 1e-12)
-            accepted = None
-            if back is not None:
-                gains, predicted, step = back
-                if step < step_tol or predicted < tol:  # stationary already: skip the rollout
-                    converged = True
-                    iterations += 1
-                    break
-                accepted = self.rollout(us, gains, settings.alphas[0], cost)
-                if accepted is None or not accepted[2] < cost:  # else the full step is taken
-                    accepted = None
-                    best = cost
-                    for alpha in settings.alphas[1:]:
-                        cand = self.rollout(us, gains, alpha, best)
-                        if cand is not None and cand[2] < best:
-                            accepted, best = cand, cand[2]
-            iterations += 1
-            if accepted is not None:
-                small_gain = (cost - accepted[2]) < tol
-                xs, us, cost = accepted
-                mu *= settings.reg_decrease
-                if mu < settings.reg_min:
-                    mu = 0.0
-                if small_gain:
-                    converged = True
-                    break
-            else:
-                mu = max(mu, settings.reg_min) * settings.reg_increase
-                if mu > settings.reg_max:
-                    break
-        return xs, us, cost, initial, iterations, converged, mu
-
-    def _nonfinite(self, u_init: np.ndarray):
-        """The initial rollout left the model's domain: report it as the numpy kernel would."""
-        return [self.x0] + [(math.nan,) * NX] * self.h, u_init.tolist(), math.nan
-
 
 def ilqr_solve(
     x0: np.ndarray,
@@ -756,66 +851,43 @@ def ilqr_solve(
     prob = _Problem(x0, ref, vehicle, dt, weights)
     b = prob.b
     iters_cap = settings.max_iterations if max_iterations is None else int(max_iterations)
-    if kernel == "small" or (kernel == "auto" and b <= SMALL_BATCH):
-        return _solve_small(prob, u_init, settings, iters_cap, start)
-    alphas = np.asarray(settings.alphas)
-
-    xs, us = prob.forward(None, u_init[:, None], None)
-    xs, us = xs[:, 0], us[:, 0]
-    cost = prob.cost(xs, us)
+    small = kernel == "small" or (kernel == "auto" and b <= SMALL_BATCH)
+    kern = (_SmallKernel if small else _BatchKernel)(prob, u_init, settings.alphas)
+    cost = kern.cost
     initial_cost = cost.copy()
     mu = np.full(b, settings.reg_init)
     iterations = np.zeros(b, dtype=np.int64)
     converged = np.zeros(b, dtype=bool)
     active = np.ones(b, dtype=bool)
-    rows = np.arange(b)
     for _ in range(iters_cap):
-        kK, predicted = prob.backward(xs, us, mu)
-        bad = ~np.isfinite(kK).all(axis=(1, 2, 3)) | ~np.isfinite(predicted)
-        if bad.any():
-            kK[bad] = 0.0
-            predicted[bad] = 0.0
-        k_ff = kK[..., 0]
-        step = np.abs(k_ff).max(axis=(1, 2))
+        predicted, step, bad = kern.backward(mu, active)
+        tol = settings.rel_tolerance * np.maximum(cost, 1e-12)
+        search = active & ~bad  # a sweep that is not finite counts as a rejected step
         # Stationary already: the local model promises (almost) nothing, so skip the rollout.
-        done_now = (
-            active
-            & ~bad
-            & (
-                (step < settings.step_tolerance)
-                | (predicted < settings.rel_tolerance * np.maximum(cost, 1e-12))
-            )
-        )
+        done_now = search & ((step < settings.step_tolerance) | (predicted < tol))
         if done_now.any():
             converged |= done_now
             iterations += done_now
             active &= ~done_now
+            search &= ~done_now
             if not active.any():
                 break
-        u_open = us[:, None] + alphas[None, :, None, None] * k_ff[:, None]
-        cand_x, cand_u = prob.forward(xs, u_open, kK[..., 1:])
-        cand_cost = prob.cost(cand_x, cand_u)
-        cand_cost = np.where(np.isnan(cand_cost), np.inf, cand_cost)
-        # The first (full) step if it lowers the cost, else the cheapest of the others.
-        best = np.where(cand_cost[:, 0] < cost, 0, np.argmin(cand_cost, axis=1))
-        new_cost = cand_cost[rows, best]
-        accept = active & ~bad & (new_cost < cost)
+        new_cost = kern.line_search(search, cost)
+        accept = search & (new_cost < cost)
         iterations += active
-        small_gain = accept & ((cost - new_cost) < settings.rel_tolerance * np.maximum(cost, 1e-12))
         if accept.any():
-            xs = np.where(accept[:, None, None], cand_x[rows, best], xs)
-            us = np.where(accept[:, None, None], cand_u[rows, best], us)
+            kern.accept(accept)
+            small_gain = accept & ((cost - new_cost) < tol)
             cost = np.where(accept, new_cost, cost)
-        mu = np.where(
-            accept,
-            mu * settings.reg_decrease,
-            np.where(active, np.maximum(mu, settings.reg_min) * settings.reg_increase, mu),
-        )
+            converged |= small_gain
+            active &= ~small_gain
+        grown = np.maximum(mu, settings.reg_min) * settings.reg_increase
+        mu = np.where(accept, mu * settings.reg_decrease, np.where(active, grown, mu))
         mu = np.where(mu < settings.reg_min, 0.0, mu)
-        converged |= small_gain
-        active &= ~small_gain & (mu <= settings.reg_max)
+        active &= mu <= settings.reg_max
         if not active.any():
             break
+    xs, us = kern.trajectories()
     report = SolveReport(
         iterations=iterations,
         initial_cost=initial_cost,
@@ -823,30 +895,6 @@ def ilqr_solve(
         converged=converged,
         regularization=mu,
         solve_time_ms=(time.perf_counter() - start) * 1e3,
-        extra={"kernel": "numpy"},
-    )
-    return us, xs, report
-
-
-def _solve_small(prob: _Problem, u_init: np.ndarray, settings: ILQRSettings, iters_cap: int, start: float):
-    b, h = prob.b, prob.h
-    xs = np.empty((b, h + 1, NX))
-    us = np.empty((b, h, NU))
-    cost, initial, mu = np.empty(b), np.empty(b), np.empty(b)
-    iterations = np.empty(b, dtype=np.int64)
-    converged = np.empty(b, dtype=bool)
-    for i in range(b):
-        sp = _SmallProblem(prob.x0[i], prob.ref[i], prob)
-        xs[i], us[i], cost[i], initial[i], iterations[i], converged[i], mu[i] = sp.solve(
-            u_init[i], settings, iters_cap
-        )
-    report = SolveReport(
-        iterations=iterations,
-        initial_cost=initial,
-        final_cost=cost,
-        converged=converged,
-        regularization=mu,
-        solve_time_ms=(time.perf_counter() - start) * 1e3,
-        extra={"kernel": "small"},
+        extra={"kernel": kern.name},
     )
     return us, xs, report
