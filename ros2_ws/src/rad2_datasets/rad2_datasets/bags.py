@@ -13,9 +13,13 @@ Serialized payloads are plain CDR (4-byte encapsulation header first): the bytes
 ``raw=True`` subscription and takes in ``publish`` of a serialized message are the same bytes.
 
 Crash safety: a ``BagWriter`` given ``chunk_duration_s`` closes its MCAP chunk at least that often
-and flushes + fsyncs it, so a writer killed outright (SIGKILL, power loss) loses at most the chunk
-in progress. Such a bag has no summary/footer and no ``metadata.yaml``; ``recover_bag`` (CLI
-``rad2 data repair-bag``) reads every complete record sequentially and rewrites a valid bag.
+and writes it together with a complete summary and footer, fsynced, then replaces ``metadata.yaml``:
+after every chunk the bag is a finished one, so a writer killed outright (SIGKILL) leaves a bag that
+opens as it is in this project's readers and in any MCAP reader (Foxglove's ``mcap`` package),
+missing at most the chunk in progress. A bag without footer or ``metadata.yaml`` (a kill inside the
+one write of a chunk, a bag of another writer that died) is repaired on open by ``BagReader``
+with ``recover_bag`` (also the CLI ``rad2 data repair-bag``), which reads every complete record
+sequentially and rewrites a valid bag.
 """
 
 from __future__ import annotations
@@ -289,16 +293,39 @@ class _OpenedInWith:
         self.close()
 
 
+class _OffsetBuffer(io.BytesIO):
+    """Bytes collected in memory that report file offsets from ``base``: rosbags' MCAP writer records
+    chunk, index and summary positions with ``tell()``, so records composed here carry the offsets
+    they will have in the file. ``close`` leaves the bytes readable."""
+
+    def __init__(self, base: int):
+        super().__init__()
+        self.base = int(base)
+
+    def tell(self) -> int:
+        return self.base + super().tell()
+
+    def close(self) -> None:
+        pass
+
+
 class _DurableMcapStorage(McapWriter):
     """rosbags' MCAP storage, plus: the pending chunk is closed once ``chunk_duration_s`` (wall time)
-    has passed since the last message already on disk was written, and every closed chunk is flushed
-    and fsynced, so a killed writer loses at most the messages of the last ``chunk_duration_s``.
+    has passed since the last message already on disk was written, and every closed chunk goes to
+    the file together with a complete summary and footer, so the file is a finished MCAP after every
+    chunk: a writer killed outright (SIGKILL) leaves a bag that opens as it is, in this project's
+    readers and in any MCAP reader, missing at most the messages of the last ``chunk_duration_s``.
 
-    rosbags alone keeps up to 1 MiB of messages in memory and the file in Python's write buffer, so a
-    SIGKILL lost seconds of data (≈3 s of a 6 s recording). The age counts from the last synced
-    message, not from the pending chunk's first one, so neither the publish period nor a late loop
-    iteration adds to the bound; after a silence the next message is synced at once. rosbags still
-    closes a chunk at 1 MiB; those chunks are synced the same way.
+    How: the chunk, the rosbag2 metadata record, DataEnd, the summary (schemas, channels, chunk
+    indexes, statistics, offsets), the footer and the closing magic are composed in memory with their
+    file offsets (``_OffsetBuffer``) and written with one ``os.pwrite`` at the end of the data
+    section, over the previous summary, then fsynced; ``checkpointed`` (BagWriter) then replaces
+    metadata.yaml atomically. Only a kill inside that one write (a millisecond per chunk) leaves a
+    damaged tail, which ``BagReader`` repairs on open (``recover_bag``). The age counts from the last
+    synced message, not from the pending chunk's first one, so neither the publish period nor a late
+    loop iteration adds to the bound; after a silence the next message is synced at once. rosbags
+    still closes a chunk at 1 MiB; those chunks are written the same way. Without ``chunk_duration_s``
+    (offline writers) this is rosbags' storage as it is: one summary at close.
     """
 
     def __init__(self, path: Path, compression: Any, *, chunk_duration_s: float | None) -> None:
@@ -307,34 +334,97 @@ class _DurableMcapStorage(McapWriter):
         self.last_write = _monotonic()
         self.last_sync = self.last_write  # when the newest message on disk was written
         self.synced_chunks = 0
+        self.version = ROSBAG2_VERSION
+        #: () -> (embedded rosbag2 metadata text, callable that puts metadata.yaml in place) of the bag
+        #: as it will be after the next checkpoint; set by BagWriter
+        self.metadata_source: Any = None
+        self.bio.flush()
+        self._data_end = self.bio.tell()  # where the summary of the last checkpoint begins
+        self._in_write = False
+        self._unwritten = b""  # a chunk closed inside a write, written once the message is counted
 
     def write(self, connection: Any, timestamp: int, data: bytes | memoryview) -> None:
         self.last_write = _monotonic()
-        closed_before = len(self.chunks)
-        super().write(connection, timestamp, data)
-        if len(self.chunks) != closed_before and self.chunk_duration_s is not None:
-            self.sync()  # rosbags closed it at its size limit; offline writers (no duration) skip fsync
-        self.flush_if_due()
+        self._in_write = True
+        try:
+            super().write(connection, timestamp, data)
+        finally:
+            self._in_write = False
+
+    def after_write(self) -> None:
+        """Called by BagWriter once rosbags' Writer has counted the message just written (metadata.yaml
+        must describe it): write a chunk closed during the write, or close one that is due."""
+        if self._unwritten:
+            data, self._unwritten = self._unwritten, b""
+            self.checkpoint(data)
+        else:
+            self.flush_if_due()
+
+    def close_chunk(self) -> None:
+        if self.chunk_duration_s is None:
+            super().close_chunk()
+            return
+        real, buf = self.bio, _OffsetBuffer(self._data_end + len(self._unwritten))
+        self.bio = buf
+        try:
+            super().close_chunk()
+        finally:
+            self.bio = real
+        self._unwritten += buf.getvalue()
+        if not self._in_write:
+            data, self._unwritten = self._unwritten, b""
+            self.checkpoint(data)
+
+    def checkpoint(self, data: bytes = b"") -> None:
+        """Write ``data`` (closed chunks and their indexes) at the end of the data section followed by
+        a summary and footer of everything written so far, in one write; fsync; then metadata.yaml."""
+        embedded, publish_metadata = self.metadata_source() if self.metadata_source else ("", None)
+        end = self._data_end + len(data)
+        tail = _OffsetBuffer(end)
+        real, self.bio = self.bio, tail
+        try:  # rosbags' own summary writer, onto the buffer (the pending chunk is empty here)
+            McapWriter.close(self, self.version, embedded)
+        finally:
+            self.bio = real
+        blob = data + tail.getvalue()
+        fd = self.bio.fileno()
+        view, at = memoryview(blob), self._data_end
+        while view:
+            n = os.pwrite(fd, view, at)
+            view, at = view[n:], at + n
+        os.ftruncate(fd, self._data_end + len(blob))
+        os.fsync(fd)
+        self._data_end = end
+        self.bio.seek(end)
+        self.last_sync = self.last_write
+        self.synced_chunks += 1 if data else 0
+        if publish_metadata is not None:
+            publish_metadata()
 
     def flush_if_due(self, now: float | None = None) -> bool:
-        """Close, flush and fsync the pending chunk once chunk_duration_s passed since the newest
-        message on disk was written."""
+        """Close and write the pending chunk once chunk_duration_s passed since the newest message on
+        disk was written."""
         if self.chunk_duration_s is None or not self.chunk.msgs:
             return False
         now = _monotonic() if now is None else now
         if now - self.last_sync < self.chunk_duration_s:
             return False
         self.close_chunk()
-        self.sync()
         return True
 
-    def sync(self) -> None:
-        # flush moves Python's buffer into the kernel (enough to survive SIGKILL); fsync puts it on
-        # the disk (survives a power loss). Once per chunk, so the cost stays small.
-        self.bio.flush()
-        os.fsync(self.bio.fileno())
-        self.last_sync = self.last_write
-        self.synced_chunks += 1
+    def close(self, version: int, metadata: str) -> None:
+        if self.chunk_duration_s is None:
+            super().close(version, metadata)
+            return
+        self.version = version
+        if self.chunk.msgs:
+            self.close_chunk()
+        source, self.metadata_source = self.metadata_source, lambda: (metadata, None)
+        try:
+            self.checkpoint()  # the final summary, with the final metadata record
+        finally:
+            self.metadata_source = source
+        self.bio.close()
 
 
 class BagWriter(_OpenedInWith):
@@ -378,6 +468,33 @@ class BagWriter(_OpenedInWith):
         except WriterError as exc:
             raise BagError(f"cannot create bag {self.path}: {exc}") from exc
         self._open = True
+        storage = self._writer.storage
+        if isinstance(storage, _DurableMcapStorage) and storage.chunk_duration_s is not None:
+            storage.metadata_source = self._pending_metadata
+            storage.checkpoint()  # an empty bag that opens, from the first moment
+
+    def _pending_metadata(self) -> tuple[str, Any]:
+        """(the rosbag2 metadata text embedded in the MCAP, a callable that puts metadata.yaml in place)
+        for the bag as written so far. rosbags' own ``Writer.close`` composes both: it runs here against
+        a storage stand-in that keeps the embedded text, with metadata.yaml directed to a pending file
+        that the callable moves over metadata.yaml once the MCAP holds what it describes."""
+        writer, real = self._writer, self._writer.storage
+        pending = self.path / ".metadata.pending.yaml"
+        captured: dict[str, str] = {}
+
+        class _Capture:
+            path = real.path
+
+            def close(self, version: int, text: str) -> None:
+                captured["text"] = text
+
+        metapath = writer.metapath
+        writer.storage, writer.metapath = _Capture(), pending
+        try:
+            writer.close()
+        finally:
+            writer.storage, writer.metapath = real, metapath
+        return captured.get("text", ""), lambda: os.replace(pending, metapath)
 
     def close(self) -> None:
         if self._open:
@@ -456,6 +573,9 @@ class BagWriter(_OpenedInWith):
             data = serialize(msg, mtype, self.store)
         self._writer.write(self._connections[topic], int(stamp_ns), data)
         self.counts[topic] += 1
+        storage = self._writer.storage
+        if isinstance(storage, _DurableMcapStorage) and storage.chunk_duration_s is not None:
+            storage.after_write()
 
 
 def _remove_bag_dir(path: Path) -> None:
@@ -536,14 +656,37 @@ def _repair_hint(path: Path) -> str:
             f"recover it with: {REPAIR_COMMAND} {path}")
 
 
+def _unfinished(path: Path) -> bool:
+    """Whether ``path`` (a bag directory or an .mcap file) holds one MCAP file whose writer did not
+    finish it: no footer, or no metadata.yaml beside it."""
+    p = Path(path)
+    if p.is_file():
+        return p.suffix == ".mcap" and not mcap_is_complete(p)
+    mcaps = sorted(c for c in p.glob("*.mcap") if c.is_file()) if p.is_dir() else []
+    return len(mcaps) == 1 and (not mcap_is_complete(mcaps[0]) or not (p / "metadata.yaml").is_file())
+
+
 class BagReader(_OpenedInWith):
     """Read a rosbag2 directory (MCAP or sqlite3 storage); use as a context manager.
 
     Decodes with the rad2 typestore; types it lacks are registered from the definitions the bag
     carries. Every failure (missing, corrupt, truncated, unknown topic) raises BagError.
+
+    ``repair`` (default): a bag whose writer died before finishing it (an MCAP without footer, or no
+    metadata.yaml: a recorder killed inside its one write per chunk, or a bag of an older writer) is
+    repaired on open with ``recover_bag`` (the damaged originals kept beside it, ``repaired`` holds
+    the report); False raises BagError naming the repair command instead. Bags of this project's
+    live recorder open without it: every chunk is written with its summary and metadata.yaml.
     """
 
-    def __init__(self, path: str | os.PathLike, *, store: Typestore | None = None):
+    def __init__(self, path: str | os.PathLike, *, store: Typestore | None = None, repair: bool = True):
+        self.repaired: RecoveryReport | None = None
+        if repair and Path(path).exists() and _unfinished(Path(path)):
+            try:
+                self.repaired = recover_bag(path, store=store)
+            except (BagError, OSError) as exc:
+                raise BagError(f"cannot read bag {path}: its writer did not finish it, and repairing it "
+                               f"failed ({exc}){_repair_hint(Path(path))}") from exc
         self.path = resolve_bag_path(path)
         self.store = store or typestore()
         try:

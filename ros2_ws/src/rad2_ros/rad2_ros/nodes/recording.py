@@ -8,8 +8,9 @@ Used by rad2 graph record, rad2 eval replay and rad2 demo. It lives with the nod
 subscribes through rclpy (imported where used, so this module imports without a ROS environment).
 
 Crash safety: open the writer with ``open_writer`` (chunks of at most ``recording.chunk_duration_s``
-from params/nodes.yaml, each flushed and fsynced) and call ``Recorder.flush_due()`` while spinning,
-so a recorder killed outright loses at most one chunk; ``rad2 data repair-bag`` repairs such a bag.
+from params/nodes.yaml, each written with the MCAP summary and footer and fsynced, metadata.yaml
+replaced after it) and call ``Recorder.flush_due()`` while spinning, so a recorder killed outright
+leaves a bag that opens without a repair step, missing at most one chunk (``rad2_datasets.bags``).
 """
 
 from __future__ import annotations
