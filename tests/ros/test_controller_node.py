@@ -285,7 +285,7 @@ class _Drive:
         self.plan_points = np.stack([speed * 0.5 * np.arange(1, 9), np.zeros(8)], -1)
 
     def step(self, shift_ns: int = 0, speed: float | None = None, plan: np.ndarray | None = None,
-             plan_shift_ns: int = 0):
+             plan_shift_ns: int = 0, send_plan: bool = True):
         from rad2_ros import conversions as rc
 
         node = self.node
@@ -294,7 +294,7 @@ class _Drive:
         x = self.speed * (self.t - 10 * S) / 1e9
         node.clock_ns = self.t + 3 * MS
         node.on_odometry(_odom(x, 0.0, 0.0, self.speed if speed is None else speed, self.t + shift_ns))
-        if (self.t // (20 * MS)) % 5 == 0:
+        if send_plan and (self.t // (20 * MS)) % 5 == 0:
             pts = self.plan_points if plan is None else plan
             node.on_trajectory(rc.trajectory_to_msg(pts, 0.5, self.t + plan_shift_ns, "base_link"))
         node.warm = None
@@ -350,17 +350,23 @@ def test_hard_braking_always_carries_a_reason(controller):
 
 
 def test_braking_after_a_rejected_burst_is_flagged_with_the_fault(controller):
+    """A burst of impossible odometry; meanwhile the planner, starved, sends its fallback stop. Back on
+    valid odometry the controller tracks that fallback, braking hard: flagged, naming the fault. The
+    planner's next plans (made after the fault) are their own demand: a reason, no flag."""
     node = controller
     drive = _Drive(node)
     drive.run(25)
-    burst = drive.run(25, speed=1e6)  # 0.5 s of impossible odometry: minimal-risk stop
+    stop = _stop_plan(10.0, 6.0)
+    burst = drive.run(25, speed=1e6, plan=stop)  # 0.5 s of impossible odometry: minimal-risk stop
     assert all(c.emergency_stop and "speed = 1e+06" in c.reason for c in burst)
-    # odometry back, but the plan left behind is a stop (what the planner sends after its own fallback)
-    after = drive.run(15, plan=_stop_plan(10.0, 6.0))
+    after = drive.run(4, send_plan=False)  # odometry back, the fallback made during the fault tracked
     hard = [c for c in after if c.acceleration < -node.comfort_decel]
     assert hard and all(c.emergency_stop and "recovering" in c.reason and "speed = 1e+06" in c.reason
                         for c in hard), [(round(c.acceleration, 2), c.reason[:80]) for c in after]
-    _no_unexplained_hard_braking(burst + after, node.comfort_decel)
+    fresh = drive.run(10, plan=_stop_plan(9.0, 6.0))  # plans made after the fault: their own demand
+    later = [c for c in fresh[5:] if c.acceleration < -node.comfort_decel]
+    assert all("demands it" in c.reason and not c.emergency_stop for c in later), [c.reason for c in later]
+    _no_unexplained_hard_braking(burst + after + fresh, node.comfort_decel)
 
 
 def test_watchdog_stops_while_the_cycle_timer_is_held(controller):

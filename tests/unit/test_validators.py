@@ -92,6 +92,25 @@ def test_objects_and_features_out_of_range(clips):
     assert _fields(val.check_tokens(tokens, LIMITS)) == {"ego_state.speed", "ego_state.accel"}
 
 
+    # reversing at 30 m/s: beyond the reverse limit, named with it
+    tokens = obs.copy()
+    tokens.ego_state = np.array([-30.0, 0.0, 0.0, 0.0], np.float32)
+    got = val.check_tokens(tokens, LIMITS)
+    assert _fields(got) == {"ego_state.speed"} and "reverse limit" in got[0].bound
+    # empty scene tokens: no polyline, no route
+    tokens = obs.copy()
+    tokens.map_mask = np.zeros_like(obs.map_mask)
+    tokens.route_mask = np.zeros_like(obs.route_mask)
+    assert {"map_polylines.count", "route.count"} <= _fields(val.check_tokens(tokens, LIMITS))
+
+
+def test_trajectory_point_limit():
+    veh = VEHICLE
+    n = int(LIMITS["trajectory"]["max_points"])
+    pts = np.stack([0.1 * np.arange(1, 10_001), np.zeros(10_000)], -1)
+    got = val.check_trajectory(pts, 0.1, LIMITS, veh)
+    assert _fields(got) == {"trajectory.points"} and got[0].value == 10_000 and str(n) in got[0].bound
+    assert val.check_trajectory(pts[:n], 0.1, LIMITS, veh) == []
 def _straight(v=10.0, dt=0.5, n=8):
     return np.stack([v * dt * np.arange(1, n + 1), np.zeros(n)], -1)
 

@@ -202,11 +202,20 @@ def check_bev(features: np.ndarray, channels: Sequence[str], limits: dict[str, A
 
 def check_tokens(tokens: Any, limits: dict[str, Any]) -> list[Violation]:
     """Scene tokens (an Observation or SceneTokenArrays): valid rows only, positions, speeds, sizes and
-    the ego state."""
+    the ego state; a scene without map polylines or without a route (empty tokens) has nothing to plan
+    on, and an ego reversing faster than ``max_reverse_speed_m_s`` is not a drive the planner knows."""
     c = limits["tokens"]
     pos, spd = float(c["max_abs_position_m"]), float(c["max_abs_speed_m_s"])
     es = np.asarray(tokens.ego_state, np.float64)
-    out = _worst("ego_state.speed", es[0], -spd, spd, "m/s")
+    map_mask = np.asarray(tokens.map_mask, bool)
+    n_maps = int(map_mask.reshape(map_mask.shape[0], -1).any(axis=1).sum()) if map_mask.size else 0
+    n_route = int(np.asarray(tokens.route_mask, bool).sum())
+    out = _worst("map_polylines.count", np.float64(n_maps), float(c["min_map_polylines"]), None,
+                 "valid polylines")
+    out += _worst("route.count", np.float64(n_route), float(c["min_route_points"]), None,
+                  "valid route points")
+    out += _worst("ego_state.speed", es[0], -float(c["max_reverse_speed_m_s"]), spd,
+                  "m/s (reverse limit tokens.max_reverse_speed_m_s)")
     out += _worst("ego_state.accel", es[1], -float(c["max_abs_accel"]), float(c["max_abs_accel"]), "m/s^2")
     out += _worst("ego_state.yaw_rate", es[2], -float(c["max_abs_yaw_rate"]), float(c["max_abs_yaw_rate"]),
                   "rad/s")
@@ -238,9 +247,9 @@ def check_trajectory(points: np.ndarray, dt: float, limits: dict[str, Any], vehi
 
     c = limits["trajectory"]
     pts = np.asarray(points, dtype=np.float64)
-    if pts.ndim != 2 or pts.shape[1] != 2 or len(pts) < int(c["min_points"]):
+    if pts.ndim != 2 or pts.shape[1] != 2 or not int(c["min_points"]) <= len(pts) <= int(c["max_points"]):
         return [Violation("trajectory.points", float(len(pts)) if pts.ndim else 0.0,
-                          f">= {int(c['min_points'])} points of [T, 2]")]
+                          f"[{int(c['min_points'])}, {int(c['max_points'])}] points of [T, 2]")]
     out = _worst("trajectory.dt", np.float64(dt), float(c["min_dt_s"]), float(c["max_dt_s"]), "s")
     if out:
         return out  # the kinematics below would divide by an impossible dt

@@ -31,6 +31,7 @@ import fnmatch
 import gc
 import math
 import signal
+import struct
 import sys
 import threading
 import time
@@ -76,6 +77,17 @@ def sensor_qos(depth: int = 1) -> QoSProfile:
         depth=depth,
         durability=DurabilityPolicy.VOLATILE,
     )
+
+
+def cdr_header_stamp_ns(data: bytes) -> int:
+    """``header.stamp`` in ns of a serialized message whose first field is a std_msgs/Header (Odometry,
+    PerceptionInputs, ...), read from the CDR bytes without deserializing: what a flood check costs
+    per surplus message (0.2 us, where deserializing an Odometry takes ~36 us). 0 for bytes too short."""
+    if len(data) < 12:
+        return 0
+    order = "<" if data[1] & 1 else ">"  # CDR encapsulation: 0x0001 little endian, 0x0000 big endian
+    sec, nanosec = struct.unpack_from(order + "iI", data, 4)
+    return sec * 1_000_000_000 + nanosec
 
 
 def command_qos(deadline_s: float | None = None, lease_s: float | None = None, depth: int = 1) -> QoSProfile:

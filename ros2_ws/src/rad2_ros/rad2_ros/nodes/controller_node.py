@@ -95,6 +95,7 @@ from rad2_msgs.msg import ControlCommand, PlanningDiagnostics, Trajectory
 from rad2_planner.planner_guard import check_plan_kinematics
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
+from rclpy.serialization import deserialize_message
 from std_msgs.msg import Header
 
 from rad2_ros import conversions as rc
@@ -105,6 +106,7 @@ from rad2_ros.nodes.common import (
     DiagnosticsReporter,
     Heartbeat,
     Throttle,
+    cdr_header_stamp_ns,
     command_qos,
     declare_parameters,
     heartbeat_qos,
@@ -175,6 +177,7 @@ class ControllerNode(Node):
         self._fault_steady_ns: int | None = None  # steady time of the last cycle that stopped for a fault
         self._fault_text = ""  # and its reason
         self._tracked = False  # whether a cycle has tracked a plan yet
+        self._fault_now_ns = 0  # node clock of the last cycle that stopped for a fault
         self.hard_brake_count = 0  # commands braking beyond comfort_decel (each with its reason)
         self._last_cmd_steady_ns: int | None = None  # steady time of the last command published
         self._last_watchdog_ns: int | None = None
@@ -187,7 +190,7 @@ class ControllerNode(Node):
         self.sub_trajectory = self.create_subscription(Trajectory, "planning/trajectory", self.on_trajectory,
                                                        command_qos(depth=4))
         self.sub_odometry = self.create_subscription(Odometry, "localization/odometry", self.on_odometry,
-                                                     sensor_qos(EVERY_SAMPLE_DEPTH))
+                                                     sensor_qos(EVERY_SAMPLE_DEPTH), raw=True)
         self.pub_cmd = self.create_publisher(ControlCommand, "control/command", command_qos())
         self.pub_diag = self.create_publisher(PlanningDiagnostics, "control/diagnostics", report_qos())
         self.sub_heartbeat = self.create_subscription(Header, HEARTBEAT_TOPIC, self.on_heartbeat,
@@ -219,11 +222,14 @@ class ControllerNode(Node):
             self.get_logger().warning(text)
 
     # -- inputs ---------------------------------------------------------------------------------------
-    def on_odometry(self, msg: Odometry) -> None:
-        # a flood is dropped here, unread: one stamp comparison per surplus message
-        if not self.odom_rate.admit(rc.time_to_ns(msg.header.stamp), self._steady_ns()):
+    def on_odometry(self, data: bytes | Odometry) -> None:
+        """Odometry arrives serialized: a flood is dropped here on its stamp alone, unread (one stamp
+        comparison per surplus message), and only an admitted sample is deserialized."""
+        stamp = cdr_header_stamp_ns(data) if isinstance(data, bytes) else rc.time_to_ns(data.header.stamp)
+        if not self.odom_rate.admit(stamp, self._steady_ns()):
             return
         try:
+            msg = deserialize_message(data, Odometry) if isinstance(data, bytes) else data
             motion = rc.odometry_from_msg(msg)
         except Exception as exc:  # noqa: BLE001 -- bad input must never kill the node
             self.stats.reject()
@@ -253,6 +259,11 @@ class ControllerNode(Node):
         now = self._now_ns()
         self.heartbeats.refresh(self.planner_name, self._steady_ns())  # a trajectory shows it alive too
         try:
+            # before any conversion: a 10,000-point plan would cost the cycle its rate
+            count, most = len(msg.points), int(self.limits["trajectory"]["max_points"])
+            if count > most:
+                raise ValueError(f"implausible trajectory.points = {count} violates <= {most} points "
+                                 f"(validators.trajectory.max_points)")
             traj = rc.trajectory_from_msg(msg)
             if self.reset_ns is not None and traj.stamp_ns < self.reset_ns:
                 raise ValueError(f"stamp {traj.stamp_ns / 1e9:.3f} s predates the localization reset at "
@@ -395,7 +406,7 @@ class ControllerNode(Node):
             state = None if latest is None else bicycle_state(latest, steer_now)
             accel, rate, steer_next, speed_next = self._stop(state, steer_now)
         if fault_stop and self._tracked:  # a stop before any tracking is the start-up wait, no fault
-            self._fault_steady_ns, self._fault_text = steady, reason
+            self._fault_steady_ns, self._fault_now_ns, self._fault_text = steady, now, reason
         self._tracked = self._tracked or not fault_stop
         self._publish_command(t0, now, steady, accel, rate, steer_now, steer_next, speed_next, reason,
                               emergency, stages)
@@ -422,17 +433,22 @@ class ControllerNode(Node):
 
     def _hard_braking_reason(self, accel: float, steady: int) -> tuple[str, bool]:
         """(reason, emergency) of a tracking command: ("", False) within the comfort deceleration; beyond
-        it, the fault it follows (within recovery_window_s of the last stop for a fault: flagged) or the
-        plan's own demand (not flagged: the planner asked for it, a reason still says so)."""
+        it, the fault it follows (within recovery_window_s of the last stop for a fault, on a plan made
+        before that stop ended: flagged) or the plan's own demand (a plan made since: not flagged, the
+        planner asked for it; a reason still says so)."""
         if accel >= -self.comfort_decel:
             return "", False
         self.hard_brake_count += 1
         braking = f"braking {accel:.2f} m/s^2 beyond the comfort limit -{self.comfort_decel:g} m/s^2"
-        if self._fault_steady_ns is not None and steady - self._fault_steady_ns <= self.recovery_window_ns:
+        stamp_ns = self.plan.stamp_ns if self.plan is not None else 0
+        # the transition back: the plan tracked now was made before the fault stop ended (a planner
+        # fallback issued meanwhile, or the plan of before), soon after it
+        if (self._fault_steady_ns is not None and steady - self._fault_steady_ns <= self.recovery_window_ns
+                and stamp_ns <= self._fault_now_ns):
             since = (steady - self._fault_steady_ns) / 1e9
-            return f"{braking}: recovering {since:.2f} s after a fault stop ({self._fault_text[:300]})", True
-        stamp = self.plan.stamp_ns / 1e9 if self.plan is not None else float("nan")
-        return f"{braking}: the plan stamped {stamp:.3f} s demands it", False
+            return (f"{braking}: recovering {since:.2f} s after a fault stop, on a plan made before it "
+                    f"ended ({self._fault_text[:300]})"), True
+        return f"{braking}: the plan stamped {stamp_ns / 1e9:.3f} s demands it", False
 
     def on_watchdog(self) -> None:
         """Steady-clock check: while the cycle timer does not run (simulated time paused between clips, a

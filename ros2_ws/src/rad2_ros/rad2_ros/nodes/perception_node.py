@@ -65,6 +65,7 @@ from rad2_datasets.live_scene import LiveScene, LiveSceneError, load_map_and_rou
 from rad2_msgs.msg import BevFeatures, PerceptionInputs, SceneTokens
 from rad2_planner.policy import resolve_path
 from rclpy.node import Node
+from rclpy.serialization import deserialize_message
 
 from rad2_ros import conversions as rc
 from rad2_ros.nodes.common import (
@@ -72,6 +73,7 @@ from rad2_ros.nodes.common import (
     DiagnosticsReporter,
     Heartbeat,
     Throttle,
+    cdr_header_stamp_ns,
     command_qos,
     declare_parameters,
     run_node,
@@ -114,7 +116,7 @@ class PerceptionNode(Node):
         self.pub_bev = self.create_publisher(BevFeatures, "perception/bev_features", command_qos())
         self.pub_tokens = self.create_publisher(SceneTokens, "perception/scene_tokens", command_qos())
         self.create_subscription(Odometry, "localization/odometry", self._on_odom,
-                                 sensor_qos(EVERY_SAMPLE_DEPTH))
+                                 sensor_qos(EVERY_SAMPLE_DEPTH), raw=True)
         # object lists: reliable keep-last-1 request would also match; best effort keeps up with 10 Hz
         self.create_subscription(PerceptionInputs, "perception/objects", self._on_objects, sensor_qos())
         self.get_logger().info(f"perception features ready: map {scene.source} "
@@ -149,11 +151,12 @@ class PerceptionNode(Node):
         if self.throttle(what):
             self.get_logger().error(f"rejected {what} ({self.rejected} so far): {exc}")
 
-    def _on_odom(self, msg: Odometry) -> None:
-        if not self.odom_rate.admit(rc.time_to_ns(msg.header.stamp), time.monotonic_ns()):
-            return  # a flood: dropped unread
+    def _on_odom(self, data: bytes) -> None:
+        # serialized: a flood is dropped on its stamp alone, only an admitted sample is deserialized
+        if not self.odom_rate.admit(cdr_header_stamp_ns(data), time.monotonic_ns()):
+            return
         try:
-            m = rc.odometry_from_msg(msg)
+            m = rc.odometry_from_msg(deserialize_message(data, Odometry))
             gate = self.gate.offer(m, self.get_clock().now().nanoseconds)
             if not gate.accepted:
                 what = "clock fault" if gate.violations[0].field.endswith("header.stamp") else "implausible"

@@ -29,8 +29,12 @@ the future than the tolerance of the node's clock: ``max_stamp_skew_s`` on the s
 fails ``planner_guard.check_plan_output`` (vehicle kinematics, deviation from the previous cycle's plan)
 rejects the cycle: the node logs why (throttled), counts it, and republishes a safe fallback — the
 previous plan's path re-timed to brake to a stop (``rad2_planner.planner_guard.stopping_trajectory``),
-or a straight stop when there is none — with ``CandidateSet.selected_index = -1`` and
-``fallback_active`` in the diagnostics. It never exits on bad input. Missed cycles (validated input
+or a straight stop from the last validated ego speed when there is none — with
+``CandidateSet.selected_index = -1`` and ``fallback_active`` in the diagnostics. Before any valid input
+the ego's speed is unknown and no fallback plan is published (the controller stops on its own, for want
+of a trajectory); the report says so. It never exits on bad input. Inputs in another frame than
+``planner_node.input_frame`` are rejected naming it; input stamps go through the clock model
+(``supervision.StampClock``: stale, from the future, out of order). Missed cycles (validated input
 stamps further apart than ``input_period_s``, e.g. dropped messages) and cycles whose end-to-end latency
 exceeds ``planner.deadline_ms`` count as deadline misses; rejected inputs never touch these counters.
 
@@ -55,12 +59,10 @@ from nav_msgs.msg import Path
 from rad2_core import validators
 from rad2_core.bicycle import VehicleParams
 from rad2_core.observation import Observation
-from rad2_core.supervision import Seen, describe_violations, explain_starvation
+from rad2_core.supervision import ClockLimits, Seen, StampClock, describe_violations, explain_starvation
 from rad2_msgs.msg import BevFeatures, CandidateSet, PlanningDiagnostics, SceneTokens, Trajectory
 from rad2_planner.planner_guard import (
-    AgeLimits,
     DeviationCheck,
-    check_age,
     check_plan_kinematics,
     check_plan_output,
     future_tolerance_s,
@@ -85,8 +87,9 @@ from rad2_ros.nodes.common import (
 )
 
 PARAM_FILES = ["bev", "vehicle", "planner", "nodes", "validators"]
-PREFIXES = ("bev", "tokens", "vehicle", "planner", "safety_layer", "model", "diffusion", "runtime",
-            "planner_node", "heartbeat", "validators")
+PREFIXES = ("bev", "tokens", "vehicle", "planner", "traffic_rules", "safety_envelope", "comfort_limits",
+            "stall_recovery", "safety_layer", "model", "diffusion", "runtime", "planner_node", "heartbeat",
+            "validators")
 # Rad2Policy.timings_ms keys reported as stages besides encode and the denoising steps, in pipeline order
 POLICY_STAGES = ("encode", "score", "select", "critic", "corrections", "stall_recovery", "traffic_rules",
                  "safety_envelope", "comfort_limits")
@@ -133,7 +136,14 @@ class PlannerNode(Node):
         self._clock_start_ns = 0
         self._previous: tuple[int, np.ndarray] | None = None  # (stamp_ns, selected [T, 2]) of the last plan
         self._last_fault = ""
-        self._last_speed = 0.0  # ego speed of the last validated input (a starved fallback starts there)
+        # ego speed of the last validated input (a starved fallback starts there); None before any: a
+        # straight stop cannot be timed then, and none is published (the controller stops on its own)
+        self._last_speed: float | None = None
+        self.input_frame = str(n["input_frame"])
+        # the stamps of the input pairs: the one clock model of stamped inputs, with this node's tolerances
+        skew = future_tolerance_s(self.use_sim_time, n["max_stamp_skew_s"], n["max_stamp_skew_sim_s"])
+        self.input_clock = StampClock("input.header.stamp", ClockLimits(
+            float(n["max_input_age_s"]), float(skew), float(self.limits["clock"]["max_backward_s"])))
         self._first_tick_ns: int | None = None
         self._last_markers_s = -float("inf")
         # markers written as bytes where this distro's Marker has the layout the writer knows
@@ -173,8 +183,10 @@ class PlannerNode(Node):
             self.get_logger().warning(f"runtime.onnx_dir = {onnx_dir!r} has no effect: planner.backend "
                                       "pytorch runs the networks without exporting them")
             onnx_dir = None
+        # the node's vehicle.yaml values (the ego box, the tightest turn) go down with the rest
+        kwargs = {"vehicle_params": self.params} if onnx_dir is None else {
+            "vehicle_params": self.params, "onnx_dir": onnx_dir}
         if (ckpt / "config.json").is_file():
-            kwargs = {} if onnx_dir is None else {"onnx_dir": onnx_dir}
             return Rad2Policy.from_params(self.params, **kwargs), str(ckpt)
         if not self.cfg.get("random_init_if_missing", False):
             raise FileNotFoundError(f"no planner checkpoint in {ckpt} (planner.checkpoint_dir)")
@@ -184,7 +196,8 @@ class PlannerNode(Node):
         model = PlannerModel(ModelConfig.from_params(self.params, self.params))
         # exported graphs of random weights must not land in the checkpoint's ONNX cache
         onnx_dir = onnx_dir or tempfile.mkdtemp(prefix="rad2_random_init_onnx_")
-        return Rad2Policy(model, params=self.params, onnx_dir=onnx_dir), "random-init"
+        policy = Rad2Policy(model, params=self.params, onnx_dir=onnx_dir, vehicle_params=self.params)
+        return policy, "random-init"
 
     def destroy_node(self):
         stop_heartbeat(self)
@@ -264,20 +277,28 @@ class PlannerNode(Node):
                               agents=tok.agents, agents_mask=tok.agents_mask, route=tok.route,
                               route_mask=tok.route_mask, ego_state=tok.ego_state.astype(np.float32),
                               signal_stop=tok.signal_stop.astype(np.float32))
+            frames = [(name, frame) for name, frame in (("bev_features", bev.frame_id),
+                                                         ("scene_tokens", tok.frame_id))
+                      if frame != self.input_frame]
+            if frames:
+                reason = "rejected input: " + "; ".join(
+                    f"{name}.header.frame_id = {frame!r}, expected {self.input_frame!r} "
+                    f"(planner_node.input_frame)" for name, frame in frames)
             bad = validators.check_bev(bev.features, self.channels, self.limits)
             bad += validators.check_tokens(tok, self.limits)
-            if bad:
+            if bad and not reason:
                 reason = f"rejected input: implausible {describe_violations(bad)}"
         except rc.MessageValidationError as exc:
             reason = f"rejected input: {exc}"
         if not reason:
-            if stamp_ns <= 0:
-                reason = f"rejected input: header.stamp = {stamp_ns} ns is unset"
+            verdict = self.input_clock.check(stamp_ns, self._clock_start_ns)
+            stamp_valid = verdict.kind != "unset"
+            if verdict.accepted:
+                self.input_clock.accept(stamp_ns)
+            elif verdict.kind == "stale":
+                reason = f"rejected input: stale input: clock fault {verdict.reason}"
             else:
-                age = check_age(stamp_ns / 1e9, self._clock_start_ns / 1e9, self._limits())
-                stamp_valid = True
-                if age:
-                    reason = f"rejected input: header.stamp: {age}"
+                reason = f"rejected input: clock fault {verdict.reason}"
         stages["preprocess"] = (time.perf_counter() - t_start) * 1e3
         if reason:
             self.stats.reject()
@@ -336,16 +357,13 @@ class PlannerNode(Node):
         self._safety_corrected += int(info.get("corrections", 0) > 0)
         self._safety_budget_stops += int(bool(info.get("safety_stopped_by_budget", False)))
 
-    def _limits(self) -> AgeLimits:
-        skew = future_tolerance_s(self.use_sim_time, self.cfg["max_stamp_skew_s"],
-                                  self.cfg["max_stamp_skew_sim_s"])
-        return AgeLimits(self.cfg["max_input_age_s"], skew)
-
-    def _safe_speed(self, obs: Observation | None) -> float:
-        """The ego speed a fallback starts from: this input's if plausible, else the last validated one."""
+    def _safe_speed(self, obs: Observation | None) -> float | None:
+        """The ego speed a fallback starts from: this input's if plausible, else the last validated one
+        (None: none known)."""
         if obs is not None:
             speed = float(obs.ego_state[0])
-            if abs(speed) <= float(self.limits["tokens"]["max_abs_speed_m_s"]):
+            tok = self.limits["tokens"]
+            if -float(tok["max_reverse_speed_m_s"]) <= speed <= float(tok["max_abs_speed_m_s"]):
                 return speed
         return self._last_speed
 
@@ -384,12 +402,17 @@ class PlannerNode(Node):
                 build = rc.candidate_markers_to_cdr if self._markers_as_bytes else rc.candidate_markers_to_msg
                 self.pub_markers.publish(build(cands, scores, selected, stamp_ns, self.frame_id))
 
-    def _fallback(self, input_stamp_ns: int, reason: str, stages, t_start: float, speed: float,
+    def _fallback(self, input_stamp_ns: int, reason: str, stages, t_start: float, speed: float | None,
                   stamp_valid: bool = False) -> None:
-        """Publish the safe stop and report the cycle as a fallback."""
+        """Publish the safe stop and report the cycle as a fallback. Without a recent plan to brake along
+        and without any known ego speed (no valid input yet) no stop can be timed: a straight stop from
+        an assumed 0 m/s is a plan at standstill, which the controller rejects at speed. Then nothing is
+        published; the report says so and the controller stops on its own (no trajectory)."""
         if self.throttle(reason[:48]):
-            self.get_logger().error(f"cycle at stamp {input_stamp_ns / 1e9:.3f} s: {reason}; publishing a "
-                                    f"fallback stop (rejected inputs: {self.stats.rejected_input_count})")
+            what = ("publishing a fallback stop" if speed is not None or self._previous is not None else
+                    "no fallback stop (the ego's speed is unknown)")
+            self.get_logger().error(f"cycle at stamp {input_stamp_ns / 1e9:.3f} s: {reason}; {what} "
+                                    f"(rejected inputs: {self.stats.rejected_input_count})")
         t_pub = time.perf_counter()
         now_ns = self._now_ns()
         max_age_ns = self.cfg["fallback_max_plan_age_s"] * 1e9
@@ -405,6 +428,12 @@ class PlannerNode(Node):
             # reject the fallback itself. Then stop straight ahead instead.
             if check_plan_kinematics(stop, self.plan_dt, self.limits, self.vehicle, None):
                 stop = None
+        if stop is None and speed is None:
+            stages["publish"] = (time.perf_counter() - t_pub) * 1e3
+            unknown = ("; no fallback plan published: the ego's speed is unknown (no valid input yet), "
+                       "the controller stops on its own")
+            self._report(input_stamp_ns, stages, t_start, reason + unknown, stamp_valid)
+            return
         if stop is None:
             stop = stopping_trajectory(None, self.plan_dt, self.plan_points, 0.0, speed,
                                        self.cfg["fallback_decel"])
