@@ -5,6 +5,8 @@ group) of graph "simulation" on a one-clip dataset, watches the graph with rad2_
 and prints one line ``RESULT {json}``. Modes:
   nominal   drive the clip to its end
   kill      SIGKILL the planner after --kill-after planning cycles, watch --observe seconds more
+  pause_kill  the same with the simulator SIGSTOPped just before (simulated time stands still, as
+            between clips), SIGCONTed after the observation
 Two-host: --wrap-sim / --wrap-stack prefix the two groups' commands (e.g. ``ip netns exec hostA``);
 run this driver itself inside the sim's namespace.
 """
@@ -27,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("mode", choices=["nominal", "kill"])
+    ap.add_argument("mode", choices=["nominal", "kill", "pause_kill"])
     ap.add_argument("--dataset", required=True)
     ap.add_argument("--domain-id", type=int, required=True)
     ap.add_argument("--log-dir", required=True)
@@ -84,10 +86,15 @@ def main() -> int:
                 monitor.spin(0.01)
             monitor.spin(0.15)
             planner = stack.process("planner")
+            if a.mode == "pause_kill":
+                sim.process("bev_warp_sim").signal(signal.SIGSTOP)  # /clock stands still from here
+                out["t_pause_ns"] = time.time_ns()
             planner.signal(signal.SIGKILL)
             out["t_kill_ns"] = time.time_ns()
             out["t_last_traj_ns"] = max(monitor.t_traj.values())
             monitor.spin(a.observe)
+            if a.mode == "pause_kill":
+                sim.process("bev_warp_sim").signal(signal.SIGCONT)
             out["planner_returncode"] = planner.popen.wait(5)
             out["controller_alive"] = stack.process("controller").alive()
             out["sim_alive"] = sim.process("bev_warp_sim").alive()

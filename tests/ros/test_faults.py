@@ -83,7 +83,8 @@ PLANNER_DRIVER = textwrap.dedent(r"""
     grid = rc.BevGrid.from_params(params["bev"])
     channels = list(params["bev"]["channels"])
     clip = make_clip(num_steps=80)
-    obs = [build_observation(snapshot_from_clip(clip, t, params), params=params) for t in range(0, 80, 8)]
+    obs = [build_observation(snapshot_from_clip(clip, t, params, params), params=params)
+           for t in range(0, 80, 8)]
 
     rclpy.init()
     node = rclpy.create_node("planner_fault_driver")
@@ -456,6 +457,41 @@ def test_planner_killed_mid_clip_controller_stops(tmp_path):
     dt = (speeds[-1][0] - speeds[0][0]) / 1e9
     assert v1 < v0 - 0.5 * decel * dt * 0.5 or v1 < 0.5, (v0, v1, dt)
     assert res["exit_codes"]["controller"] == 0 and res["exit_codes"]["bev_warp_sim"] == 0, res["exit_codes"]
+
+
+def test_planner_killed_while_simulated_time_stands_still_controller_stops(tmp_path):
+    """The simulator is stopped (SIGSTOP: /clock stands still, as while it loads the next clip) and the
+    planner killed: the controller's cycle timer, on simulated time, does not run, and its steady-clock
+    watchdog commands the minimal-risk stop, naming the lost heartbeat, at most 300 ms after the last
+    trajectory."""
+    require_ros_build()
+    from rad2_core.storage import load_clip, read_index, save_dataset
+    from test_hil import _driver_args, _result
+
+    split = ROOT / KILL_CLIP[0]
+    entry = next(e for e in read_index(split)["clips"] if e["clip_id"] == KILL_CLIP[1])
+    save_dataset([load_clip(split / entry["file"], maps_dir=split / "maps")], tmp_path / "ds")
+    light = {"planner.num_candidates": 8, "planner.num_denoise_steps": 2}
+    for attempt in range(2):  # a fresh domain once when the graph never got going (see above)
+        domain = unique_domain_id()
+        args = _driver_args("pause_kill", tmp_path / "ds", domain, tmp_path / f"logs{attempt}",
+                            planner_overrides=light, kill_after=5, observe=1.5, timeout=60)
+        with RosProcess(args, ros_env(domain), name=f"pause_kill_driver{attempt}", log_dir=tmp_path) as drv:
+            code = drv.wait(timeout=150)
+            log = drv.log()
+        if code != PRECONDITION_UNMET:
+            break
+    assert code == 0, log[-4000:]
+    res = _result(log)
+    t_kill = res["t_kill_ns"]
+    stops = [c for c in res["commands"] if c[0] > t_kill and c[1]]
+    assert stops, "no minimal-risk stop while simulated time stood still"
+    since_last = (stops[0][0] - res["t_last_traj_ns"]) / 1e9
+    print(f"planner kill with /clock stopped -> stop command {(stops[0][0] - t_kill) / 1e6:.0f} ms after "
+          f"the kill, {since_last * 1e3:.0f} ms after the last trajectory: {stops[0][2]}")
+    assert "watchdog" in stops[0][2] and "planner heartbeat lost" in stops[0][2], stops[0][2]
+    assert since_last <= 0.300, since_last
+    assert res["controller_alive"] and res["exit_codes"]["controller"] == 0, res["exit_codes"]
 
 
 if __name__ == "__main__":
