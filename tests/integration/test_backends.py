@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from rad2_core.config import load_params
+from rad2_core.config import ParameterError, load_merged, load_params, merge_runtime_overrides
 from rad2_planner.diffusion import NoiseSchedule, SamplerSpec
 from rad2_planner.networks import PlannerModel
 from rad2_planner.policy import Rad2Policy, stack_discriminator_inputs
@@ -25,6 +25,8 @@ from rad2_planner.runtime.torch_backend import TorchBackend
 from rad2_planner.selection import CandidateDistribution
 from rad2_planner.selection import sample as sample_candidate
 from tiny_models import randomised_model, tiny_config
+
+PARAMS = load_merged()
 
 
 def _tiny_model() -> PlannerModel:
@@ -70,7 +72,7 @@ def _argmax_params() -> dict:
 
 
 def _policy(model, backend, onnx_dir, **kw):
-    kw.setdefault("params", _argmax_params())
+    kw["params"] = {**PARAMS, **kw.get("params", _argmax_params())}
     return Rad2Policy(model, backend=backend, onnx_dir=onnx_dir, **kw)
 
 
@@ -233,13 +235,16 @@ def test_warm_up_opens_the_sessions_of_the_cycle(setup):
 _FIRST_CYCLE_IMPORTS = """
 import sys
 sys.path.insert(0, sys.argv[2])
+from rad2_core.config import load_merged
 from rad2_planner.policy import Rad2Policy
 from rad2_planner.runtime.base import SCENE_INPUTS
 from rad2_planner.runtime.onnx_export import example_inputs
 from tiny_models import randomised_model, tiny_config
+
+PARAMS = load_merged()
 model = randomised_model(tiny_config())
 model.discriminator_trained = True
-policy = Rad2Policy(model, backend="onnxruntime", onnx_dir=sys.argv[1])  # the shipped selection rules
+policy = Rad2Policy(model, PARAMS, backend="onnxruntime", onnx_dir=sys.argv[1])  # the shipped selection rules
 policy.warm_up()
 ex = example_inputs(model.cfg, batch=1, seed=0)
 before = set(sys.modules)
@@ -296,11 +301,12 @@ def test_backend_parameter_switches(setup):
     model, onnx_dir, _ = setup
     params = load_params("planner")
     params["planner"]["backend"] = "pytorch"
-    assert isinstance(Rad2Policy(model, params=params, onnx_dir=onnx_dir).backend, TorchBackend)
+    assert isinstance(Rad2Policy(model, params={**PARAMS, **params}, onnx_dir=onnx_dir).backend, TorchBackend)
     params["planner"]["backend"] = "onnxruntime"
-    assert isinstance(Rad2Policy(model, params=params, onnx_dir=onnx_dir).backend, OrtBackend)
+    assert isinstance(Rad2Policy(model, params={**PARAMS, **params}, onnx_dir=onnx_dir).backend, OrtBackend)
     params["planner"]["backend"] = "openvino"
-    assert isinstance(Rad2Policy(model, params=params, onnx_dir=onnx_dir).backend, OpenVinoBackend)
+    assert isinstance(Rad2Policy(model, params={**PARAMS, **params}, onnx_dir=onnx_dir).backend,
+                      OpenVinoBackend)
     with pytest.raises(ValueError, match="planner.backend"):
         make_backend("tflite", model, params["runtime"])
 
@@ -337,7 +343,11 @@ def test_openvino_bfloat16_stays_close_to_float32(setup):
 def test_openvino_settings_are_checked(setup):
     _, _, paths = setup
     runtime = load_params("planner")["runtime"]
-    for key, bad in (("precision", "fp8"), ("threads", 0), ("threads", True), ("cpu_pinning", "yes")):
+    # the precision is the schema's to check (the file, an override); the thread settings are also set
+    # in code from a worker's thread count, so the backend checks them
+    with pytest.raises(ParameterError, match="runtime.openvino.precision = 'fp8' is not one of"):
+        merge_runtime_overrides(dict(runtime), {"openvino": {"precision": "fp8"}})
+    for key, bad in (("threads", 0), ("threads", True), ("cpu_pinning", "yes")):
         with pytest.raises(ValueError, match=f"runtime.openvino.{key}"):
             OpenVinoBackend(paths, {**runtime, "openvino": {**runtime["openvino"], key: bad}})
 
@@ -643,7 +653,7 @@ def test_onnx_cache_lives_beside_the_checkpoint_it_was_exported_from(tmp_path):
     dirs = {name: randomised_model(tiny_config(), seed=seed).save(tmp_path / name)
             for name, seed in (("a", 0), ("b", 1))}
     p = {**params, "planner": {**params["planner"], "checkpoint_dir": str(dirs["a"])}}
-    policy = Rad2Policy.from_params(p, backend="onnxruntime")
+    policy = Rad2Policy.from_params({**PARAMS, **p}, backend="onnxruntime")
     assert Path(policy.backend.paths["scene_encoder"]).parent == dirs["a"] / "onnx"
     manifest_a = json.loads((dirs["a"] / "onnx" / "manifest.json").read_text())
     assert manifest_a["weights_hash"] == PlannerModel.load(dirs["a"]).weights_hash()
@@ -651,7 +661,7 @@ def test_onnx_cache_lives_beside_the_checkpoint_it_was_exported_from(tmp_path):
     # generator a with b's discriminator: its own graphs, cached beside the discriminator checkpoint
     p = {**params, "planner": {**params["planner"], "checkpoint_dir": str(dirs["a"]),
                                "discriminator_checkpoint": str(dirs["b"])}}
-    mixed = Rad2Policy.from_params(p, backend="onnxruntime")
+    mixed = Rad2Policy.from_params({**PARAMS, **p}, backend="onnxruntime")
     assert Path(mixed.backend.paths["scene_encoder"]).parent == dirs["b"] / "onnx"
     assert (dirs["b"] / "onnx" / "manifest.json").is_file()
     assert json.loads((dirs["a"] / "onnx" / "manifest.json").read_text()) == manifest_a
@@ -713,8 +723,8 @@ def test_the_evaluated_rad2_policy_runs_on_the_backend_asked_for():
     """rad2 eval policy --backend reaches the shipped rad2 policy (it used to be dropped silently)."""
     from bev_warp_sim.reference_policies import make_policy
 
-    assert make_policy("rad2").backend.name == load_params("planner")["planner"]["backend"]
-    assert make_policy("rad2", backend="openvino").backend.name == "openvino"
+    assert make_policy("rad2", PARAMS).backend.name == load_params("planner")["planner"]["backend"]
+    assert make_policy("rad2", PARAMS, backend="openvino").backend.name == "openvino"
 
 
 def test_runtime_overrides_update_one_key_of_a_block_and_are_checked():

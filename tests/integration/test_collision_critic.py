@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from rad2_core.config import load_params
+from rad2_core.config import ParameterError, load_merged, load_params, validate_overrides
+from rad2_core.open_loop_metrics import vehicle_max_curvature
 from rad2_planner.networks.critic import (
     CRITIC_INPUTS,
     CollisionCritic,
@@ -29,6 +30,11 @@ from rad2_planner.runtime.onnx_export import example_inputs
 from rad2_training.critic_data import CriticDataset, label_candidates, warning_statistics
 from synthetic_scenes import make_clip
 from tiny_models import randomised_model, tiny_config
+
+PARAMS = load_merged()
+# the dataclass as the file gives it, without the round budget (closed loop takes every round)
+KAPPA = vehicle_max_curvature(PARAMS)
+LAYER = replace(SafetyLayerParams.from_params(PARAMS), round_budget_ms=None)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,22 +55,23 @@ def test_labeller_marks_driving_into_the_leader_and_staying_behind():
     clip = make_clip(ego_speed=10.0)
     pose = np.array([clip.ego_x[0], clip.ego_y[0], clip.ego_yaw[0]])
     cands = np.stack([_straight(20.0), _straight(5.0)])
-    collides, ttc, complete = label_candidates(cands, 0.5, pose, clip, 0, horizon_s=4.0)
+    collides, ttc, complete = label_candidates(cands, 0.5, pose, clip, 0, horizon_s=4.0, max_curvature=KAPPA)
     assert complete
     assert collides.tolist() == [True, False]
     assert ttc[0] == pytest.approx(1.7, abs=1e-9) and np.isinf(ttc[1])  # first overlapping 0.1 s step
     # within a 1.5 s horizon the fast candidate is still clear of the leader
-    assert not label_candidates(cands, 0.5, pose, clip, 0, horizon_s=1.5)[0].any()
+    assert not label_candidates(cands, 0.5, pose, clip, 0, horizon_s=1.5, max_curvature=KAPPA)[0].any()
     # near the clip's end the horizon is not logged: reported incomplete
-    assert not label_candidates(cands, 0.5, pose, clip, clip.num_steps - 10, horizon_s=4.0)[2]
+    assert not label_candidates(cands, 0.5, pose, clip, clip.num_steps - 10, horizon_s=4.0,
+                                max_curvature=KAPPA)[2]
 
 
 def test_labeller_errors_name_the_field():
     clip = make_clip()
     with pytest.raises(ValueError, match="candidates"):
-        label_candidates(np.zeros((3, 8)), 0.5, np.zeros(3), clip, 0, 4.0)
+        label_candidates(np.zeros((3, 8)), 0.5, np.zeros(3), clip, 0, 4.0, max_curvature=KAPPA)
     with pytest.raises(ValueError, match="horizon_s"):
-        label_candidates(np.zeros((1, 8, 2)), 0.5, np.zeros(3), clip, 0, 5.0)
+        label_candidates(np.zeros((1, 8, 2)), 0.5, np.zeros(3), clip, 0, 5.0, max_curvature=KAPPA)
 
 
 def test_warning_statistics_on_a_hand_made_set():
@@ -161,8 +168,8 @@ def test_onnx_export_matches_pytorch_for_b_by_m_candidates(tmp_path):
     path = ensure_critic_onnx(critic, tmp_path)
     mtime = path.stat().st_mtime_ns
     assert ensure_critic_onnx(critic, tmp_path).stat().st_mtime_ns == mtime  # cached: not exported again
-    pt = CriticRunner(critic, "pytorch")
-    ox = CriticRunner(critic, "onnxruntime", onnx_dir=tmp_path)
+    pt = CriticRunner(critic, "pytorch", PARAMS["runtime"])
+    ox = CriticRunner(critic, "onnxruntime", PARAMS["runtime"], onnx_dir=tmp_path)
     for b, m, n in ((1, 32, 3), (3, 7, 9)):  # other sizes than the export's example (2, 3, 5)
         ex = critic_example_inputs(critic.cfg, batch=b, m=m, n=n, seed=b)
         (lg_pt, p_pt), (lg_ox, p_ox) = (
@@ -215,10 +222,9 @@ def tiny():
 
 
 def _policy(model, tmp_path, critic=None, **safety):
-    layer = SafetyLayerParams(**safety) if safety else SafetyLayerParams(mode="off")
-    return Rad2Policy(
-        model, backend="pytorch", onnx_dir=tmp_path, safety_layer=layer, critic=critic, num_candidates=16
-    )
+    layer = replace(LAYER, **safety) if safety else replace(LAYER, mode="off")
+    return Rad2Policy(model, PARAMS, backend="pytorch", onnx_dir=tmp_path, safety_layer=layer, critic=critic,
+                      num_candidates=16)
 
 
 def _risk(critic, result):
@@ -228,7 +234,8 @@ def _risk(critic, result):
 def test_mode_off_leaves_plan_batch_unchanged_and_loads_no_critic(tiny, tmp_path):
     model, obs = tiny
     off = _policy(model, tmp_path, critic_checkpoint=str(tmp_path / "nowhere"), mode="off")  # never read
-    plain = Rad2Policy(model, backend="pytorch", onnx_dir=tmp_path, num_candidates=16)  # planner.yaml: off
+    plain = Rad2Policy(model, PARAMS, backend="pytorch", onnx_dir=tmp_path,
+                       num_candidates=16)  # planner.yaml: off
     assert plain.safety.mode == "off"
     a, b = off.plan_batch(obs, seeds=[1, 2, 3]), plain.plan_batch(obs, seeds=[1, 2, 3])
     for ra, rb in zip(a, b):
@@ -347,22 +354,26 @@ def test_next_round_fits_uses_the_costliest_round_so_far():
 
 def test_safety_layer_parameters_are_checked():
     with pytest.raises(ValueError, match="safety_layer.mode"):
-        SafetyLayerParams(mode="maybe")
-    with pytest.raises(ValueError, match="safety_layer.threshold"):
-        SafetyLayerParams(mode="candidate_selection", threshold=1.5)
-    with pytest.raises(ValueError, match="safety_layer.max_rounds"):
-        SafetyLayerParams(mode="rejection_sampling", max_rounds=0)
+        replace(LAYER, mode="maybe")
+    # the threshold and the rounds are bounded by the schema, where the file or an override is read
+    with pytest.raises(ParameterError, match=r"safety_layer.threshold = 1.5 is above"):
+        validate_overrides("planner", {"safety_layer.threshold": 1.5})
+    with pytest.raises(ParameterError, match=r"safety_layer.max_rounds = 0 is below"):
+        validate_overrides("planner", {"safety_layer.max_rounds": 0})
     for bad in (0.0, -5.0, float("nan"), float("inf"), "fast", True):
         with pytest.raises(ValueError, match=r"safety_layer.round_budget_ms: .*" + re.escape(repr(bad))):
-            SafetyLayerParams(mode="rejection_sampling", round_budget_ms=bad)
-    sl = {"mode": "rejection_sampling", "threshold": 0.5, "max_rounds": 3, "critic_checkpoint": "x"}
+            replace(LAYER, mode="rejection_sampling", round_budget_ms=bad)
+    sl = {"mode": "rejection_sampling", "threshold": 0.5, "max_rounds": 3, "critic_checkpoint": "x",
+          "correction_checkpoint": "y"}
     with pytest.raises(ValueError, match="safety_layer.round_budget_ms: 'soon'"):
         SafetyLayerParams.from_params({"safety_layer": {**sl, "round_budget_ms": "soon"}})
-    # the file's budget; a params dict without the key (an older planner.yaml) gets the file's default
+    # the file's budget; a params dict written before the key existed is refused, naming it
     file_budget = load_params("planner")["safety_layer"]["round_budget_ms"]
     assert SafetyLayerParams.from_params(load_params("planner")).round_budget_ms == file_budget
-    assert SafetyLayerParams.from_params({"safety_layer": sl}).round_budget_ms == file_budget
-    assert SafetyLayerParams().round_budget_ms is None  # the dataclass: no budget
+    with pytest.raises(ParameterError,
+                       match=r"planner.yaml: missing key safety_layer.round_budget_ms \(older"):
+        SafetyLayerParams.from_params({"safety_layer": sl})
+    assert replace(LAYER, round_budget_ms=None).round_budget_ms is None  # set in code: no budget
 
 
 def test_a_missing_critic_checkpoint_fails_at_construction(tiny, tmp_path):
@@ -432,7 +443,7 @@ def test_planner_node_reports_the_safety_layer_in_its_diagnostics(planner_node):
     params = {**load_params("bev"), **load_params("vehicle")}
     grid = rc.BevGrid.from_params(params["bev"])
     clip = make_clip(num_steps=20)
-    obs = build_observation(snapshot_from_clip(clip, 10, params), params=params)
+    obs = build_observation(snapshot_from_clip(clip, 10, params, params), params=params)
 
     def cycle():
         stamp = node._now_ns()

@@ -11,7 +11,7 @@ import importlib.util
 
 import numpy as np
 import pytest
-from rad2_core.config import load_params
+from rad2_core.config import load_merged, load_params
 from rad2_planner.policy import Rad2Policy
 from rad2_planner.runtime import BackendUnavailableError
 from rad2_planner.runtime.base import SCENE_INPUTS
@@ -28,6 +28,8 @@ from rad2_planner.runtime.consistency import (
 from rad2_planner.runtime.onnx_export import example_inputs
 from tiny_models import randomised_model
 
+PARAMS = load_merged()
+
 
 @pytest.fixture(scope="module")
 def recordings(tmp_path_factory):
@@ -41,7 +43,7 @@ def recordings(tmp_path_factory):
     for fused in (False, True):
         params = copy.deepcopy(load_params("planner"))
         params["runtime"]["fused_sampler"] = fused
-        policy = Rad2Policy(model, params=params, backend="onnxruntime", onnx_dir=tmp / "onnx")
+        policy = Rad2Policy(model, params={**PARAMS, **params}, backend="onnxruntime", onnx_dir=tmp / "onnx")
         rec = _recording_backend(policy.backend)
         policy.plan({k: ex[k][0] for k in SCENE_INPUTS}, seed=0)
         path = tmp / f"rec_fused_{fused}.npz"

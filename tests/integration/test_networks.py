@@ -5,12 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from rad2_core.config import load_merged
 from rad2_core.geometry import box_corners, boxes_overlap
 from rad2_core.open_loop_metrics import (
     OpenLoopAccumulator,
     displacement_errors,
     logged_future,
     plan_collisions,
+    vehicle_max_curvature,
 )
 from rad2_planner.diffusion import NoiseSchedule, initial_noise, sample
 from rad2_planner.networks import PlannerModel, TrajectoryNormalizer
@@ -18,6 +20,10 @@ from rad2_planner.policy import ObservationError, medoid_index, observation_inpu
 from rad2_planner.runtime.base import DISCRIMINATOR_INPUTS, SCENE_INPUTS
 from rad2_planner.runtime.onnx_export import example_inputs
 from tiny_models import randomised_model, tiny_config
+
+PARAMS = load_merged()
+VEHICLE = PARAMS
+STATIC_SPEED = float(PARAMS["metrics"]["open_loop_static_speed"])
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -318,11 +324,11 @@ def test_box_overlap_and_collisions():
         np.ones((2, 8), bool),
         (4.8, 1.9),
     )
-    col = plan_collisions(plans, fut)
+    col = plan_collisions(plans, fut, STATIC_SPEED, vehicle_max_curvature(PARAMS))
     assert col["collision"].tolist() == [True, False]
     assert col["static"].tolist() == [True, False] and col["dynamic"].tolist() == [False, False]
     fut.agent_valid[0] = False
-    assert not plan_collisions(plans, fut)["collision"].any()
+    assert not plan_collisions(plans, fut, STATIC_SPEED, vehicle_max_curvature(PARAMS))["collision"].any()
 
 
 def test_displacement_errors_and_accumulator():
@@ -352,7 +358,7 @@ def test_logged_future_and_recovery_target():
     assert tgt[0, 1] - tgt0[0, 1] == pytest.approx(0.25, abs=0.05)
     assert np.allclose(tgt[4:], tgt0[4:] + [0.0, 1.0], atol=0.05)
     assert sample_steps(81, 0.1, 0.5, 8, 10) == [0, 10, 20, 30, 40]
-    acc = OpenLoopAccumulator()
+    acc = OpenLoopAccumulator.from_params(PARAMS, PARAMS)
     acc.add(np.stack([tgt0, tgt0 + 1.0]), 0, fut)
     s = acc.summary()
     assert s["ADE"] == pytest.approx(0.0, abs=1e-6) and s["samples"] == 1.0
@@ -397,8 +403,8 @@ def test_safe_medoid_avoids_an_extrapolated_agent():
     from rad2_core.open_loop_metrics import vehicle_max_curvature
     from rad2_planner.policy import safe_medoid_index
 
-    vehicle = VehicleParams.from_params()  # ego box and tightest turn of params/vehicle.yaml
-    limits = ((vehicle.length, vehicle.width), vehicle_max_curvature())
+    vehicle = VehicleParams.from_params(VEHICLE)  # ego box and tightest turn of params/vehicle.yaml
+    limits = ((vehicle.length, vehicle.width), vehicle_max_curvature(PARAMS))
 
     times = (np.arange(8) + 1) * 0.5
     fast = np.stack([10 * times, np.zeros(8)], -1)  # reaches the stopped car 25 m ahead
@@ -420,8 +426,8 @@ def test_safe_medoid_progress_quantile_keeps_the_faster_safe_candidates_along_th
     from rad2_core.route_path import observation_route
     from rad2_planner.policy import safe_medoid_index
 
-    vehicle = VehicleParams.from_params()
-    limits = ((vehicle.length, vehicle.width), vehicle_max_curvature())
+    vehicle = VehicleParams.from_params(VEHICLE)
+    limits = ((vehicle.length, vehicle.width), vehicle_max_curvature(PARAMS))
     times = (np.arange(8) + 1) * 0.5
     # a left turn: straight for 10 m, then along +y
     route_tokens = np.array([[0.0, 0.0], [10.0, 0.0], [10.0, 40.0]], np.float32)
@@ -480,7 +486,8 @@ def test_discriminator_candidates_safe_ranks_and_samples_the_safe_set_only():
 
     params = load_params("planner")
     params["planner"]["discriminator_candidates"] = "safe"
-    policy = Rad2Policy(randomised_model(tiny_config()), params, backend="pytorch", num_candidates=4)
+    policy = Rad2Policy(randomised_model(tiny_config()), {**PARAMS, **params}, backend="pytorch",
+                        num_candidates=4)
     policy.model.discriminator_trained = True
     times = (np.arange(8) + 1) * 0.5
     fast = np.stack([10 * times, np.zeros(8)], -1)  # reaches the stopped car 25 m ahead
@@ -498,11 +505,11 @@ def test_discriminator_candidates_safe_ranks_and_samples_the_safe_set_only():
                           policy._discriminator_mask(cands, inputs))
     assert draw.index[0] in (2, 3) and draw.probs[0, :2].sum() == 0.0
     params["planner"]["discriminator_candidates"] = "all"
-    plain = Rad2Policy(policy.model, params, backend="pytorch", num_candidates=4)
+    plain = Rad2Policy(policy.model, {**PARAMS, **params}, backend="pytorch", num_candidates=4)
     assert plain._select_deterministic(cands, logits, inputs) == ([0], "discriminator")
     params["planner"]["discriminator_candidates"] = "nearest"
     with pytest.raises(ValueError, match="planner.discriminator_candidates"):
-        Rad2Policy(policy.model, params, backend="pytorch", num_candidates=4)
+        Rad2Policy(policy.model, {**PARAMS, **params}, backend="pytorch", num_candidates=4)
 
 
 def test_consensus_prior_leans_selection_to_the_medoid_of_the_allowed_set():
@@ -529,7 +536,8 @@ def test_consensus_prior_leans_selection_to_the_medoid_of_the_allowed_set():
 
     params = load_params("planner")
     params["planner"]["discriminator_prior_weight"] = 3.0
-    policy = Rad2Policy(randomised_model(tiny_config()), params, backend="pytorch", num_candidates=5)
+    policy = Rad2Policy(randomised_model(tiny_config()), {**PARAMS, **params}, backend="pytorch",
+                        num_candidates=5)
     policy.model.discriminator_trained = True
     inputs = {"agents": np.zeros((1, 1, 10), np.float32), "agents_mask": np.zeros((1, 1), bool)}
     flat = np.zeros((1, 5), np.float32)
@@ -539,9 +547,10 @@ def test_consensus_prior_leans_selection_to_the_medoid_of_the_allowed_set():
     strong = np.array([[0.0, 0.0, 0.0, 0.0, 20.0]], np.float32)  # learned preference outweighs the prior
     assert policy._select_deterministic(cands[None], strong + kappa_prior, inputs)[0] == [4]
     params["planner"]["discriminator_prior_weight"] = 0.0
-    assert Rad2Policy(policy.model, params, backend="pytorch", num_candidates=5)._selection_prior(
+    assert Rad2Policy(policy.model, {**PARAMS, **params}, backend="pytorch",
+                      num_candidates=5)._selection_prior(
         cands[None], None) is None
     for bad in (-1.0, float("nan"), 1e6, "4"):
         params["planner"]["discriminator_prior_weight"] = bad
         with pytest.raises(ValueError, match="planner.discriminator_prior_weight"):
-            Rad2Policy(policy.model, params, backend="pytorch", num_candidates=5)
+            Rad2Policy(policy.model, {**PARAMS, **params}, backend="pytorch", num_candidates=5)

@@ -3,9 +3,12 @@ encoder, its exported graph, the policy's ``self_correction`` mode and the train
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
+from rad2_core.config import load_merged, load_schema
 from rad2_planner.networks import PlannerModel
 from rad2_planner.networks.critic import CollisionCritic, CriticConfig
 from rad2_planner.networks.model import same_scene_encoder
@@ -15,7 +18,11 @@ from rad2_planner.runtime.onnx_export import example_inputs
 from rad2_training.correction import draw_traces, self_correcting_copy
 from tiny_models import randomised_model, tiny_config
 
+PARAMS = load_merged()
+LAYER = replace(SafetyLayerParams.from_params(PARAMS), round_budget_ms=None)
+
 TRACE_LEN = 3
+MODES = load_schema("planner")["safety_layer.mode"].choices
 
 
 class ScriptedCritic(CollisionCritic):
@@ -46,8 +53,8 @@ def models(tmp_path_factory):
 
 
 def _policy(base, tmp_path, critic, **safety):
-    return Rad2Policy(base, backend="pytorch", onnx_dir=tmp_path, critic=critic, num_candidates=8,
-                      safety_layer=SafetyLayerParams(**safety))
+    return Rad2Policy(base, PARAMS, backend="pytorch", onnx_dir=tmp_path, critic=critic, num_candidates=8,
+                      safety_layer=replace(LAYER, **safety))
 
 
 def test_empty_trace_leaves_the_denoiser_exact_and_a_trace_changes_it(models):
@@ -74,8 +81,11 @@ def test_exported_correction_graph_matches_pytorch(models, tmp_path, runtime_nam
 
     base, directory, obs = models
     corrector = PlannerModel.load(directory)
-    runtime = {"ort_intra_op_threads": 1, "ort_inter_op_threads": 1, "ort_allow_spinning": False,
-               "onnx_dir": str(tmp_path)}
+    # one thread, one shard, symbolic shapes, f32: the graphs compared one to one
+    runtime = {**PARAMS["runtime"], "ort_intra_op_threads": 1, "ort_inter_op_threads": 1,
+               "ort_allow_spinning": False, "ort_candidate_shards": 1, "ort_fixed_shapes": False,
+               "fused_sampler": False, "onnx_dir": str(tmp_path),
+               "openvino": {"precision": "f32", "threads": 1, "cpu_pinning": False}}
     backend_class = OrtBackend if runtime_name == "onnxruntime" else OpenVinoBackend
     ort_backend, torch_backend = backend_class.from_model(corrector, runtime), TorchBackend(corrector)
     scene_t, scene_o = torch_backend.encode(obs), ort_backend.encode(obs)
@@ -176,7 +186,6 @@ def test_training_traces_are_prefixes_of_mined_unsafe_proposals():
 
 
 def _synthetic_runs(modes, seeds=(0, 1, 2)):
-    from rad2_evaluation.safety_layer import MODES
 
     runs = [{"mode": m, "split": f"data/eval_{kind}", "kind": kind, "seed": s, "CR": 0.1 * MODES.index(m),
              "AF-CR": 0.05, "Safety@1": 0.9, "EP-Mean": 0.8, "corrections_per_cycle": 0.5 * MODES.index(m),
@@ -188,7 +197,7 @@ def _synthetic_runs(modes, seeds=(0, 1, 2)):
 
 
 def test_safety_layer_table_reports_self_correction_and_both_latencies():
-    from rad2_evaluation.safety_layer import MODES, summary_rows, table_lines
+    from rad2_evaluation.safety_layer import summary_rows, table_lines
 
     runs, latencies = _synthetic_runs(MODES)
     rows = summary_rows(runs, MODES, 3, latencies)
@@ -200,8 +209,8 @@ def test_safety_layer_table_reports_self_correction_and_both_latencies():
 
 def test_shipped_self_correcting_generator_fits_the_shipped_planner(tmp_path):
     """The two shipped checkpoints share their scene encoder, so the planner can use the mode as is."""
-    policy = Rad2Policy.from_params(backend="pytorch", onnx_dir=tmp_path,
-                                    safety_layer=SafetyLayerParams(mode="self_correction"))
+    policy = Rad2Policy.from_params(PARAMS, backend="pytorch", onnx_dir=tmp_path,
+                                    safety_layer=replace(LAYER, mode="self_correction"))
     assert policy._corrector_trace_len >= 1
     info = policy._corrector.model.training_info
     # imitation with correction, then (optionally) the closed-loop fine-tuning on top of it
@@ -224,7 +233,7 @@ def test_safety_layer_runs_split_by_mode_merge_into_one_table(tmp_path):
             "runs": runs, "latency": latencies, "num_candidates": 32, "command": f"run {name}",
             "wall_s": 1.0, "safety_layers": {m: {} for m in modes}, "hardware": {}, "load_before": [0.0]}))
         dirs.append(tmp_path / name)
-    merged = merge_results(dirs[:2], tmp_path / "merged")
+    merged = merge_results(dirs[:2], tmp_path / "merged", MODES)
     assert [r["mode"] for r in merged["rows"]] == ["off", "rejection_sampling", "candidate_selection",
                                                    "self_correction"]
     table = (tmp_path / "merged" / "table.md").read_text()
@@ -238,20 +247,20 @@ def test_safety_layer_runs_split_by_mode_merge_into_one_table(tmp_path):
         "runs": runs, "latency": {"self_correction": {"p99_ms": 7.0, "budget": {"p99_ms": 6.0}}},
         "num_candidates": 32, "command": "run e", "wall_s": 1.0, "safety_layers": {"self_correction": {}},
         "hardware": {}, "load_before": [0.0]}))
-    again = merge_results([*dirs[:2], tmp_path / "e"], tmp_path / "again")
+    again = merge_results([*dirs[:2], tmp_path / "e"], tmp_path / "again", MODES)
     row = again["rows"][-1]
     assert row["mode"] == "self_correction" and row["CR"][0] == pytest.approx(0.05)
     assert row["p99_budget_ms"][0] == 6.0 and len(again["runs"]) == len(merged["runs"])
     assert again["rows"][0]["CR"] == merged["rows"][0]["CR"]  # the other modes are untouched
     with pytest.raises(ValueError, match="other seeds"):
-        merge_results([dirs[0], dirs[2]], tmp_path / "bad")
+        merge_results([dirs[0], dirs[2]], tmp_path / "bad", MODES)
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "results.json").write_text("{}")
     with pytest.raises(ValueError, match="results.json: not the results.*no runs"):
-        merge_results([dirs[0], tmp_path / "d"], tmp_path / "bad")
+        merge_results([dirs[0], tmp_path / "d"], tmp_path / "bad", MODES)
     (tmp_path / "d" / "results.json").write_text("{trunc")
     with pytest.raises(ValueError, match="results.json: unreadable"):
-        merge_results([tmp_path / "d"], tmp_path / "bad")
+        merge_results([tmp_path / "d"], tmp_path / "bad", MODES)
 
 
 def test_extra_rounds_on_onnxruntime_with_a_prefetched_discriminator_context(models, tmp_path):
@@ -262,9 +271,11 @@ def test_extra_rounds_on_onnxruntime_with_a_prefetched_discriminator_context(mod
     critic = ScriptedCritic(offset=-1e6)  # rejects everything: every row runs every extra round
     for mode, extra in (("rejection_sampling", {}), ("self_correction",
                                                      {"correction_checkpoint": str(directory)})):
-        policy = Rad2Policy(base, backend="onnxruntime", onnx_dir=tmp_path, critic=critic,  # one export
-                            num_candidates=8, safety_layer=SafetyLayerParams(
-                                mode=mode, threshold=0.5, max_rounds=2, **extra))
+        policy = Rad2Policy(base, PARAMS, backend="onnxruntime", onnx_dir=tmp_path, critic=critic,
+                             # one export
+                            num_candidates=8, safety_layer=replace(LAYER, mode=mode, threshold=0.5,
+                                                                   max_rounds=2,
+                                                                   **extra))
         assert policy.backend.split_discriminator  # the prefetching path is the one under test
         results = policy.plan_batch(obs, seeds=[1, 2, 3])
         for res in results:

@@ -15,16 +15,17 @@ from bev_warp_sim.simulator import Controls, SimulationError, Simulator
 from bev_warp_sim.trace import EpisodeTrace, decision_intervals
 from hypothesis import given, settings
 from hypothesis import strategies as hs
-from rad2_core.config import load_params
+from rad2_core.config import load_merged
 from rad2_core.route_path import RoutePath
 from synthetic_scenes import make_clip
 
-PARAMS = load_params("sim")
+PARAMS = load_merged()
+BEV = PARAMS
 
 
 @pytest.fixture(scope="module")
 def sim():
-    return Simulator()
+    return Simulator(PARAMS)
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +34,7 @@ def clip():
 
 
 def test_expert_replay_tracks_the_log(sim, clip):
-    [ro], stats = run_rollouts(sim, PerRowPlanners(lambda: make_policy("expert")), [clip], h_reuse=1,
+    [ro], stats = run_rollouts(sim, PerRowPlanners(lambda: make_policy("expert", PARAMS)), [clip], h_reuse=1,
                                max_steps=60)
     res = ro.result
     track = ro.trace.ego
@@ -174,7 +175,7 @@ def test_random_action_sequences_never_mutate_their_input(actions):
         state = stepped
 
 
-_PROPERTY_SIM = Simulator()
+_PROPERTY_SIM = Simulator(PARAMS)
 _PROPERTY_CLIP = make_clip(num_steps=120)
 
 
@@ -191,7 +192,7 @@ def test_state_pickles_small_and_resumes_identically(sim, clip):
 
 
 def test_collision_ends_episode_with_attribution(sim, clip):
-    pl = make_policy("constant_velocity")
+    pl = make_policy("constant_velocity", PARAMS)
     st = sim.init([clip], [60])
     st = sim.commit(st, {0: Controls(np.tile([[3.0, 0.0]], (40, 1)))}, h_reuse=40)
     while not st.done[0]:
@@ -358,7 +359,7 @@ def test_observation_at_a_decision_is_what_the_policy_saw(sim):
 
         def plan(self, obs):
             seen[len(seen)] = obs
-            return make_policy("constant_velocity").plan(obs)
+            return make_policy("constant_velocity", PARAMS).plan(obs)
 
     [ro], _ = run_rollouts(sim, PerRowPlanners(Recorder), [clip], start_steps=30, max_steps=40, h_reuse=8)
     for k, d in enumerate(ro.trace.decisions):
@@ -377,7 +378,7 @@ def test_route_that_doubles_back_is_refused_naming_clip_and_place():
     route = np.array([[0.0, 0.0], [40.0, 0.0], [35.0, 3.5], [120.0, 3.5]])
     bad = replace(clip, route_polyline=route)
     with pytest.raises(SimulationError, match=r"'zigzag'.*doubles back at point 1 \(40.0, 0.0\)"):
-        Simulator().init(bad)
+        Simulator(PARAMS).init(bad)
     assert RoutePath(clip.route_polyline).reversal(120.0) is None  # a real route passes
 
 
@@ -409,9 +410,9 @@ def test_a_lagging_ego_sees_a_rendered_bev_where_a_warp_would_be_blank(clip):
     from bev_warp_sim.warp import view_uncovered_fraction
     from rad2_core.bev import get_config
 
-    cfg = get_config(None)
+    cfg = get_config(BEV)
     t_log, t_behind = 60, 40  # the log moves 10 m/s: 20 m behind
-    st = Simulator().init([clip], [t_log])
+    st = Simulator(PARAMS).init([clip], [t_log])
     ego = np.array(st.ego)
     ego[0, :3] = clip.ego_pose(t_behind)
     lagging = replace(st, ego=ego)
@@ -420,10 +421,10 @@ def test_a_lagging_ego_sees_a_rendered_bev_where_a_warp_would_be_blank(clip):
     here = (int(-cfg.origin_y / cfg.resolution), int(-cfg.origin_x / cfg.resolution))  # the ego's cell
 
     warp_params = {**PARAMS, "sim": {**PARAMS["sim"], "warp_max_uncovered": 1.0}}
-    warped = simmod.observe(lagging, simulator=Simulator(params=warp_params))
+    warped = simmod.observe(lagging, simulator=Simulator({**PARAMS, **warp_params}))
     assert warped.bev[channels[0]][here] == 0.0  # the blank the lagging ego used to stand on
 
-    default = Simulator(params={**PARAMS, "sim": {**PARAMS["sim"], "warp_max_uncovered": 0.1}})
+    default = Simulator({**PARAMS, "sim": {**PARAMS["sim"], "warp_max_uncovered": 0.1}})
     rendered = simmod.observe(lagging, simulator=default)
     logged_there = default.logged_observation(clip, t_behind)
     np.testing.assert_allclose(rendered.bev[channels], logged_there.bev[channels], atol=1e-6)
@@ -432,4 +433,4 @@ def test_a_lagging_ego_sees_a_rendered_bev_where_a_warp_would_be_blank(clip):
     agents = cfg.channel_index("agents_t0")
     assert not np.array_equal(rendered.bev[agents], logged_there.bev[agents])
     with pytest.raises(SimulationError, match="sim.warp_max_uncovered: 1.5"):
-        Simulator(params={**PARAMS, "sim": {**PARAMS["sim"], "warp_max_uncovered": 1.5}})
+        Simulator({**PARAMS, "sim": {**PARAMS["sim"], "warp_max_uncovered": 1.5}})

@@ -9,17 +9,19 @@ from bev_warp_sim.reference_policies import POLICIES, make_policy
 from bev_warp_sim.rollout import PerRowPlanners, run_rollouts
 from bev_warp_sim.simulator import Simulator
 from rad2_core.clip import AGENT_VEHICLE, Clip
-from rad2_core.config import load_params
+from rad2_core.config import load_merged, load_params
 from rad2_core.geometry import wrap_angle
 from rad2_core.route_path import RoutePath
 from synthetic_scenes import _along, make_map
+
+PARAMS = load_merged()
 
 EGO_LENGTH = 4.8
 
 
 @pytest.fixture(scope="module")
 def sim():
-    return Simulator()
+    return Simulator(PARAMS)
 
 
 def _scene(num_steps: int, ego_s0: float, ego_speed: float, agents=(), clip_id="pdm_scene") -> Clip:
@@ -50,7 +52,7 @@ def _scene(num_steps: int, ego_s0: float, ego_speed: float, agents=(), clip_id="
 
 
 def _drive(sim, clip, policy="pdm_closed"):
-    [ro], stats = run_rollouts(sim, PerRowPlanners(lambda: make_policy(policy)), [clip], h_reuse=1)
+    [ro], stats = run_rollouts(sim, PerRowPlanners(lambda: make_policy(policy, PARAMS)), [clip], h_reuse=1)
     return ro, stats
 
 
@@ -102,9 +104,8 @@ def test_keeps_its_lane_beside_a_car_in_the_next_lane(sim):
 def test_proposals_leaving_the_road_score_zero(sim):
     clip = _scene(60, ego_s0=20.0, ego_speed=10.0)
     obs = sim.observation_at(clip, 0, [clip.ego_x[0], clip.ego_y[0], clip.ego_yaw[0], 10.0, 0.0], 0.0)
-    params = load_params("pdm_closed")
-    params["pdm_closed"]["lateral_offsets_m"] = [0.0, -2.5, 2.5]
-    planner = pc.make_pdm_closed(params=params)
+    params = {**PARAMS, "pdm_closed": {**PARAMS["pdm_closed"], "lateral_offsets_m": [0.0, -2.5, 2.5]}}
+    planner = pc.make_pdm_closed(params)
     res = planner.plan(obs)
     offsets = np.asarray(planner.cfg.lateral_offsets_m)[planner.path_of]
     # 2.5 m to the right the right corners end up beyond the road edge (1.75 m right of the
@@ -115,7 +116,7 @@ def test_proposals_leaving_the_road_score_zero(sim):
     assert offsets[res.selected] == 0.0 and res.scores[res.selected] == res.scores.max()
     assert res.candidates.shape == (len(offsets), planner.points, 2) and res.plan_dt == planner.plan_dt
     # deterministic: the same observation gives the same plan
-    again = pc.make_pdm_closed(params=params).plan(obs)
+    again = pc.make_pdm_closed(params).plan(obs)
     np.testing.assert_array_equal(res.candidates, again.candidates)
     np.testing.assert_array_equal(res.scores, again.scores)
 
@@ -126,7 +127,7 @@ def test_emergency_stop_when_a_collision_is_imminent_at_low_speed(sim):
     clip = _scene(30, ego_s0=20.0, ego_speed=4.0,
                   agents=[("right", 20.0 + 0.5 * EGO_LENGTH + 1.0 + 2.3, 0.0, 4.6, 1.9)])
     obs = sim.observation_at(clip, 0, [clip.ego_x[0], clip.ego_y[0], clip.ego_yaw[0], 4.0, 0.0], 0.0)
-    res = make_policy("pdm_closed").plan(obs)
+    res = make_policy("pdm_closed", PARAMS).plan(obs)
     assert res.info["emergency_brake"] and res.executed is not None
     travelled = np.hypot(*res.trajectory[-1])
     assert travelled == pytest.approx(4.0**2 / (2 * 4.05), abs=0.05)  # the stop at brake_decel

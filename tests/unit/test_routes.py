@@ -12,10 +12,12 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from rad2_core.config import load_params
+from rad2_core.config import load_merged, load_params
 from rad2_core.lane_map import NO_LANE, LaneMap
 from rad2_core.route_path import ROUTE_REFUSALS, RouteError, RouteLimits, check_route
 from rad2_datasets.adapters import build_route
+
+PARAMS = load_merged()
 
 W = 3.5
 LIMITS = RouteLimits.from_params(load_params("sim"))
@@ -114,7 +116,7 @@ def test_the_simulator_refuses_with_the_same_check():
     with pytest.raises(RouteError) as direct:
         check_route(off, np.stack([clip.ego_x, clip.ego_y], -1), LIMITS)
     with pytest.raises(SimulationError, match=r"'beside'.*from the route > metrics.route_max_offset_m"):
-        Simulator().init(replace(clip, route_polyline=off))
+        Simulator(PARAMS).init(replace(clip, route_polyline=off))
     assert direct.value.reason == "off_route"
 
 

@@ -2,10 +2,12 @@
 
 import numpy as np
 import pytest
-from rad2_core.config import load_params
+from rad2_core.config import load_merged, load_params
 from rad2_core.geometry import boxes_overlap
 from rad2_planner.comfort_limits import ComfortLimitParams, limit_acceleration
 from rad2_planner.safety_envelope import SafetyEnvelopeParams, apply_envelope, constant_velocity_boxes
+
+PARAMS = load_merged()
 
 DT = 0.5
 T = 8
@@ -147,7 +149,7 @@ def test_policy_applies_the_envelope_with_the_vehicle_emergency_limit(tmp_path):
 
     torch.set_num_threads(1)
     model = randomised_model(tiny_config())
-    policy = Rad2Policy(model, backend="pytorch", onnx_dir=tmp_path, num_candidates=4)
+    policy = Rad2Policy(model, PARAMS, backend="pytorch", onnx_dir=tmp_path, num_candidates=4)
     assert policy.envelope.enabled and policy.emergency_decel == pytest.approx(8.0)  # vehicle.yaml
     ex = example_inputs(model.cfg, batch=1, seed=0)
     inputs = {k: np.array(ex[k]) for k in SCENE_INPUTS}

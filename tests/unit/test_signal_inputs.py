@@ -102,17 +102,17 @@ def test_a_checkpoint_without_the_signal_inputs_is_fed_what_it_was_trained_on(si
     legacy = tiny_config(bev_channels=len(channels) - 1, map_point_dim=6,
                          input_scale={**tiny_config().input_scale,
                                       "map_point": tiny_config().input_scale["map_point"][:6]})
-    inputs = observation_inputs(small, legacy)
+    inputs = observation_inputs(small, legacy, channels)
     # no recorded names: the first C channels, in order, and the first six map features
     np.testing.assert_array_equal(inputs["bev"][0, :, 0, 0], np.arange(len(channels) - 1))
     assert inputs["map_polylines"].shape[-1] == 6
     named = tiny_config(bev_channels=2, bev_channel_names=["traffic_signal", "route"])
-    inputs = observation_inputs(small, named)
+    inputs = observation_inputs(small, named, channels)
     np.testing.assert_array_equal(inputs["bev"][0, :, 0, 0],
                                   [channels.index("traffic_signal"), channels.index("route")])
     assert inputs["map_polylines"].shape[-1] == MAP_FEATURES
     with pytest.raises(ObservationError, match="crosswalk"):
-        observation_inputs(small, tiny_config(bev_channels=1, bev_channel_names=["crosswalk"]))
+        observation_inputs(small, tiny_config(bev_channels=1, bev_channel_names=["crosswalk"]), channels)
 
 
 def test_widening_a_checkpoint_keeps_what_it_computes_and_learns_the_new_inputs():

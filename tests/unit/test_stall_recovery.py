@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from rad2_core.bev import get_config
 from rad2_core.bicycle import VehicleParams
-from rad2_core.config import load_params
+from rad2_core.config import load_merged, load_params
 from rad2_planner.stall_recovery import (
     StallRecoveryParams,
     asks_for_reversing,
@@ -19,6 +19,8 @@ from rad2_planner.stall_recovery import (
     follow_route,
     recovery_plan,
 )
+
+PARAMS = load_merged()
 
 BEV = load_params("bev")
 P = StallRecoveryParams.from_params(load_params("planner"))
@@ -157,7 +159,7 @@ def test_the_policy_applies_both_and_says_so():
 
     params = load_params("planner")
     on = {**params, "stall_recovery": {**params["stall_recovery"], "enabled": True}}
-    policy = Rad2Policy.from_params(on, backend="pytorch")
+    policy = Rad2Policy.from_params({**PARAMS, **on}, backend="pytorch")
     cfg = get_config(BEV)
     ex = example_inputs(policy.cfg, batch=2, seed=0)
     inputs = {k: np.array(ex[k]) for k in SCENE_INPUTS}
@@ -180,7 +182,7 @@ def test_the_policy_applies_both_and_says_so():
     assert notes[1].startswith("late acceleration") and executed[1][0, 0] > 5 * waiting[0, 0] + 0.1
     assert executed[1][-1, 0] <= waiting[-1, 0] + 1e-5
     # with the stage switched off, nothing changes
-    off = Rad2Policy.from_params({**params, "stall_recovery": {**params["stall_recovery"], "enabled": False}},
+    off = Rad2Policy.from_params({**PARAMS, "stall_recovery": {**params["stall_recovery"], "enabled": False}},
                                  backend="pytorch")
     assert off._stall_recovery(candidates, [0, 0], inputs) == ([None, None], ["", ""])
 

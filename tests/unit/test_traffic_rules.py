@@ -7,11 +7,13 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from rad2_core.config import load_params
+from rad2_core.config import load_merged, load_params
 from rad2_core.lane_map import SIGNAL_GREEN, SIGNAL_RED, SIGNAL_UNKNOWN, SIGNAL_YELLOW
 from rad2_core.stop_lines import NO_STOP_M, next_signal_stop, stop_line_crossings, stop_lines_on_route
 from rad2_planner.traffic_rules import TrafficRuleParams, allowed_distance, limit_progress
 from synthetic_scenes import make_signal_clip
+
+PARAMS = load_merged()
 
 RULES = TrafficRuleParams.from_params(load_params("planner"))
 LINE_X = 70.0
@@ -100,8 +102,8 @@ def _drive(clip, rules_enabled: bool):
 
     params = load_params("planner")
     params = {**params, "traffic_rules": {**params["traffic_rules"], "enabled": rules_enabled}}
-    policy = Rad2Policy.from_params(params)
-    sim = Simulator()
+    policy = Rad2Policy.from_params({**PARAMS, **params})
+    sim = Simulator(PARAMS)
     (rollout,), _ = run_rollouts(sim, BatchedPolicy(policy), [clip], max_steps=130)
     return rollout.trace, episode_outcome(rollout.trace, sim.params)
 

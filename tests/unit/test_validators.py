@@ -14,6 +14,8 @@ from rad2_core.observation import build_observation
 from rad2_core.storage import load_dataset
 from rad2_planner.policy import resolve_path
 
+PARAMS = load_merged()
+
 LOG_PARAMS = load_merged("bev", "sim", "validators")
 
 BEV = load_params("bev")
@@ -176,7 +178,7 @@ def test_a_log_of_the_impossible_is_refused_before_it_is_driven(clips):
     # an agent's state outside its valid steps is padding, not a claim about the world
     padded = dataclasses.replace(c, agent_vx=np.where(c.agent_valid, c.agent_vx, 1e6))
     assert val.check_clip(padded, LIMITS) == []
-    sim = Simulator()
+    sim = Simulator(PARAMS)
     with pytest.raises(SimulationError, match=r"not a drivable log: clip.ego_speed\[0\] = 1e\+06"):
         sim.init(bad["clip.ego_speed"])
     sim.init(c)  # the same simulator still drives a real log

@@ -111,7 +111,7 @@ class PdmClosedConfig:
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> PdmClosedConfig:
-        """From ``load_params("pdm_closed")`` (checked against its schema there)."""
+        """From params/pdm_closed.yaml as loaded (checked against its schema there)."""
         from rad2_core.config import require
 
         p = require(params, "pdm_closed")
@@ -564,18 +564,13 @@ class PdmClosedPlanner:
         return np.stack([np.interp(s, cum, path_xy[:, 0]), np.interp(s, cum, path_xy[:, 1])], -1)
 
 
-def make_pdm_closed(planner_params: dict[str, Any] | None = None, params: dict[str, Any] | None = None,
-                    vehicle_params: dict[str, Any] | None = None, bev_params: dict[str, Any] | None = None,
-                    **_: Any) -> PdmClosedPlanner:
-    """The registered factory: parameter dicts as loaded by the entry point (None: the shipped
-    params/{planner,pdm_closed,vehicle,bev}.yaml, read once per process)."""
+def make_pdm_closed(params: dict[str, Any], **_: Any) -> PdmClosedPlanner:
+    """The registered factory: ``params`` holds params/{planner,pdm_closed,vehicle,bev}.yaml as the
+    entry point loaded them, merged."""
     from rad2_core.bev import get_config
-    from rad2_core.config import default_params
 
-    pp = planner_params if planner_params is not None else default_params("planner")
-    cfg = PdmClosedConfig.from_params(params if params is not None else default_params("pdm_closed"))
-    vp = vehicle_params if vehicle_params is not None else default_params("vehicle")
-    vehicle = VehicleParams.from_params(vp)
-    grid = DrivableGrid.from_bev_config(get_config(bev_params))
-    return PdmClosedPlanner(cfg, vehicle, grid, float(pp["planner"]["plan_dt"]),
-                            int(pp["planner"]["plan_points"]))
+    cfg = PdmClosedConfig.from_params(params)
+    vehicle = VehicleParams.from_params(params)
+    grid = DrivableGrid.from_bev_config(get_config(params))
+    return PdmClosedPlanner(cfg, vehicle, grid, float(params["planner"]["plan_dt"]),
+                            int(params["planner"]["plan_points"]))

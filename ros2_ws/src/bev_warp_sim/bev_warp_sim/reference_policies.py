@@ -16,6 +16,8 @@
   nuPlan's closed-loop metrics, the best one executed; parameters params/pdm_closed.yaml.
 
 Learned planners join through :data:`POLICIES` (name -> factory), e.g. ``rad2`` -> ``Rad2Policy``.
+Every factory takes ``params``: every file of params/ as the entry point loaded it, merged
+(:func:`rad2_core.config.load_merged`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from rad2_core.config import load_params
+from rad2_core.config import require
 from rad2_core.geometry import world_to_ego
 from rad2_core.planning_interface import PlanResult
 from rad2_core.route_path import RoutePath, observation_route
@@ -34,9 +36,8 @@ class PolicyError(ValueError):
     """Bad policy name, parameters or missing privileged context."""
 
 
-def _plan_params(planner_params: dict[str, Any] | None) -> tuple[float, int]:
-    p = planner_params if planner_params is not None else load_params("planner")
-    return float(p["planner"]["plan_dt"]), int(p["planner"]["plan_points"])
+def _plan_params(params: dict[str, Any]) -> tuple[float, int]:
+    return float(require(params, "planner.plan_dt")), int(require(params, "planner.plan_points"))
 
 
 def _result(traj: np.ndarray, plan_dt: float, name: str) -> PlanResult:
@@ -50,8 +51,8 @@ class ExpertReplay:
 
     name = "expert"
 
-    def __init__(self, planner_params: dict[str, Any] | None = None, **_: Any):
-        self.plan_dt, self.points = _plan_params(planner_params)
+    def __init__(self, params: dict[str, Any], **_: Any):
+        self.plan_dt, self.points = _plan_params(params)
         self.clip = None
         self._ctx = None
 
@@ -88,8 +89,8 @@ class ConstantVelocity:
 
     name = "constant_velocity"
 
-    def __init__(self, planner_params: dict[str, Any] | None = None, **_: Any):
-        self.plan_dt, self.points = _plan_params(planner_params)
+    def __init__(self, params: dict[str, Any], **_: Any):
+        self.plan_dt, self.points = _plan_params(params)
 
     def reset(self, clip: Any | None = None, start_step: int = 0, seed: int | None = None) -> None:
         pass
@@ -105,18 +106,11 @@ class IdmLaneFollower:
 
     name = "idm"
 
-    def __init__(self, planner_params: dict[str, Any] | None = None, params: dict[str, Any] | None = None,
-                 vehicle_params: dict[str, Any] | None = None, **_: Any):
-        self.plan_dt, self.points = _plan_params(planner_params)
-        params = params if params is not None else load_params("sim")
-        try:
-            cfg = params["reference_policies"]["idm"]
-        except KeyError:
-            raise PolicyError("missing parameter reference_policies.idm in params/sim.yaml") from None
-        self.cfg = {k: float(v) for k, v in cfg.items()}
-        vp = vehicle_params if vehicle_params is not None else load_params("vehicle")
-        self.ego_length = float(vp["vehicle"]["length"])
-        self.ego_width = float(vp["vehicle"]["width"])
+    def __init__(self, params: dict[str, Any], **_: Any):
+        self.plan_dt, self.points = _plan_params(params)
+        self.cfg = {k: float(v) for k, v in require(params, "reference_policies.idm").items()}
+        self.ego_length = float(require(params, "vehicle.length"))
+        self.ego_width = float(require(params, "vehicle.width"))
 
     def reset(self, clip: Any | None = None, start_step: int = 0, seed: int | None = None) -> None:
         pass
@@ -185,15 +179,16 @@ def _along(route, s: np.ndarray) -> np.ndarray:
     return route.points[k] + u[:, None] * route.seg[k]
 
 
-def _rad2_factory(checkpoint_dir: str | None = None, traffic_rules: bool | None = None,
-                  backend: str | None = None, runtime_overrides: dict[str, Any] | None = None, **_: Any):
+def _rad2_factory(params: dict[str, Any], checkpoint_dir: str | None = None,
+                  traffic_rules: bool | None = None, backend: str | None = None,
+                  runtime_overrides: dict[str, Any] | None = None, **_: Any):
     """``traffic_rules``: override ``traffic_rules.enabled`` of params/planner.yaml (None: as the file);
     ``backend``: the network runtime (None: ``planner.backend``); ``runtime_overrides``: ``runtime.*``
     settings (checked; a dict value updates that block's keys)."""
-    from rad2_core.config import load_params, merge_runtime_overrides
+    from rad2_core.config import merge_runtime_overrides
     from rad2_planner.policy import Rad2Policy
 
-    params = load_params("planner")
+    params = {**params, "runtime": dict(params["runtime"])}
     merge_runtime_overrides(params["runtime"], runtime_overrides or {})
     if traffic_rules is not None:
         params["traffic_rules"] = {**params["traffic_rules"], "enabled": bool(traffic_rules)}
@@ -201,10 +196,10 @@ def _rad2_factory(checkpoint_dir: str | None = None, traffic_rules: bool | None 
                                   **({"backend": backend} if backend else {}))
 
 
-def _pdm_closed_factory(**kwargs: Any):
+def _pdm_closed_factory(params: dict[str, Any], **kwargs: Any):
     from bev_warp_sim.pdm_closed import make_pdm_closed
 
-    return make_pdm_closed(**kwargs)
+    return make_pdm_closed(params, **kwargs)
 
 
 POLICIES: dict[str, Callable[..., Any]] = {
@@ -216,8 +211,9 @@ POLICIES: dict[str, Callable[..., Any]] = {
 }
 
 
-def make_policy(name: str, **kwargs: Any):
-    """Instantiate a registered policy by name (``POLICIES``)."""
+def make_policy(name: str, params: dict[str, Any], **kwargs: Any):
+    """Instantiate a registered policy by name (``POLICIES``) with ``params`` (every file of params/ as
+    loaded, merged)."""
     if name not in POLICIES:
         raise PolicyError(f"policy: {name!r} is not one of {sorted(POLICIES)}")
-    return POLICIES[name](**kwargs)
+    return POLICIES[name](params, **kwargs)

@@ -41,7 +41,6 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 import numpy as np
-from rad2_core.config import load_params
 from rad2_core.geometry import wrap_angle
 from rad2_core.planning_interface import PlanResult
 from rad2_core.route_path import RouteError, RouteLimits, check_route
@@ -93,13 +92,13 @@ def clip_key(clip) -> str:
     return f"{clip.clip_id}#{h.hexdigest()[:16]}"
 
 
-def register_clip(clip, capacity: int | None = None) -> str:
+def register_clip(clip, capacity: int) -> str:
     """Make ``clip`` resolvable by its key in this process (least recently used clips are dropped beyond
     ``capacity``, ``sim.clip_registry_size``); returns the key."""
     key = clip_key(clip)
     _REGISTRY[key] = clip
     _REGISTRY.move_to_end(key)
-    cap = int(capacity if capacity is not None else load_params("sim")["sim"]["clip_registry_size"])
+    cap = int(capacity)
     while len(_REGISTRY) > max(cap, 1):
         _REGISTRY.popitem(last=False)
     return key
@@ -296,30 +295,29 @@ def _with_row(items: tuple, b: int, value) -> tuple:
 
 
 class Simulator:
-    """Holds parameters, the controller, the warper and caches; every method is pure in the state."""
+    """Holds parameters, the controller, the warper and caches; every method is pure in the state.
 
-    def __init__(
-        self,
-        params: dict[str, Any] | None = None,
-        bev_params: dict[str, Any] | None = None,
-        controller=None,
-        planner_params: dict[str, Any] | None = None,
-    ):
+    ``params``: params/sim.yaml, bev.yaml, planner.yaml, controller.yaml, vehicle.yaml and
+    validators.yaml as the entry point loaded them, merged (:func:`rad2_core.config.load_merged`);
+    ``controller``: a tracker to use instead of the one those files describe.
+    """
+
+    def __init__(self, params: dict[str, Any], controller=None):
         from rad2_control.tracker import TrackingController
 
-        self.params = params if params is not None else load_params("sim")
-        self.bev_params = bev_params if bev_params is not None else load_params("bev")
-        planner_params = planner_params if planner_params is not None else load_params("planner")
-        self.plan_dt = float(planner_params["planner"]["plan_dt"])
+        self.params = params
+        self.bev_params = params
+        self.plan_dt = float(params["planner"]["plan_dt"])
         cfg = self.params["sim"]
         self.dt = float(cfg["dt"])
         self.reactive = bool(cfg["reactive_agents"])
-        self.controller = controller if controller is not None else TrackingController()
+        self.controller = controller if controller is not None else TrackingController(params, params)
         # the simulated vehicle is the controller's (an injected controller may model another vehicle)
         self.vehicle_params = {"vehicle": asdict(self.controller.vehicle)}
         if abs(self.controller.dt - self.dt) > 1e-9:
             raise SimulationError(f"sim.dt: {self.dt} differs from controller.dt {self.controller.dt}")
         self.warper = BevWarper(self.bev_params, backend=str(cfg["warp_backend"]))
+        self.observation_channels = self.warper.cfg.channels  # the BEV channels its observations carry
         self.max_uncovered = float(cfg["warp_max_uncovered"])
         if not 0.0 <= self.max_uncovered <= 1.0:
             raise SimulationError(f"sim.warp_max_uncovered: {self.max_uncovered} must be in [0, 1]")
@@ -332,7 +330,7 @@ class Simulator:
         if self.h_reuse < 1:
             raise SimulationError(f"latch.h_reuse: must be >= 1, got {self.h_reuse}")
         self.registry_size = int(cfg["clip_registry_size"])
-        self._clip_limits = load_limits()  # params/validators.yaml: a log of the impossible is refused
+        self._clip_limits = load_limits(params)  # params/validators.yaml: a log of the impossible is refused
         self._maps: dict[str, _MapGeometry] = {}
         self._clips: OrderedDict[str, _ClipData] = OrderedDict()
         self._obs_cache: OrderedDict[tuple[str, int], Any] = OrderedDict()
@@ -905,49 +903,23 @@ def _plan_record(act, default_plan_dt: float) -> tuple[np.ndarray, float, dict[s
 # ----------------------------------------------------------------------------------------------------
 # single-rollout functional API
 
-_DEFAULT: Simulator | None = None
+def init(clip, start_step: int = 0, *, simulator: Simulator, max_steps: int | None = None) -> SimState:
+    """One rollout of ``clip`` from ``start_step`` on ``simulator``."""
+    return simulator.init([clip], [start_step], max_steps=max_steps)
 
 
-def simulator_params(items: list[str], option: str = "--sim-set") -> tuple[dict[str, Any], dict[str, Any]]:
-    """(params/sim.yaml with ``KEY=VALUE`` items applied, the applied ``{KEY: value}``): each item checked
-    against the schema, and the whole by building a Simulator (``sim.dt=0.2`` passes the schema but not
-    the controller's step). A ParameterError names ``option`` and what is wrong."""
-    from rad2_core.config import ParameterError, params_with_overrides
-
-    params, applied = params_with_overrides("sim", list(items), option)
-    if applied:
-        try:
-            Simulator(params)
-        except SimulationError as exc:
-            raise ParameterError(f"{option}: {exc}") from None
-    return params, applied
-
-
-def default_simulator() -> Simulator:
-    global _DEFAULT
-    if _DEFAULT is None:
-        _DEFAULT = Simulator()
-    return _DEFAULT
-
-
-def init(clip, start_step: int = 0, simulator: Simulator | None = None,
-         max_steps: int | None = None) -> SimState:
-    """One rollout of ``clip`` from ``start_step`` (on ``simulator``, default: one with params/sim.yaml)."""
-    return (simulator or default_simulator()).init([clip], [start_step], max_steps=max_steps)
-
-
-def observe(state: SimState, simulator: Simulator | None = None):
+def observe(state: SimState, *, simulator: Simulator):
     """The observation of a single rollout (warped logged BEV + transformed tokens + simulated ego state)."""
     if state.batch_size != 1:
         raise SimulationError(f"observe: expected a single rollout, got B={state.batch_size} (use Simulator)")
-    return (simulator or default_simulator()).observe(state)[0]
+    return simulator.observe(state)[0]
 
 
-def step(state: SimState, plan_or_controls=None, observation=None,
-         simulator: Simulator | None = None) -> tuple[SimState, dict[str, Any]]:
+def step(state: SimState, plan_or_controls=None, observation=None, *,
+         simulator: Simulator) -> tuple[SimState, dict[str, Any]]:
     """Advance a single rollout one step; a given plan (PlanResult, [T, 2] ego-frame trajectory or
     :class:`Controls`) starts a new latch first. Without one the latched controls continue."""
-    sim = simulator or default_simulator()
+    sim = simulator
     if state.batch_size != 1:
         raise SimulationError(f"step: expected a single rollout, got B={state.batch_size} (use Simulator)")
     if state.done[0]:

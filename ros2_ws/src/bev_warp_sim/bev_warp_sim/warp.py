@@ -81,11 +81,11 @@ def rotate_vector_channels(features: np.ndarray, angle, cfg: BevConfig) -> np.nd
 class BevWarper:
     """Warp ``[C, H, W]`` or ``[B, C, H, W]`` float32 features from logged to simulated poses.
 
-    ``params``: a :class:`BevConfig`, a params dict with a ``bev`` block (``load_params("bev")``), or None
-    for ``params/bev.yaml``.
+    ``params``: a :class:`BevConfig`, or a params dict with a ``bev`` block (params/bev.yaml as loaded).
+    ``backend``: one of :data:`BACKENDS` (what this module implements; the choices of sim.warp_backend).
     """
 
-    def __init__(self, params: BevConfig | dict[str, Any] | None = None, backend: str = "opencv",
+    def __init__(self, params: BevConfig | dict[str, Any], backend: str = "opencv",
                  torch_threads: int | None = None):
         if backend not in BACKENDS:
             raise WarpError(f"sim.warp_backend: {backend!r} is not one of {BACKENDS}")

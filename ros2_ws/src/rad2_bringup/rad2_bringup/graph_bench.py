@@ -30,18 +30,18 @@ def recorded_inputs(data: str, steps: int, frame_id: str) -> list[tuple[Any, Any
     """(BevFeatures, SceneTokens) messages of the first ``steps`` consecutive log steps of the clips of
     ``data`` (clip after clip), stamps to be set when published."""
     from rad2_core.bev import snapshot_from_clip
-    from rad2_core.config import load_params, resource_path
+    from rad2_core.config import load_merged, resource_path
     from rad2_core.observation import build_observation
     from rad2_core.storage import iter_dataset
     from rad2_ros import conversions as rc
 
-    bev_params = load_params("bev")
+    bev_params = load_merged("bev", "vehicle")
     grid = rc.BevGrid.from_params(bev_params["bev"])
     channels = tuple(bev_params["bev"]["channels"])
     msgs = []
     for clip in iter_dataset(resource_path(data)):
         for t in range(clip.num_steps):
-            obs = build_observation(snapshot_from_clip(clip, t))
+            obs = build_observation(snapshot_from_clip(clip, t, bev_params, bev_params), params=bev_params)
             msgs.append((rc.bev_to_msg(obs.bev, grid, channels, 0, frame_id),
                          rc.scene_tokens_to_msg(rc.SceneTokenArrays.from_observation(obs, 0, frame_id))))
             if len(msgs) >= steps:

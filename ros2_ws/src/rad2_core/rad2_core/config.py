@@ -223,15 +223,18 @@ def _in_params_dir(path: Path) -> bool:
         return False
 
 
-def require(params: dict[str, Any], dotted: str, source: str | None = None) -> Any:
+def require(params: dict[str, Any], dotted: str, source: str | None = None, block: str = "") -> Any:
     """Fetch ``a.b.c`` from a nested params dict, with an error naming the missing key; ``source`` (the
     file the dict came from, e.g. ``planner.yaml``) words it for a file written before the key existed:
-    ``planner.yaml: missing key planner.initial_noise (older file?)``."""
+    ``planner.yaml: missing key planner.initial_noise (older file?)``. ``block``: the dotted path of
+    ``params`` in its file when it is a block of it (``runtime`` for planner.yaml's runtime block), for
+    the message."""
     node: Any = params
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
-            raise ParameterError(f"{source}: missing key {dotted} (older file?)" if source
-                                 else f"missing parameter {dotted!r}")
+            full = f"{block}.{dotted}" if block else dotted
+            raise ParameterError(f"{source}: missing key {full} (older file?)" if source
+                                 else f"missing parameter {full!r}")
         node = node[part]
     return node
 
@@ -261,8 +264,10 @@ def merged(params_by_name: dict[str, dict[str, Any]], *names: str) -> dict[str, 
 
 
 def load_merged(*names: str) -> dict[str, Any]:
-    """``merged(load_all(names), *names)``: the files ``names`` loaded and validated, their blocks in one
-    dict (an entry point's call for a library that reads several files)."""
+    """``merged(load_all(names), *names)``: the files ``names`` (none: every file of params/) loaded and
+    validated, their blocks in one dict (an entry point's call for a library that reads several
+    files: the simulator, the policies, the training and evaluation runs)."""
+    names = names or param_names()
     return merged(load_all(names), *names)
 
 

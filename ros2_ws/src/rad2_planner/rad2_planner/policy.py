@@ -95,8 +95,6 @@ from typing import Any
 import numpy as np
 from rad2_core.bev import get_config as get_bev_config
 from rad2_core.config import (
-    default_params,
-    load_params,
     load_schema,
     require,
     resource_path,
@@ -127,9 +125,12 @@ from rad2_planner.stall_recovery import (
 )
 from rad2_planner.traffic_rules import TrafficRuleParams, allowed_distance, limit_progress
 
+# What this module implements of planner.fallback_selection, planner.discriminator_candidates (the
+# candidates the discriminator ranks and samples from: all, or the safe set of safe_medoid),
+# planner.selection_mode, planner.initial_noise and safety_layer.mode. The schema lists the values a
+# file or an override may take (tests/unit/test_config_boundaries.py holds these to it); these tuples
+# check what code hands a policy (a kwarg, a dict built for a benchmark or an experiment arm).
 FALLBACK_RULES = ("medoid", "first", "safe_medoid")
-# Which candidates the discriminator ranks (deterministic argmax) and samples from (RL rollouts): all of
-# them, or the safe set of safe_medoid (``safe_candidates``).
 DISCRIMINATOR_CANDIDATES = ("all", "safe")
 SELECTION_MODES = ("deterministic", "sample")
 INITIAL_NOISE_MODES = ("per_cycle", "per_episode")
@@ -308,24 +309,24 @@ def safe_medoid_index(
 
 @dataclass(frozen=True)
 class SafetyLayerParams:
-    """``safety_layer.*`` of params/planner.yaml (see the module doc, stage 5)."""
+    """``safety_layer.*`` of params/planner.yaml (see the module doc, stage 5); build it with
+    :meth:`from_params` (and ``dataclasses.replace`` for a variant), so every value is the file's."""
 
-    mode: str = "off"
-    threshold: float = 0.5  # probability: p >= threshold rejects a candidate
-    max_rounds: int = 3  # resampling rounds of rejection sampling
-    critic_checkpoint: str = "checkpoints/collision_critic"
+    mode: str
+    threshold: float  # probability: p >= threshold rejects a candidate
+    max_rounds: int  # resampling rounds of rejection sampling
+    critic_checkpoint: str
     # the self-correcting generator (mode self_correction; rad2 train self-correction)
-    correction_checkpoint: str = "checkpoints/self_correction"
-    # ms from the start of the planning cycle by which an extra round must end; None: no time budget
-    round_budget_ms: float | None = None
+    correction_checkpoint: str
+    # ms from the start of the planning cycle by which an extra round must end; None (set in code, e.g.
+    # for closed-loop evaluation): no time budget
+    round_budget_ms: float | None
 
     def __post_init__(self):
+        # the threshold and the rounds are bounded by the schema; the mode and the budget are also set
+        # in code (a mode per evaluated layer, no budget), so they are checked here
         if self.mode not in SAFETY_MODES:
             raise ValueError(f"safety_layer.mode: unknown value {self.mode!r} (choose from {SAFETY_MODES})")
-        if not 0.0 <= float(self.threshold) <= 1.0:
-            raise ValueError(f"safety_layer.threshold: {self.threshold} is not a probability in [0, 1]")
-        if int(self.max_rounds) < 1:
-            raise ValueError(f"safety_layer.max_rounds: {self.max_rounds} must be >= 1")
         b = self.round_budget_ms
         if b is not None and (isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b)
                               or b <= 0.0):
@@ -334,16 +335,13 @@ class SafetyLayerParams:
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> SafetyLayerParams:
-        c = require(params, "safety_layer")
-        # params built for an older planner.yaml (no round_budget_ms) get the file's default
-        budget = c["round_budget_ms"] if "round_budget_ms" in c else (
-            default_params("planner")["safety_layer"]["round_budget_ms"])
+        c = require(params, "safety_layer", "planner.yaml")
+        budget = require(c, "round_budget_ms", "planner.yaml", block="safety_layer")
         try:
             budget = float(budget)
         except (TypeError, ValueError):
             raise ValueError(f"safety_layer.round_budget_ms: {budget!r} is not a number of ms") from None
-        correction = c["correction_checkpoint"] if "correction_checkpoint" in c else (
-            default_params("planner")["safety_layer"]["correction_checkpoint"])
+        correction = require(c, "correction_checkpoint", "planner.yaml", block="safety_layer")
         return cls(str(c["mode"]), float(c["threshold"]), int(c["max_rounds"]), str(c["critic_checkpoint"]),
                    str(correction), budget)
 
@@ -358,14 +356,20 @@ def next_round_fits(spent_ms: float, round_costs_ms: Sequence[float], budget_ms:
 
 
 class Rad2Policy:
-    """RAD-2 planner. Build with :meth:`from_params` (reads ``params/planner.yaml``) or directly."""
+    """RAD-2 planner. Build with :meth:`from_params` (loads the checkpoint ``params`` names) or directly.
+
+    ``params``: params/planner.yaml, vehicle.yaml and bev.yaml as the entry point loaded them, merged
+    (:func:`rad2_core.config.merged`): the planner's settings, the ego box and its tightest turn, and
+    the BEV channels the observations carry. A params dict without a key of the current files (one
+    written for an older planner.yaml) is a ParameterError naming the key.
+    """
 
     name = "rad2"
 
     def __init__(
         self,
         model,
-        params: dict[str, Any] | None = None,
+        params: dict[str, Any],
         backend: str | None = None,
         num_candidates: int | None = None,
         num_steps: int | None = None,
@@ -386,21 +390,22 @@ class Rad2Policy:
         ``critic_checkpoint``."""
         from rad2_core.bicycle import VehicleParams, slip_and_curvature
 
-        params = params if params is not None else load_params("planner")
-        p = require(params, "planner")
-        # the ego box and its tightest turn for safe_medoid come from vehicle.yaml (or the given vehicle)
-        vehicle = VehicleParams.from_params(vehicle_params)
+        p = require(params, "planner", "planner.yaml")
+        for block in ("traffic_rules", "comfort_limits", "safety_envelope", "stall_recovery", "safety_layer"):
+            require(params, block, "planner.yaml")
+        # the ego box and its tightest turn for safe_medoid come from vehicle.yaml (``vehicle_params``:
+        # that file when ``params`` holds no vehicle block)
+        vehicle = VehicleParams.from_params(vehicle_params if vehicle_params is not None
+                                            else require(params, "vehicle", "vehicle.yaml"))
         self.ego_size = (vehicle.length, vehicle.width)
         self.max_curvature = float(slip_and_curvature(vehicle.max_steer, vehicle)[1])
-        # params built for an older planner.yaml (no traffic_rules block) get the file's defaults
-        self.rules = TrafficRuleParams.from_params(
-            params if "traffic_rules" in params else default_params("planner"))
-        self.comfort = ComfortLimitParams.from_params(
-            params if "comfort_limits" in params else default_params("planner"))
-        self.envelope = SafetyEnvelopeParams.from_params(
-            params if "safety_envelope" in params else default_params("planner"))
-        self.recovery = StallRecoveryParams.from_params(
-            params if "stall_recovery" in params else default_params("planner"))
+        require(params, "bev", "bev.yaml")
+        self.bev_cfg = get_bev_config(params)  # the observations' grid and channels
+        self.observation_channels = self.bev_cfg.channels
+        self.rules = TrafficRuleParams.from_params(params)
+        self.comfort = ComfortLimitParams.from_params(params)
+        self.envelope = SafetyEnvelopeParams.from_params(params)
+        self.recovery = StallRecoveryParams.from_params(params)
         self.vehicle = vehicle
         self.emergency_decel = -float(vehicle.min_accel)
         self.max_speed = float(vehicle.max_speed)
@@ -409,8 +414,9 @@ class Rad2Policy:
         self.cfg = model.cfg
         self.normalizer = model.normalizer
         self.backend_name = backend or p["backend"]
+        # M and K may be changed per call (RL, benchmarks): their bounds from the schema, checked at
+        # every call (the schema's bounds only; the values are the params')
         schema = load_schema("planner")
-        # M and K may be changed per call: their bounds from the schema, checked at every call.
         self._count_specs = {key: schema[key]
                              for key in ("planner.num_candidates", "planner.num_denoise_steps")}
         self.num_candidates = self._count("planner.num_candidates", num_candidates, p["num_candidates"])
@@ -419,30 +425,24 @@ class Rad2Policy:
         if self.sampler not in SAMPLERS:
             raise ValueError(f"planner.sampler: unknown value {self.sampler!r} (choose from {SAMPLERS})")
         self.base_seed = int(p["seed"] if seed is None else seed)
-        # params built for an older planner.yaml get the file's default
-        self.initial_noise = str(p["initial_noise"] if "initial_noise" in p
-                                 else default_params("planner")["planner"]["initial_noise"])
+        self.initial_noise = str(require(p, "initial_noise", "planner.yaml", block="planner"))
         if self.initial_noise not in INITIAL_NOISE_MODES:
             raise ValueError(f"planner.initial_noise: unknown value {self.initial_noise!r} "
                              f"(choose from {INITIAL_NOISE_MODES})")
         self.fallback = fallback_selection or p["fallback_selection"]
         if self.fallback not in FALLBACK_RULES:
             raise ValueError(f"planner.fallback_selection: unknown value {self.fallback!r} {FALLBACK_RULES}")
-        # params built for an older planner.yaml get the file's default
-        key = "selection_progress_quantile"
-        self.progress_quantile = float(p[key] if key in p else default_params("planner")["planner"][key])
+        self.progress_quantile = float(require(p, "selection_progress_quantile", "planner.yaml",
+                                               block="planner"))
         if not 0.0 <= self.progress_quantile < 1.0:
             raise ValueError("planner.selection_progress_quantile: must be in [0, 1), got "
                              f"{self.progress_quantile!r}")
-        # params built for an older planner.yaml get the file's default
-        key = "discriminator_candidates"
-        self.discriminator_candidates = str(p[key] if key in p else default_params("planner")["planner"][key])
+        self.discriminator_candidates = str(require(p, "discriminator_candidates", "planner.yaml",
+                                                    block="planner"))
         if self.discriminator_candidates not in DISCRIMINATOR_CANDIDATES:
             raise ValueError("planner.discriminator_candidates: unknown value "
                              f"{self.discriminator_candidates!r} (choose from {DISCRIMINATOR_CANDIDATES})")
-        # params built for an older planner.yaml get the file's default
-        key = "discriminator_prior_weight"
-        w = p[key] if key in p else default_params("planner")["planner"][key]
+        w = require(p, "discriminator_prior_weight", "planner.yaml", block="planner")
         if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0.0 <= w <= MAX_PRIOR_WEIGHT:
             raise ValueError("planner.discriminator_prior_weight: must be a number in "
                              f"[0, {MAX_PRIOR_WEIGHT:g}], got {w!r}")
@@ -479,8 +479,7 @@ class Rad2Policy:
         self._corrector_trace_len = 0
         self.device = device or p["device"]
         self.budget_stop_count = 0  # rows whose rejection sampling the time budget stopped (stage 5)
-        self.set_safety_layer(safety_layer or SafetyLayerParams.from_params(
-            params if "safety_layer" in params else default_params("planner")))
+        self.set_safety_layer(safety_layer or SafetyLayerParams.from_params(params))
 
     def set_safety_layer(self, safety: SafetyLayerParams) -> None:
         """Switch the safety layer (loads the critic on first use: a missing checkpoint fails here, not
@@ -535,15 +534,15 @@ class Rad2Policy:
 
     @classmethod
     def from_params(
-        cls, params: dict[str, Any] | None = None, checkpoint_dir: str | Path | None = None, **kwargs
+        cls, params: dict[str, Any], checkpoint_dir: str | Path | None = None, **kwargs
     ) -> Rad2Policy:
-        """Load the checkpoint named by ``planner.checkpoint_dir`` (and the optional discriminator)."""
+        """Load the checkpoint named by ``planner.checkpoint_dir`` (and the optional discriminator);
+        ``params`` as for the constructor."""
         from rad2_planner.networks import PlannerModel
 
-        params = params if params is not None else load_params("planner")
-        p = require(params, "planner")
+        p = require(params, "planner", "planner.yaml")
         ckpt = resource_path(checkpoint_dir or p["checkpoint_dir"])
-        disc = p.get("discriminator_checkpoint") or None
+        disc = require(p, "discriminator_checkpoint", "planner.yaml", block="planner") or None
         model = PlannerModel.load(ckpt, resource_path(disc) if disc else None)
         return cls(model, params=params, **kwargs)
 
@@ -630,7 +629,7 @@ class Rad2Policy:
         dist = candidate_distribution or self.distribution
         scored = self._needs_scores(mode, dist)  # before any network call: a bad request fails fast
         timings: dict[str, float] = {}
-        inputs = observation_inputs(observation, self.cfg)
+        inputs = observation_inputs(observation, self.cfg, self.observation_channels)
         b = inputs["bev"].shape[0]
         row_seeds = None if seeds is None else _row_seeds(seeds, b, seed)
         explicit_seed = seed is not None
@@ -871,7 +870,7 @@ class Rad2Policy:
         executed, notes = [None] * b, [""] * b
         if not self.recovery.enabled:
             return executed, notes
-        bev_cfg = get_bev_config(None)
+        bev_cfg = self.bev_cfg
         # ``inputs`` are the model's: its BEV channels, in its order (ModelConfig.select_inputs). Without a
         # drivable area to check a recovery plan against, a reversing plan is kept as it is.
         names = self.cfg.input_channel_names(bev_cfg.channels)

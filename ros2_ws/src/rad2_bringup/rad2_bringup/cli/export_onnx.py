@@ -29,13 +29,13 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--cycles", type=int_at_least(1, 10000), default=4, help="planning cycles to record")
     args = ap.parse_args(argv)
 
-    from rad2_core.config import load_params
+    from rad2_core.config import load_merged
     from rad2_planner.networks import PlannerModel
     from rad2_planner.policy import resolve_path
     from rad2_planner.runtime.consistency import ort_vs_torch, record_graph_inputs
     from rad2_planner.runtime.onnx_export import ensure_onnx, export_onnx
 
-    params = load_params("planner")
+    params = load_merged()
     ckpt = resolve_path(args.checkpoint or params["planner"]["checkpoint_dir"])
     out = Path(args.out) if args.out else ckpt / "onnx"
     model = PlannerModel.load(ckpt)

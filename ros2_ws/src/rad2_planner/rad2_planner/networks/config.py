@@ -95,19 +95,16 @@ class ModelConfig:
                              f"{have} (bev.channels) do not include")
         return np.array([have.index(c) for c in want], np.int64)
 
-    def select_inputs(self, inputs: dict[str, np.ndarray],
-                      observation_channels=None) -> dict[str, np.ndarray]:
+    def select_inputs(self, inputs: dict[str, np.ndarray], observation_channels) -> dict[str, np.ndarray]:
         """Batched scene inputs (``bev [B, C, H, W]``, ``map_polylines [B, N, P, F]``, ...) built with
-        ``observation_channels`` (default: ``bev.channels`` of params/bev.yaml) -> what this model takes:
-        its BEV channels, its first ``map_point_dim`` map features. Other fields pass through; a BEV with
-        another channel count (already the model's) is left for the caller's shape check."""
-        if observation_channels is None:
-            from rad2_core.bev import get_config
-
-            observation_channels = get_config(None).channels
+        ``observation_channels`` (``bev.channels`` of the params/bev.yaml the observation was rendered
+        with) -> what this model takes: its BEV channels, its first ``map_point_dim`` map features.
+        Other fields pass through; a BEV with another channel count (already the model's) is left for
+        the caller's shape check. ``observation_channels`` None: the caller does not know them, so the
+        BEV must already be the model's (else the shape check names the mismatch)."""
         out = dict(inputs)
         bev = out.get("bev")
-        if bev is not None and bev.shape[1] == len(observation_channels):
+        if bev is not None and observation_channels is not None and bev.shape[1] == len(observation_channels):
             pick = self.bev_input_index(observation_channels)
             if pick is not None:
                 out["bev"] = np.ascontiguousarray(bev[:, pick])
@@ -140,7 +137,7 @@ class ModelConfig:
 
     @classmethod
     def from_params(cls, planner: dict[str, Any], bev: dict[str, Any]) -> ModelConfig:
-        """From ``load_params('planner')`` and ``load_params('bev')``."""
+        """From params/planner.yaml and params/bev.yaml as loaded."""
         m = require(planner, "model")
         return cls(
             bev_channels=len(require(bev, "bev.channels")),

@@ -391,10 +391,12 @@ class CriticRunner:
     def __init__(
         self,
         critic: CollisionCritic,
-        backend: str = "onnxruntime",
-        runtime_params: dict[str, Any] | None = None,
+        backend: str,
+        runtime_params: dict[str, Any],
         onnx_dir: str | Path | None = None,
     ):
+        """``runtime_params``: the ``runtime`` block of params/planner.yaml as loaded (the ONNX Runtime
+        session settings)."""
         self.critic = critic.eval()
         self.cfg = critic.cfg
         self.backend = "pytorch" if backend == "pytorch" else "onnxruntime"
@@ -408,13 +410,8 @@ class CriticRunner:
             if onnx_dir is None and ckpt is None:
                 raise ValueError("CriticRunner: a critic built in memory needs onnx_dir for its ONNX export")
             path = ensure_critic_onnx(critic, onnx_dir if onnx_dir is not None else Path(ckpt) / "onnx")
-            rp = runtime_params or {
-                "ort_intra_op_threads": 1,
-                "ort_inter_op_threads": 1,
-                "ort_allow_spinning": False,
-            }
             self.session = ort.InferenceSession(
-                str(path), _session_options(ort, rp), providers=["CPUExecutionProvider"]
+                str(path), _session_options(ort, runtime_params), providers=["CPUExecutionProvider"]
             )
 
     def __call__(

@@ -35,6 +35,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 import numpy as np
+from rad2_core.config import require
 
 from rad2_planner.diffusion import NoiseSchedule, SamplerSpec, sample
 
@@ -75,7 +76,6 @@ DISCRIMINATOR_CONTEXT_OUTPUTS = (
 DISCRIMINATOR_HEAD_INPUTS = ("trajectories", "bev_tokens", *DISCRIMINATOR_CONTEXT_OUTPUTS)
 CORRECTION_INPUTS = ("scene_tokens", "scene_bias", "correction_trace", "correction_mask")
 CORRECTION_OUTPUTS = ("corrected_tokens", "corrected_bias")
-BACKENDS = ("pytorch", "onnxruntime", "openvino", "tensorrt")
 
 
 class BackendUnavailableError(RuntimeError):
@@ -198,12 +198,14 @@ def make_backend(
     ``sampler_spec``: the planner's sampler; with ``runtime.fused_sampler`` true, the PyTorch, ONNX
     Runtime and OpenVINO backends run its K steps as one call (:meth:`Backend.generate`).
     """
-    fused = sampler_spec if bool(runtime_params.get("fused_sampler", False)) else None
+    fused = sampler_spec if bool(require(runtime_params, "fused_sampler", "planner.yaml",
+                                         block="runtime")) else None
     if name == "pytorch":
         from rad2_planner.runtime.torch_backend import TorchBackend
 
         return TorchBackend(model, device=device, sampler_spec=fused,
-                            cuda_graphs=bool(runtime_params.get("torch_cuda_graphs", False)))
+                            cuda_graphs=bool(require(runtime_params, "torch_cuda_graphs", "planner.yaml",
+                                                     block="runtime")))
     if name == "onnxruntime":
         from rad2_planner.runtime.ort_backend import OrtBackend
 
@@ -216,4 +218,5 @@ def make_backend(
         from rad2_planner.runtime.trt_backend import TensorRTBackend
 
         return TensorRTBackend.from_model(model, runtime_params, onnx_dir=onnx_dir)
-    raise ValueError(f"planner.backend: unknown value {name!r} (choose from {BACKENDS})")
+    # planner.backend is checked against its schema's choices where it is read or overridden
+    raise ValueError(f"planner.backend: no backend named {name!r}")

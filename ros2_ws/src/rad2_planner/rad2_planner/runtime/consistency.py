@@ -44,7 +44,8 @@ def ort_vs_torch(model, paths: dict[str, Path], runtime: dict) -> dict[str, floa
 def record_graph_inputs(params: dict, ckpt: Path, onnx_dir: Path, path: Path, data: str | Path,
                         cycles: int) -> None:
     """Run ``cycles`` planning cycles (one per clip of ``data``) with the ONNX Runtime backend and save
-    every graph call's inputs to ``path`` (the input of rad2 eval consistency)."""
+    every graph call's inputs to ``path`` (the input of rad2 eval consistency). ``params``: every file
+    of params/ as loaded, merged."""
     from rad2_core.bev import snapshot_from_clip
     from rad2_core.config import resource_path
     from rad2_core.observation import build_observation
@@ -58,7 +59,8 @@ def record_graph_inputs(params: dict, ckpt: Path, onnx_dir: Path, path: Path, da
     rec = _recording_backend(policy.backend)
     n = 0
     for clip in iter_dataset(resource_path(data)):
-        policy.plan(build_observation(snapshot_from_clip(clip, min(50, clip.num_steps - 1))))
+        snap = snapshot_from_clip(clip, min(50, clip.num_steps - 1), params, params)
+        policy.plan(build_observation(snap, params=params))
         n += 1
         if n >= cycles:
             break

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rad2_core.config import require
 
 from rad2_planner.diffusion import NoiseSchedule, SamplerSpec
 from rad2_planner.runtime.base import (
@@ -43,22 +44,20 @@ from rad2_planner.runtime.onnx_export import ensure_onnx
 
 log = logging.getLogger(__name__)
 
-PRECISIONS = ("f32", "bf16")
 # the graphs this backend runs; the split discriminator is ONNX Runtime's (it serves its shards)
 _GRAPHS = ("scene_encoder", "denoiser", "generator", "discriminator", "correction_encoder")
 
 
 def openvino_settings(runtime_params: dict[str, Any]) -> tuple[str, int, bool]:
-    """(precision, threads, cpu pinning) of ``runtime.openvino``; params/ files are schema-checked at
-    load, a dict built in code is checked here."""
-    p = runtime_params.get("openvino") or {}
-    precision = p.get("precision", "f32")
-    if precision not in PRECISIONS:
-        raise ValueError(f"runtime.openvino.precision: must be one of {PRECISIONS}, got {precision!r}")
-    threads = p.get("threads", runtime_params.get("ort_intra_op_threads", 1))
+    """(precision, threads, cpu pinning) of ``runtime.openvino``. The precision comes from the schema-checked
+    file (or an override checked against the schema); the thread settings are also set in code from a
+    worker's thread count, so they are checked here."""
+    p = require(runtime_params, "openvino", "planner.yaml", block="runtime")
+    precision = require(p, "precision", "planner.yaml", block="runtime.openvino")
+    threads = require(p, "threads", "planner.yaml", block="runtime.openvino")
     if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or not 1 <= threads <= 256:
         raise ValueError(f"runtime.openvino.threads: must be an integer in [1, 256], got {threads!r}")
-    pinning = p.get("cpu_pinning", False)
+    pinning = require(p, "cpu_pinning", "planner.yaml", block="runtime.openvino")
     if not isinstance(pinning, bool):
         raise ValueError(f"runtime.openvino.cpu_pinning: must be true or false, got {pinning!r}")
     return str(precision), int(threads), pinning

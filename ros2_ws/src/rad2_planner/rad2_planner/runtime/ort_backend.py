@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rad2_core.config import require
 
 from rad2_planner.diffusion import NoiseSchedule, SamplerSpec
 from rad2_planner.runtime.base import (
@@ -62,8 +63,8 @@ _CONTEXT_KEY = "_discriminator_context"  # scene dict entry: a Future of the con
 def candidate_shards(runtime_params: dict[str, Any]) -> int:
     """Concurrent calls per candidate-axis graph: ``runtime.ort_candidate_shards``, at most the
     intra-op threads (the shards share them; a Ray worker on one thread gets one shard)."""
-    shards = runtime_params.get("ort_candidate_shards", 1)
-    # params/ files are schema-checked at load; a dict built in code is checked here
+    shards = require(runtime_params, "ort_candidate_shards", "planner.yaml", block="runtime")
+    # params/ files are schema-checked at load; a worker sets the thread counts in code, checked here
     if isinstance(shards, bool) or not isinstance(shards, (int, np.integer)) or shards < 1:
         raise ValueError(f"runtime.ort_candidate_shards: must be an integer >= 1, got {shards!r}")
     return max(1, min(int(shards), int(runtime_params["ort_intra_op_threads"])))
@@ -73,11 +74,11 @@ def fixed_shape_sessions(runtime_params: dict[str, Any]) -> tuple[int, int]:
     """(sessions kept per graph with their dimensions pinned, most candidates per pinned call):
     ``runtime.ort_fixed_shapes`` / ``ort_fixed_shape_sessions`` / ``ort_fixed_shapes_max_candidates``;
     (0, 0): one session over the symbolic dimensions."""
-    if not runtime_params.get("ort_fixed_shapes", False):
+    if not require(runtime_params, "ort_fixed_shapes", "planner.yaml", block="runtime"):
         return 0, 0
     out = []
-    for key, default in (("ort_fixed_shape_sessions", 8), ("ort_fixed_shapes_max_candidates", 32)):
-        n = runtime_params.get(key, default)
+    for key in ("ort_fixed_shape_sessions", "ort_fixed_shapes_max_candidates"):
+        n = require(runtime_params, key, "planner.yaml", block="runtime")
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
             raise ValueError(f"runtime.{key}: must be an integer >= 1, got {n!r}")
         out.append(int(n))
@@ -90,7 +91,7 @@ _profiled_sessions = itertools.count()
 def _session_options(ort, runtime_params: dict[str, Any], intra_op_threads: int | None = None,
                      graph: str = "graph"):
     so = ort.SessionOptions()
-    prefix = runtime_params.get("ort_profile_prefix") or ""
+    prefix = require(runtime_params, "ort_profile_prefix", "planner.yaml", block="runtime")
     if prefix:  # one trace file per session: <prefix><graph>_<n>_<date>.json (ONNX Runtime adds the date)
         try:
             Path(os.path.dirname(prefix) or ".").mkdir(parents=True, exist_ok=True)
@@ -205,7 +206,8 @@ class OrtBackend(Backend):
             import onnxruntime as ort
         except ImportError as e:  # pragma: no cover - onnxruntime is a pinned dependency
             raise BackendUnavailableError(f"onnxruntime backend: cannot import onnxruntime ({e})") from e
-        providers = list(providers or runtime_params.get("ort_providers") or ["CPUExecutionProvider"])
+        providers = list(providers or require(runtime_params, "ort_providers", "planner.yaml",
+                                              block="runtime"))
         missing = [p for p in providers if p not in ort.get_available_providers()]
         if missing:
             raise BackendUnavailableError(

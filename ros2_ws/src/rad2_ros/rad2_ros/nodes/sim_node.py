@@ -34,7 +34,7 @@ from bev_warp_sim.simulator import Controls, Simulator
 from nav_msgs.msg import Odometry
 from rad2_control.estimation import SteeringRamp
 from rad2_core.bicycle import VehicleParams
-from rad2_core.config import load_params, resource_path
+from rad2_core.config import load_merged, resource_path
 from rad2_msgs.msg import BevFeatures, ControlCommand, SceneTokens
 from rclpy.node import Node
 from rosgraph_msgs.msg import Clock
@@ -79,8 +79,9 @@ class SimNode(Node):
         self.params = values
         cfg = values["node"]
         self.cfg = cfg
-        self.bev_params = load_params("bev")
-        self.sim = Simulator(values, self.bev_params)
+        # the simulator's other files as they are; sim.yaml's values are the node's declared parameters
+        self.bev_params = load_merged("bev", "planner", "controller", "vehicle", "validators")
+        self.sim = Simulator({**self.bev_params, **values})
         self.dt = self.sim.dt
         self.grid = rc.BevGrid.from_params(self.bev_params["bev"])
         self.channels = list(self.bev_params["bev"]["channels"])
@@ -136,7 +137,7 @@ class SimNode(Node):
         # here, say which and why, and drive the others (validators.check_clip, as Simulator.init)
         from rad2_core.validators import PlausibilityError, check_clip, load_limits
 
-        limits, drivable = load_limits(load_params("validators")), []
+        limits, drivable = load_limits(self.bev_params), []
         for clip in clips:
             bad = check_clip(clip, limits)
             if bad:
