@@ -11,8 +11,11 @@ import numpy as np
 import pytest
 import torch
 from bev_warp_sim.trace import DecisionPoint
+from rad2_core.config import load_merged
 from rad2_training.correction_rl import CorrectionRLConfig, correction_samples, normalised_advantages
 from rad2_training.ogo import OGOConfig, raw_segment, retime
+
+PARAMS = load_merged()
 
 T, PLAN_DT = 8, 0.5
 OGO = OGOConfig(gamma_safe_s=2.0, decel_ratio=0.8, accel_ratio=1.15, lag_m=2.0, segment="executed")
@@ -139,7 +142,7 @@ def test_one_closed_loop_iteration_from_the_shipped_checkpoints(tmp_path):
     cfg = CorrectionRLConfig.from_params(block, iterations=1, clips_per_iteration=1, group_size=1,
                                          updates_per_iteration=2, batch_size=4, learning_rate=1e-3,
                                          scenario_kinds=["hard_brake"])
-    model, history = finetune("data/train", tmp_path, cfg, command="test", progress=False)
+    model, history = finetune("data/train", tmp_path, cfg, PARAMS, command="test", progress=False)
     start = PlannerModel.load("checkpoints/self_correction")
     assert len(history) == 1 and history[0]["rollouts"] == 1 and history[0]["decisions"] > 10
     assert history[0]["samples"] > 0, history  # the shipped critic rejects some proposal of a hard brake
@@ -151,5 +154,5 @@ def test_one_closed_loop_iteration_from_the_shipped_checkpoints(tmp_path):
     assert (tmp_path / "history.png").stat().st_size > 0
     # the fine-tuned corrector plugs into the shipped planner
     sl = load_params("planner")["safety_layer"]
-    Rad2Policy.from_params(load_params("planner"), backend="pytorch", safety_layer=SafetyLayerParams(
-        "self_correction", 0.5, 3, sl["critic_checkpoint"], str(tmp_path / "final")))
+    Rad2Policy.from_params(PARAMS, backend="pytorch", safety_layer=SafetyLayerParams(
+        "self_correction", 0.5, 3, sl["critic_checkpoint"], str(tmp_path / "final"), None))

@@ -8,10 +8,13 @@ import numpy as np
 import pytest
 from bev_warp_sim.rollout import PerRowPlanners, run_rollouts
 from bev_warp_sim.simulator import Simulator
+from rad2_core.config import load_merged
 from rad2_core.geometry import world_to_ego
 from rad2_core.tokens import project_onto_polyline
 from rad2_training.ogo import OGOConfig, OGOTarget, decide, minibatch, ogo_targets, raw_segment, retime
 from synthetic_scenes import make_clip
+
+PARAMS = load_merged()
 
 
 def _arc(n=8, radius=30.0, step=4.0):
@@ -169,7 +172,7 @@ def _check_targets(ro, cfg, kinds):
 
 @pytest.mark.parametrize("segment", ["plan", "candidate", "executed"])
 def test_targets_from_closed_loop_rollouts(segment):
-    sim = Simulator()
+    sim = Simulator(PARAMS)
     clip = make_clip(num_steps=200)  # a slower leader ahead in the ego's lane
     cfg = OGOConfig(segment=segment)
     # accelerating into the slower leader: short TTCs before the contact -> deceleration targets
@@ -217,7 +220,7 @@ def test_generator_fine_tuning_moves_towards_the_targets():
     from rad2_training.imitation import diffusion_loss, to_torch
     from rad2_training.ogo import generator_batch, generator_step
 
-    sim = Simulator()
+    sim = Simulator(PARAMS)
     clip = make_clip(num_steps=200)
     [fast], _ = run_rollouts(sim, PerRowPlanners(lambda: _Straight(3.0)), [clip], start_steps=60,
                              max_steps=100, h_reuse=8)
@@ -257,7 +260,7 @@ def test_imitation_mix_uses_logged_futures_and_adds_its_weighted_loss():
     from rad2_training.imitation import diffusion_loss, to_torch
     from rad2_training.ogo import generator_batch, generator_step, imitation_batch, imitation_samples
 
-    sim = Simulator()
+    sim = Simulator(PARAMS)
     clips = [make_clip(num_steps=200), make_clip(num_steps=30, clip_id="synthetic_short")]  # too short
     model = PlannerModel.load(resolve_path("checkpoints/rad2_il"))
     horizon = int(round(model.cfg.plan_dt / clips[0].dt)) * model.cfg.plan_points

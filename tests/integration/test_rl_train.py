@@ -12,11 +12,15 @@ import numpy as np
 import pytest
 import torch
 from bev_warp_sim.simulator import Simulator
-from rad2_core.config import load_params
+from rad2_core.config import load_all, load_merged, load_params, load_schema
 from rad2_core.storage import load_dataset
 from rad2_planner.networks.model import PlannerModel
 from rad2_planner.policy import resolve_path
 from rad2_training.train import RLRun, config_from_params, train
+
+PARAMS = load_merged()
+FILES = load_all()
+CANDIDATES = load_schema("planner")["planner.discriminator_candidates"].choices
 
 CHECKPOINT = resolve_path("checkpoints/rad2_il")
 SMALL = dict(iterations=3, clips_per_iteration=2, group_size=2, batch_size=4, num_candidates=6, ogo_every=2,
@@ -36,7 +40,7 @@ def clips():
 def _run(clips) -> RLRun:
     torch.set_num_threads(1)
     cfg, tc, ogo = config_from_params(load_params("training"), **SMALL)
-    return RLRun(PlannerModel.load(CHECKPOINT), cfg, tc, ogo, Simulator(), clips)
+    return RLRun(PlannerModel.load(CHECKPOINT), cfg, tc, ogo, Simulator(PARAMS), clips, params=PARAMS)
 
 
 def test_resume_after_a_kill_continues_exactly(clips, tmp_path):
@@ -79,7 +83,8 @@ def test_best_validation_round_is_kept_as_a_planner_checkpoint(clips, tmp_path):
     torch.set_num_threads(1)
     cfg, tc, ogo = config_from_params(load_params("training"),
                                       **{**SMALL, "validate_every": 1, "window_steps": 12})
-    run = RLRun(PlannerModel.load(CHECKPOINT), cfg, tc, ogo, Simulator(), clips[:4], clips[4:])
+    run = RLRun(PlannerModel.load(CHECKPOINT), cfg, tc, ogo, Simulator(PARAMS), clips[:4], clips[4:],
+                params=PARAMS)
     train(run, tmp_path)
     start = run.state.start_validation  # the starting planner, validated before round 1
     assert set(start) == {"val_collision_rate", "val_at_fault_collision_rate", "val_progress_ratio",
@@ -96,7 +101,8 @@ def test_best_validation_round_is_kept_as_a_planner_checkpoint(clips, tmp_path):
         for (name, a), b in zip(run.model.state_dict().items(), best.state_dict().values()):
             assert torch.equal(a, b), name
     assert "rl_best" not in run.model.training_info  # only best/ carries it
-    resumed = RLRun(PlannerModel.load(CHECKPOINT), cfg, tc, ogo, Simulator(), clips[:4], clips[4:])
+    resumed = RLRun(PlannerModel.load(CHECKPOINT), cfg, tc, ogo, Simulator(PARAMS), clips[:4], clips[4:],
+                    params=PARAMS)
     resumed.restore(tmp_path / "last")
     assert (resumed.state.best_iteration, resumed.state.best_val_reward) == (best_round, max(rewards))
 
@@ -106,7 +112,8 @@ def test_best_is_the_starting_planner_when_no_round_validates_better(clips, tmp_
     torch.set_num_threads(1)
     cfg, tc, ogo = config_from_params(load_params("training"),
                                       **{**SMALL, "iterations": 2, "validate_every": 1})
-    run = RLRun(PlannerModel.load(CHECKPOINT), cfg, tc, ogo, Simulator(), clips[:2], clips[4:5])
+    run = RLRun(PlannerModel.load(CHECKPOINT), cfg, tc, ogo, Simulator(PARAMS), clips[:2], clips[4:5],
+                params=PARAMS)
     rewards = iter([0.5, 0.1, 0.3])  # the start, round 1, round 2
     monkeypatch.setattr(run, "validate", lambda: {"val_reward": next(rewards)})
     train(run, tmp_path)
@@ -211,7 +218,7 @@ def test_cli_names_a_bad_setting(tmp_path):
 def test_window_steps_start_groups_at_a_common_logged_step_and_stop_after_the_window(clips):
     torch.set_num_threads(1)
     cfg, tc, ogo = config_from_params(load_params("training"), **{**SMALL, "window_steps": 12})
-    run = RLRun(PlannerModel.load(CHECKPOINT), cfg, tc, ogo, Simulator(), clips)
+    run = RLRun(PlannerModel.load(CHECKPOINT), cfg, tc, ogo, Simulator(PARAMS), clips, params=PARAMS)
     starts = run.window_starts(clips[:2])
     assert all(0 <= s <= c.num_steps - 1 - 12 for s, c in zip(starts, clips[:2]))
     rollouts, _ = run.collect(clips[:2], seed=0, start_steps=starts)
@@ -226,21 +233,21 @@ def test_window_steps_start_groups_at_a_common_logged_step_and_stop_after_the_wi
 def test_experiment_arms_parse_the_discriminator_candidates_option():
     from rad2_evaluation.experiments import parse_arm, policy_spec
 
-    arm = parse_arm("il:uniform@D=safe@M=16", str(CHECKPOINT))
+    arm = parse_arm("il:uniform@D=safe@M=16", str(CHECKPOINT), CANDIDATES)
     assert (arm.rule, arm.m, arm.discriminator_candidates) == ("uniform", 16, "safe")
     spec = policy_spec(arm, threads=1)
     assert spec.planner_overrides == {"num_candidates": 16, "discriminator_candidates": "safe"}
-    assert parse_arm("il:safe_medoid", str(CHECKPOINT)).discriminator_candidates is None
+    assert parse_arm("il:safe_medoid", str(CHECKPOINT), CANDIDATES).discriminator_candidates is None
     with pytest.raises(ValueError, match="D=all|safe"):
-        parse_arm("il:uniform@D=nearest", str(CHECKPOINT))
-    arm = parse_arm("il:safe_medoid@D=safe@P=2.5", str(CHECKPOINT))
+        parse_arm("il:uniform@D=nearest", str(CHECKPOINT), CANDIDATES)
+    arm = parse_arm("il:safe_medoid@D=safe@P=2.5", str(CHECKPOINT), CANDIDATES)
     assert arm.prior_weight == 2.5
     assert policy_spec(arm, threads=1).planner_overrides == {
         "discriminator_candidates": "safe", "discriminator_prior_weight": 2.5,
         "fallback_selection": "safe_medoid"}
     for bad in ("P=-1", "P=nan", "P=strong", "P=1e6"):
         with pytest.raises(ValueError, match=r"P=<float in \[0, 1000\]>"):
-            parse_arm(f"il:safe_medoid@{bad}", str(CHECKPOINT))
+            parse_arm(f"il:safe_medoid@{bad}", str(CHECKPOINT), CANDIDATES)
 
 
 def test_rule_arms_on_an_rl_checkpoint_never_select_by_its_discriminator():
@@ -253,7 +260,7 @@ def test_rule_arms_on_an_rl_checkpoint_never_select_by_its_discriminator():
     assert PlannerModel.load(rl_ckpt).discriminator_trained
     for text, uses_discriminator in (("il:safe_medoid", False), ("il:medoid@D=safe@P=4", False),
                                      (f"ckpt:{rl_ckpt}@D=safe@P=4", True)):
-        decider = policy_spec(parse_arm(text, rl_ckpt), threads=1).build()
+        decider = policy_spec(parse_arm(text, rl_ckpt, CANDIDATES), threads=1).build(PARAMS)
         assert decider.policy.has_discriminator is uses_discriminator, text
 
 
@@ -343,8 +350,9 @@ def test_experiment_results_keep_each_clips_outcome(tmp_path):
     from rad2_evaluation.experiments import parse_arm, run_experiments
 
     torch.set_num_threads(1)
-    arm = parse_arm("il:safe_medoid@M=4@H=8", str(CHECKPOINT))
-    results = run_experiments([arm], ["data/eval_safety"], [0], tmp_path, max_clips=2, backend="pytorch")
+    arm = parse_arm("il:safe_medoid@M=4@H=8", str(CHECKPOINT), CANDIDATES)
+    results = run_experiments([arm], ["data/eval_safety"], [0], tmp_path, FILES, max_clips=2,
+                              backend="pytorch")
     (runs,) = json.loads((tmp_path / "results.json").read_text())[arm.label].values()
     assert runs == next(iter(results[arm.label].values()))  # what was returned is what was written
     clips = runs[0]["clips"]

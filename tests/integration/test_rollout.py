@@ -8,15 +8,19 @@ from bev_warp_sim.reference_policies import make_policy
 from bev_warp_sim.rollout import PerRowPlanners, chunk_rows, decision_seed, expand_rows, run_rollouts
 from bev_warp_sim.simulator import Simulator
 from bev_warp_sim.trace import decision_intervals
+from rad2_core.config import load_merged
 from rad2_core.storage import load_dataset
 from rad2_planner.policy import resolve_path
+
+PARAMS = load_merged()
+BEV = VEHICLE = PARAMS
 
 CHECKPOINT = str(resolve_path("checkpoints/rad2_il"))
 
 
 @pytest.fixture(scope="module")
 def sim():
-    return Simulator()
+    return Simulator(PARAMS)
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +40,7 @@ def test_groups_start_identically_and_chunks_keep_groups_whole(clips):
 
 
 def test_reference_policy_rollouts_do_not_depend_on_batch_size(sim, clips):
-    decider = PerRowPlanners(lambda: make_policy("idm"))
+    decider = PerRowPlanners(lambda: make_policy("idm", PARAMS))
     a, stats = run_rollouts(sim, decider, clips, group_size=2, batch_size=2, max_steps=30)
     b, _ = run_rollouts(sim, decider, clips, group_size=2, batch_size=16, max_steps=30)
     assert stats.env_steps == sum(r.trace.num_steps for r in a)
@@ -60,7 +64,7 @@ def uniform_spec():
 
 
 def test_sampled_group_members_diverge_and_decisions_hold_what_rl_needs(sim, clips, uniform_spec):
-    decider = uniform_spec.build()
+    decider = uniform_spec.build(PARAMS)
     m = decider.policy.num_candidates
     out, stats = run_rollouts(sim, decider, clips[:1], group_size=3, max_steps=24, seed=7,
                               rewards=["rad2", "laviplan"])
@@ -90,8 +94,8 @@ def test_ray_workers_match_the_single_process_engine(sim, clips, uniform_spec):
     from rad2_training.workers import RolloutPool
 
     kwargs = dict(batch_size=4, seed=3, max_steps=20, rewards=["rad2"])
-    local, local_stats = run_rollouts(sim, uniform_spec.build(), clips, 2, **kwargs)
-    with RolloutPool(uniform_spec, num_workers=2, address="") as pool:
+    local, local_stats = run_rollouts(sim, uniform_spec.build(PARAMS), clips, 2, **kwargs)
+    with RolloutPool(uniform_spec, PARAMS, num_workers=2, address="") as pool:
         remote, remote_stats = pool.run(clips, 2, **kwargs)
     assert len(remote) == len(local) == 6
     assert remote_stats.env_steps == local_stats.env_steps
@@ -110,9 +114,10 @@ def test_ray_workers_simulate_with_the_settings_they_are_given(clips, uniform_sp
     from rad2_training.workers import RolloutPool
 
     sim_params, _ = params_with_overrides("sim", ["sim.max_steps=7", "sim.reactive_agents=true"])
+    params = {**PARAMS, **sim_params}
     kwargs = dict(batch_size=4, seed=3, rewards=["rad2"])
-    local, local_stats = run_rollouts(Simulator(sim_params), uniform_spec.build(), clips[:2], 2, **kwargs)
-    with RolloutPool(uniform_spec, num_workers=2, address="", sim_params=sim_params) as pool:
+    local, local_stats = run_rollouts(Simulator(params), uniform_spec.build(params), clips[:2], 2, **kwargs)
+    with RolloutPool(uniform_spec, params, num_workers=2, address="") as pool:
         remote, remote_stats = pool.run(clips[:2], 2, **kwargs)
     assert remote_stats.env_steps == local_stats.env_steps == 4 * 7  # 2 clips x G = 2, 7 steps each
     for x, y in zip(local, remote):
@@ -127,7 +132,7 @@ def test_curation_keeps_hard_clips_and_refuses_overlap_with_evaluation_sets(sim,
     pool = [c for c in pool if c.scenario_kind in ("hard_brake", "free_road")][:2] + pool[-1:]
     held_out = load_dataset(resolve_path("data/eval_efficiency"))[:2]
     assert overlapping(pool, held_out) == [] and overlapping(held_out[:1], held_out) == [held_out[0].clip_id]
-    rollouts, _ = run_rollouts(sim, PerRowPlanners(lambda: make_policy("constant_velocity")), pool, 2,
+    rollouts, _ = run_rollouts(sim, PerRowPlanners(lambda: make_policy("constant_velocity", PARAMS)), pool, 2,
                                max_steps=60, h_reuse=8)
     cfg = load_params("training")["curation"]
     verdicts = judge(pool, rollouts, cfg)
@@ -154,9 +159,9 @@ def test_new_weights_reach_a_workers_openvino_backend(clips):
     from rad2_planner.policy import Rad2Policy
     from rad2_training.workers import PolicySpec, RolloutWorker
 
-    worker = RolloutWorker(PolicySpec(checkpoint_dir=CHECKPOINT, backend="openvino", threads=1))
+    worker = RolloutWorker(PolicySpec(checkpoint_dir=CHECKPOINT, backend="openvino", threads=1), PARAMS)
     policy = worker.decider.policy
-    obs = build_observation(snapshot_from_clip(clips[0], 10))
+    obs = build_observation(snapshot_from_clip(clips[0], 10, BEV, VEHICLE), params=BEV)
     before = policy.plan(obs, seed=3).candidates
     weights = {k: v.clone() for k, v in policy.model.state_dict().items()}
     with torch.no_grad():
@@ -166,5 +171,5 @@ def test_new_weights_reach_a_workers_openvino_backend(clips):
     worker.set_weights(weights)
     after = policy.plan(obs, seed=3).candidates
     assert policy.backend.name == "openvino" and np.abs(after - before).max() > 1e-3
-    reference = Rad2Policy(policy.model, backend="pytorch").plan(obs, seed=3).candidates
+    reference = Rad2Policy(policy.model, PARAMS, backend="pytorch").plan(obs, seed=3).candidates
     assert np.abs(after - reference).max() < 1e-4

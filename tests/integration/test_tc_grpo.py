@@ -23,16 +23,21 @@ from rad2_training.tc_grpo import (
 from tiny_models import randomised_model, tiny_config
 
 
+def _cfg(**kw) -> TCGRPOConfig:
+    """A TC-GRPO config for these tests: one gradient step on the whole buffer unless they say otherwise."""
+    return TCGRPOConfig(**{"minibatch_decisions": 0, "minibatches_per_update": 1, **kw})
+
+
 def test_advantages_on_a_hand_computed_group():
     r = [1.0, 2.0, 3.0, 6.0]  # mean 3, population std sqrt(14/4)
     std = np.sqrt(14 / 4)
-    np.testing.assert_allclose(group_advantages(r, TCGRPOConfig()), [-2 / std, -1 / std, 0.0, 3 / std])
-    np.testing.assert_allclose(group_advantages(r, TCGRPOConfig(advantage="vd_grpo", vd_scale=2.0)),
+    np.testing.assert_allclose(group_advantages(r, _cfg()), [-2 / std, -1 / std, 0.0, 3 / std])
+    np.testing.assert_allclose(group_advantages(r, _cfg(advantage="vd_grpo", vd_scale=2.0)),
                                [-1.0, -0.5, 0.0, 1.5])
-    np.testing.assert_allclose(group_advantages(r, TCGRPOConfig(advantage="mean_only")), [-2, -1, 0, 3])
-    assert keeps_signal(r, TCGRPOConfig()) and not keeps_signal([0.5] * 4, TCGRPOConfig())
+    np.testing.assert_allclose(group_advantages(r, _cfg(advantage="mean_only")), [-2, -1, 0, 3])
+    assert keeps_signal(r, _cfg()) and not keeps_signal([0.5] * 4, _cfg())
     with pytest.raises(ValueError, match="advantage"):
-        TCGRPOConfig(advantage="ppo")
+        _cfg(advantage="ppo")
 
 
 def _grad(ratio: float, advantage: float, eps: float = 0.2) -> tuple[float, float]:
@@ -56,7 +61,7 @@ def test_clipped_objective_gradient_sign_and_clipping():
 
 
 def test_entropy_temperature_moves_only_under_deficit():
-    ctl = AdaptiveEntropy(TCGRPOConfig(entropy_target=1.0, entropy_lr=0.5, init_log_beta=-2.0))
+    ctl = AdaptiveEntropy(_cfg(entropy_target=1.0, entropy_lr=0.5, init_log_beta=-2.0))
     assert ctl.beta(1.5) == 0.0
     ctl.step(1.5)
     assert ctl.log_beta == -2.0  # no deficit: λ untouched, no regularisation
@@ -98,10 +103,10 @@ def test_decision_batch_credits_decision_points_and_filters_flat_groups():
     cands, inputs = _toy_scene(4)
     rollouts = _group(model, cands, inputs, [1.0, 0.0, 0.0, 1.0], group=0, decisions_per_rollout=3)
     rollouts += _group(model, cands, inputs, [0.7] * 4, group=1)  # no preference: filtered
-    batch = decision_batch(rollouts, "r", TCGRPOConfig())
+    batch = decision_batch(rollouts, "r", _cfg())
     assert len(batch) == 12 and batch.groups_total == 2 and batch.groups_kept == 1
     np.testing.assert_allclose(batch.advantage, np.repeat([1.0, -1.0, -1.0, 1.0], 3))
-    assert decision_batch(_group(model, cands, inputs, [0.7] * 4), "r", TCGRPOConfig()) is None
+    assert decision_batch(_group(model, cands, inputs, [0.7] * 4), "r", _cfg()) is None
 
 
 def test_training_raises_the_ranking_of_the_better_candidate():
@@ -116,7 +121,7 @@ def test_training_raises_the_ranking_of_the_better_candidate():
         return float(z[0] - z[1:].max())
 
     before = margin()
-    trainer = Trainer(model, TCGRPOConfig(buffer_batches=2, entropy_target=0.0), lr=1e-3)
+    trainer = Trainer(model, _cfg(buffer_batches=2, entropy_target=0.0), lr=1e-3)
     for _ in range(25):  # fresh on-policy groups: candidate 0 is the one that pays off
         batch = decision_batch(_group(model, cands, inputs, [1.0, 0.0, 0.0, 0.0]), "r", trainer.cfg)
         stats = trainer.add_and_update(batch)
@@ -128,7 +133,7 @@ def test_minibatch_updates_take_the_configured_steps_and_replay_with_the_same_ge
     """minibatch_decisions > 0: minibatches_per_update gradient steps on minibatches drawn from the
     buffer; a resumed run passing the same generator state draws the same minibatches (same weights)."""
     cands, inputs = _toy_scene(4)
-    cfg = TCGRPOConfig(buffer_batches=2, entropy_target=0.0, minibatch_decisions=5, minibatches_per_update=3)
+    cfg = _cfg(buffer_batches=2, entropy_target=0.0, minibatch_decisions=5, minibatches_per_update=3)
     finals = []
     for _ in range(2):
         model = randomised_model(tiny_config(), seed=1)
@@ -143,12 +148,12 @@ def test_minibatch_updates_take_the_configured_steps_and_replay_with_the_same_ge
     model = randomised_model(tiny_config(), seed=1)
     before = torch.cat([p.detach().flatten() for p in model.discriminator.parameters()])
     assert not torch.equal(before, finals[0])  # the steps moved the weights
-    whole = Trainer(model, TCGRPOConfig(buffer_batches=2, entropy_target=0.0), lr=1e-3)
+    whole = Trainer(model, _cfg(buffer_batches=2, entropy_target=0.0), lr=1e-3)
     assert whole.add_and_update(batch)["gradient_steps"] == 1.0  # 0: the whole buffer, one step
     with pytest.raises(ValueError, match="minibatch_decisions"):
-        TCGRPOConfig(minibatch_decisions=-1)
+        _cfg(minibatch_decisions=-1)
     with pytest.raises(ValueError, match="minibatches_per_update"):
-        TCGRPOConfig(minibatches_per_update=0)
+        _cfg(minibatches_per_update=0)
 
 
 def test_the_update_recomputes_the_behaviour_policy_with_its_recorded_prior():
@@ -170,12 +175,12 @@ def test_the_update_recomputes_the_behaviour_policy_with_its_recorded_prior():
                       logits=z, probs=np.exp(logp), log_prob=float(logp[i]), entropy=0.0,
                       discriminator_inputs=recorded),)))
         for i, r in enumerate([1.0, 0.0, 0.5, 0.0])]
-    batch = decision_batch(rollouts, "r", TCGRPOConfig())
+    batch = decision_batch(rollouts, "r", _cfg())
     with torch.no_grad():
         np.testing.assert_allclose(selection_logits(model, batch).numpy(), np.tile(z, (4, 1)), atol=1e-5)
-        _, stats = tc_grpo_loss(model, batch, TCGRPOConfig(), AdaptiveEntropy(TCGRPOConfig()))
+        _, stats = tc_grpo_loss(model, batch, _cfg(), AdaptiveEntropy(_cfg()))
     assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-5) and stats["clip_fraction"] == 0.0
     batch.inputs.pop(SELECTION_PRIOR)  # the same decisions judged without the prior: not the behaviour policy
     with torch.no_grad():
-        _, stats = tc_grpo_loss(model, batch, TCGRPOConfig(), AdaptiveEntropy(TCGRPOConfig()))
+        _, stats = tc_grpo_loss(model, batch, _cfg(), AdaptiveEntropy(_cfg()))
     assert stats["clip_fraction"] > 0.0

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from rad2_core.config import load_params, require, validate_overrides
+from rad2_core.config import require
 from rad2_planner.diffusion import NoiseSchedule, SamplerSpec, initial_noise
 from rad2_planner.networks import ModelConfig, PlannerModel
 from rad2_planner.runtime.base import SCENE_INPUTS
@@ -154,6 +154,7 @@ def train_self_correction(
     out_dir: str | Path,
     base_checkpoint: str | Path,
     critic_checkpoint: str | Path,
+    params: dict[str, Any],
     overrides: dict[str, Any] | None = None,
     workers: int = 2,
     progress: bool = True,
@@ -161,16 +162,14 @@ def train_self_correction(
     time_budget_s: float | None = None,
 ) -> tuple[PlannerModel, dict[str, Any]]:
     """Mine, fine-tune and check (module doc); writes ``<out>/final`` and returns the model and the
-    check's figures."""
+    check's figures. ``params``: every file of params/ as loaded, merged."""
     from rad2_planner.networks.critic import CollisionCritic
     from torch.utils.tensorboard import SummaryWriter
     from tqdm import tqdm
 
-    planner_params, training_params = load_params("planner"), load_params("training")
-    tp = dict(require(training_params, "imitation"))
-    sc = dict(require(training_params, "self_correction"))
-    # --set values meet the same schema as the file (a clear error naming the key and value)
-    validate_overrides("training", {f"self_correction.{k}": v for k, v in (overrides or {}).items()})
+    tp = dict(require(params, "imitation"))
+    sc = dict(require(params, "self_correction"))
+    # ``overrides``: ``self_correction.*`` values the entry point checked against the schema
     sc.update(overrides or {})
     seed = int(sc["seed"])
     rng, out = start_run(seed, out_dir)
@@ -179,8 +178,8 @@ def train_self_correction(
     base = PlannerModel.load(base_checkpoint).eval()
     critic = CollisionCritic.load(critic_checkpoint).eval()
     cfg = base.cfg
-    cache = build_cache(dataset, tp, cfg.plan_dt, cfg.plan_points, resolve_path(tp["cache"]["dir"]), workers,
-                        progress)
+    cache = build_cache(dataset, tp, cfg.plan_dt, cfg.plan_points, resolve_path(tp["cache"]["dir"]), params,
+                        workers, progress)
     n = len(cache)
     clip_of = np.asarray(cache.meta["clip_index"])
     clips = np.unique(clip_of)
@@ -191,10 +190,10 @@ def train_self_correction(
     if len(pool) > int(sc["max_samples"]):
         pool = np.sort(np.random.default_rng(seed + 2).choice(pool, int(sc["max_samples"]), replace=False))
     L, m, thr = int(sc["trace_len"]), int(sc["num_candidates"]), float(sc["critic_threshold"])
-    spec = SamplerSpec(int(require(planner_params, "planner.num_denoise_steps")),
-                       str(require(planner_params, "planner.sampler")),
-                       float(require(planner_params, "diffusion.x0_clip")))
-    schedule = NoiseSchedule(cfg.num_train_steps, require(planner_params, "diffusion.schedule"))
+    spec = SamplerSpec(int(require(params, "planner.num_denoise_steps")),
+                       str(require(params, "planner.sampler")),
+                       float(require(params, "diffusion.x0_clip")))
+    schedule = NoiseSchedule(cfg.num_train_steps, require(params, "diffusion.schedule"))
     t0 = time.time()
     unsafe, count, first = mine_unsafe_proposals(base, critic, cache, pool, m, spec, schedule, thr, L, seed,
                                                  progress=progress)
@@ -211,8 +210,8 @@ def train_self_correction(
     model = self_correcting_copy(base, L)
     for p in model.encoder.parameters():
         p.requires_grad_(False)
-    params = list(model.denoiser.parameters()) + list(model.correction.parameters())
-    opt = torch.optim.AdamW(params, lr=float(sc["learning_rate"]), weight_decay=float(tp["weight_decay"]))
+    weights = list(model.denoiser.parameters()) + list(model.correction.parameters())
+    opt = torch.optim.AdamW(weights, lr=float(sc["learning_rate"]), weight_decay=float(tp["weight_decay"]))
     gen = torch.Generator().manual_seed(seed + 3)
     writer = SummaryWriter(str(out / "tb"))
     max_steps, bs, draws = int(sc["max_steps"]), int(sc["batch_size"]), int(tp["noise_draws"])
@@ -233,7 +232,7 @@ def train_self_correction(
                               correction=(torch.from_numpy(trace), torch.from_numpy(mask)))
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, float(tp["grad_clip"]))
+        torch.nn.utils.clip_grad_norm_(weights, float(tp["grad_clip"]))
         opt.step()
         lv = float(loss.detach())
         ema = lv if ema is None else 0.98 * ema + 0.02 * lv

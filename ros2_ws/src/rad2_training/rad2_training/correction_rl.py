@@ -131,7 +131,7 @@ def sample_batch(sim: Any, clips: dict[str, Any], samples: Sequence[CorrectionSa
     from rad2_planner.policy import correction_inputs, observation_inputs
 
     obs = [sim.observation_at(clips[s.clip_id], s.step, s.ego_state, s.accel) for s in samples]
-    batch = observation_inputs(stack_observations(obs), model_cfg)
+    batch = observation_inputs(stack_observations(obs), model_cfg, sim.observation_channels)
     batch["target"] = np.stack([s.target for s in samples]).astype(np.float32)
     batch["trace"], batch["trace_mask"] = correction_inputs([list(s.trace) for s in samples],
                                                             batch["ego_state"][:, 0], normalizer, trace_len,
@@ -206,15 +206,15 @@ def plot_history(history: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def finetune(dataset: str | Path, out_dir: str | Path, cfg: CorrectionRLConfig, *, command: str,
-             correction_checkpoint: str | None = None, progress: bool = True,
+def finetune(dataset: str | Path, out_dir: str | Path, cfg: CorrectionRLConfig, params: dict[str, Any], *,
+             command: str, correction_checkpoint: str | None = None, progress: bool = True,
              time_budget_s: float | None = None) -> tuple[Any, list[dict]]:
     """The whole fine-tuning run (module doc); writes ``<out>/iter_<k>``, ``<out>/final``,
-    ``history.json`` and ``history.png``; returns the fine-tuned model and the history."""
+    ``history.json`` and ``history.png``; returns the fine-tuned model and the history. ``params``:
+    every file of params/ as loaded, merged."""
     import torch
     from bev_warp_sim.rollout import BatchedPolicy, run_rollouts
     from bev_warp_sim.simulator import Simulator
-    from rad2_core.config import load_params
     from rad2_planner.diffusion import NoiseSchedule
     from rad2_planner.networks import PlannerModel
     from rad2_planner.networks.model import same_scene_encoder
@@ -223,16 +223,15 @@ def finetune(dataset: str | Path, out_dir: str | Path, cfg: CorrectionRLConfig, 
 
     from rad2_training.imitation import start_run
 
-    planner_params, sim_params = load_params("planner"), load_params("sim")
-    training = load_params("training")
-    ogo = OGOConfig(**training["rl"]["ogo"])
-    grad_clip = float(training["imitation"]["grad_clip"])
+    ogo = OGOConfig(**params["rl"]["ogo"])
+    grad_clip = float(params["imitation"]["grad_clip"])
     rng, out = start_run(cfg.seed, out_dir)
-    sl = planner_params["safety_layer"]
-    start = str(resource_path(correction_checkpoint or sl["correction_checkpoint"]))
-    safety = SafetyLayerParams("self_correction", float(sl["threshold"]), int(sl["max_rounds"]),
-                               str(sl["critic_checkpoint"]), start)
-    policy = Rad2Policy.from_params(planner_params, backend="onnxruntime", safety_layer=safety)
+    start = str(resource_path(correction_checkpoint or params["safety_layer"]["correction_checkpoint"]))
+    # the rollouts correct every unsafe plan: no time budget cuts a round short while training
+    safety = replace(SafetyLayerParams.from_params(params), mode="self_correction",
+                     correction_checkpoint=start,
+                     round_budget_ms=None)
+    policy = Rad2Policy.from_params(params, backend="onnxruntime", safety_layer=safety)
     model = PlannerModel.load(start)
     reference = PlannerModel.load(start).eval()
     if model.correction is None or not same_scene_encoder(model, policy.model):
@@ -240,15 +239,15 @@ def finetune(dataset: str | Path, out_dir: str | Path, cfg: CorrectionRLConfig, 
                          "checkpoint (train one with rad2 train self-correction)")
     for p in list(model.encoder.parameters()) + list(reference.parameters()):
         p.requires_grad_(False)
-    params = list(model.denoiser.parameters()) + list(model.correction.parameters())
-    optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate,
-                                  weight_decay=float(training["imitation"]["weight_decay"]))
-    schedule = NoiseSchedule(model.cfg.num_train_steps, planner_params["diffusion"]["schedule"])
+    weights = list(model.denoiser.parameters()) + list(model.correction.parameters())
+    optimizer = torch.optim.AdamW(weights, lr=cfg.learning_rate,
+                                  weight_decay=float(params["imitation"]["weight_decay"]))
+    schedule = NoiseSchedule(model.cfg.num_train_steps, params["diffusion"]["schedule"])
     gen = torch.Generator().manual_seed(cfg.seed + 3)
-    sim = Simulator(sim_params)
+    sim = Simulator(params)
     pool = training_clips(dataset, cfg.scenario_kinds)
     by_id = {c.clip_id: c for c in pool}
-    h_reuse = int(sim_params["evaluation"]["h_reuse"])
+    h_reuse = int(params["evaluation"]["h_reuse"])
     history: list[dict] = []
     t_run = time.perf_counter()
     for it in range(cfg.iterations):

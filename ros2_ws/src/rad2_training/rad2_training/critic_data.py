@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 from rad2_core.geometry import ego_to_world, tracks_overlap
-from rad2_core.open_loop_metrics import plan_headings, vehicle_max_curvature
+from rad2_core.open_loop_metrics import plan_headings
 
 PER_DECISION = (
     "trajectories",
@@ -66,10 +66,12 @@ def label_candidates(
     clip,
     step: int,
     horizon_s: float,
-    max_curvature: float | None = None,
+    max_curvature: float,
 ) -> tuple[np.ndarray, np.ndarray, bool]:
     """Execute candidates ``[M, T, 2]`` (ego frame of ``ego_pose`` = world x, y, yaw at log step
-    ``step``, points at ``(k+1)·plan_dt``) open loop against the clip's logged agent boxes.
+    ``step``, points at ``(k+1)·plan_dt``) open loop against the clip's logged agent boxes, the ego
+    box turning at most ``max_curvature`` (1/m: the vehicle's,
+    :func:`rad2_core.open_loop_metrics.vehicle_max_curvature`).
 
     Returns ``(collides [M] bool, time_to_collision [M] s (inf: none), complete)``; ``complete`` is
     False when the horizon runs past the clip's last step (those steps are not checked).
@@ -91,8 +93,7 @@ def label_candidates(
     hi = np.clip(np.searchsorted(knots, tau, side="left"), 1, t_plan)
     w = ((tau - knots[hi - 1]) / (knots[hi] - knots[hi - 1]))[None, :, None]
     dense = pts[:, hi - 1] * (1.0 - w) + pts[:, hi] * w  # M K 2
-    curvature = vehicle_max_curvature() if max_curvature is None else float(max_curvature)
-    yaw = plan_headings(dense, max_curvature=curvature) + float(ego_pose[2])
+    yaw = plan_headings(dense, max_curvature=float(max_curvature)) + float(ego_pose[2])
     xy = ego_to_world(dense.reshape(-1, 2), ego_pose).reshape(m, k, 2)
     ego = np.concatenate(
         [xy, yaw[..., None], np.broadcast_to([clip.ego_length, clip.ego_width], (m, k, 2))], axis=-1
@@ -216,7 +217,7 @@ def collect_critic_dataset(
     clips: Sequence[Any],
     horizon_s: float,
     *,
-    sim=None,
+    sim,
     h_reuse: int = 1,
     chunk_clips: int = 8,
     seed: int = 0,
@@ -226,14 +227,13 @@ def collect_critic_dataset(
     each, log-replayed agents) and label every decision's candidates (:func:`label_candidates`).
 
     Rollouts run ``chunk_clips`` at a time and keep their observations only until their decisions are
-    labelled (a kept observation carries its 0.65 MB BEV raster).
+    labelled (a kept observation carries its 0.65 MB BEV raster). ``sim``: the
+    :class:`~bev_warp_sim.simulator.Simulator` that drives them.
     """
     from bev_warp_sim.rollout import BatchedPolicy, run_rollouts
-    from bev_warp_sim.simulator import Simulator
 
     if chunk_clips < 1:
         raise CriticDataError(f"chunk_clips: must be >= 1, got {chunk_clips}")
-    sim = sim if sim is not None else Simulator()
     if sim.reactive:
         raise CriticDataError(
             "sim.reactive_agents: true; the labels replay the logged agents, so the rollouts must too"
@@ -253,7 +253,7 @@ def collect_critic_dataset(
             keep_observations=True,
             progress=progress,
         )
-        parts.append(_label_rollouts(rollouts, chunk, horizon_s, float(policy.plan_dt)))
+        parts.append(_label_rollouts(rollouts, chunk, horizon_s, float(policy.plan_dt), policy.max_curvature))
     data = CriticDataset.concatenate(parts)
     data.meta = {
         "horizon_s": float(horizon_s),
@@ -268,7 +268,7 @@ def collect_critic_dataset(
     return data
 
 
-def _label_rollouts(rollouts, clips, horizon_s: float, plan_dt: float) -> CriticDataset:
+def _label_rollouts(rollouts, clips, horizon_s: float, plan_dt: float, max_curvature: float) -> CriticDataset:
     rows: dict[str, list] = {k: [] for k in PER_DECISION}
     dropped = 0  # decisions whose horizon runs past the clip's end
     for r, (ro, clip) in enumerate(zip(rollouts, clips)):
@@ -281,7 +281,7 @@ def _label_rollouts(rollouts, clips, horizon_s: float, plan_dt: float) -> Critic
                     "or observation (plan with a Rad2Policy, keep_observations=True)"
                 )
             collides, ttc, complete = label_candidates(
-                dp.candidates, plan_dt, dp.ego_state[:3], clip, dp.step, horizon_s
+                dp.candidates, plan_dt, dp.ego_state[:3], clip, dp.step, horizon_s, max_curvature
             )
             if not complete:
                 dropped += 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ def pick_clips(split: str, n: int, seed: int) -> list:
     return [clips[i] for i in order[: (n or len(clips))]]
 
 
-def build(split: str, n: int, path: Path, policy, *, horizon_s: float, h_reuse: int, chunk_clips: int,
+def build(split: str, n: int, path: Path, policy, sim, *, horizon_s: float, h_reuse: int, chunk_clips: int,
           seed: int, cached: CriticDataset | None = None) -> CriticDataset:
     """Drive and label ``n`` clips of ``split``; clips already in ``cached`` (a dataset built with the
     same settings from a prefix of the same clip order) are reused, only the rest are driven."""
@@ -49,7 +50,7 @@ def build(split: str, n: int, path: Path, policy, *, horizon_s: float, h_reuse: 
         reuse = len(cached.clip_ids)
     t0 = time.perf_counter()
     with tqdm(total=len(clips) - reuse, desc=f"labelling {Path(split).name}", unit="clip") as bar:
-        new = collect_critic_dataset(policy, clips[reuse:], horizon_s, h_reuse=h_reuse,
+        new = collect_critic_dataset(policy, clips[reuse:], horizon_s, sim=sim, h_reuse=h_reuse,
                                      chunk_clips=chunk_clips, seed=seed, progress=bar.update)
     data = CriticDataset.concatenate([cached, new]) if reuse else new
     wall = time.perf_counter() - t0 + (float(cached.meta.get("build_wall_s", 0.0)) if reuse else 0.0)
@@ -82,10 +83,13 @@ def _usable_cache(path: Path, want: dict[str, Any], n: int, name: str) -> tuple[
     return None, (data if same and (n == 0 or len(data.clip_ids) < n) else None)
 
 
-def load_or_build(sets: dict[str, tuple[str, int]], data_dir: Path, *, horizon_s: float, h_reuse: int,
-                  chunk_clips: int, seed: int, rebuild: bool = False) -> tuple[dict, dict[str, Path]]:
+def load_or_build(sets: dict[str, tuple[str, int]], data_dir: Path, params: dict[str, Any], *,
+                  horizon_s: float, h_reuse: int, chunk_clips: int, seed: int, rebuild: bool = False
+                  ) -> tuple[dict, dict[str, Path]]:
     """The labelled datasets ``name -> (split, clips)`` from the cache in ``data_dir`` or built anew
-    (the planner is made only when something must be driven); returns (datasets, their paths)."""
+    (the planner and simulator are made only when something must be driven; ``params``: every file of
+    params/ as loaded, merged); returns (datasets, their paths)."""
+    from bev_warp_sim.simulator import Simulator
     from rad2_planner.policy import Rad2Policy, SafetyLayerParams
 
     paths = {name: Path(data_dir) / f"{name}.npz" for name in sets}
@@ -101,8 +105,10 @@ def load_or_build(sets: dict[str, tuple[str, int]], data_dir: Path, *, horizon_s
                 datasets[name] = exact
                 continue
         if policy is None:
-            policy = Rad2Policy.from_params(safety_layer=SafetyLayerParams(mode="off"))
-        d = datasets[name] = build(split, n, paths[name], policy, horizon_s=horizon_s, h_reuse=h_reuse,
+            policy = Rad2Policy.from_params(
+                params, safety_layer=replace(SafetyLayerParams.from_params(params), mode="off"))
+            sim = Simulator(params)
+        d = datasets[name] = build(split, n, paths[name], policy, sim, horizon_s=horizon_s, h_reuse=h_reuse,
                                    chunk_clips=chunk_clips, seed=seed, cached=cached)
         print(f"{name}: built {paths[name]} in {d.meta['build_wall_s']:.0f} s, "
               f"{paths[name].stat().st_size / 1e6:.1f} MB: {d.summary()}")
@@ -258,22 +264,22 @@ def train_and_report(
     threads: int,
     seed: int,
     out: str,
+    params: dict[str, Any],
 ) -> dict[str, Any] | None:
     """The whole run of rad2 train critic (its flags as keywords); returns the checkpoint's info
     record, or None with ``build_only``. ``horizon_s`` / ``h_reuse`` None: the plan horizon and
-    evaluation.h_reuse of params."""
+    evaluation.h_reuse of ``params`` (every file of params/ as loaded, merged)."""
     import torch
-    from rad2_core.config import load_params
     from rad2_planner.networks.critic import CriticConfig
 
     t_start = time.perf_counter()
-    planner = load_params("planner")["planner"]
+    planner = params["planner"]
     plan_points, plan_dt = int(planner["plan_points"]), float(planner["plan_dt"])
     horizon_s = plan_points * plan_dt if horizon_s is None else horizon_s
-    h_reuse = int(load_params("sim")["evaluation"]["h_reuse"]) if h_reuse is None else h_reuse
+    h_reuse = int(params["evaluation"]["h_reuse"]) if h_reuse is None else h_reuse
     torch.set_num_threads(threads)
     datasets, paths = load_or_build({"train": (train_split, train_clips), "test": (test_split, test_clips)},
-                                    Path(data_dir), horizon_s=horizon_s, h_reuse=h_reuse,
+                                    Path(data_dir), params, horizon_s=horizon_s, h_reuse=h_reuse,
                                     chunk_clips=chunk_clips, seed=seed, rebuild=rebuild)
     if build_only:
         return None

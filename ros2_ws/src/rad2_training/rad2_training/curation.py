@@ -137,25 +137,27 @@ def plot_curation(verdicts, cfg, path: Path) -> None:
 
 
 def curation_rollouts(pool: Sequence[Any], group: int, *, checkpoint: str | None, workers: int, seed: int,
-                      cfg: dict[str, Any], rcfg: dict[str, Any], progress: bool = True):
+                      params: dict[str, Any], progress: bool = True):
     """``group`` rollouts per pool clip with the IL generator and a uniformly random candidate (in this
-    process or on Ray workers); returns (rollouts, stats)."""
+    process or on Ray workers; ``params``: every file of params/ as loaded, merged); returns (rollouts,
+    stats)."""
     from tqdm import tqdm
 
     from rad2_training.workers import PolicySpec, RolloutPool
 
+    cfg, rcfg = params["curation"], params["rollout"]
     threads = int(rcfg["threads_per_worker"]) if workers else None
     spec = PolicySpec(name="rad2", checkpoint_dir=checkpoint, selection="sample", distribution="uniform",
                       threads=threads)
     kwargs = dict(batch_size=int(rcfg["batch_size"]), seed=seed, h_reuse=int(cfg["h_reuse"]))
     with tqdm(total=len(pool) * group, unit="rollout", desc="curation rollouts", disable=not progress) as bar:
         if workers:
-            with RolloutPool(spec, num_workers=workers) as pool_workers:
+            with RolloutPool(spec, params, num_workers=workers) as pool_workers:
                 return pool_workers.run(pool, group, progress=bar.update, **kwargs)
         from bev_warp_sim.rollout import run_rollouts
         from bev_warp_sim.simulator import Simulator
 
-        return run_rollouts(Simulator(), spec.build(), pool, group, progress=bar.update, **kwargs)
+        return run_rollouts(Simulator(params), spec.build(params), pool, group, progress=bar.update, **kwargs)
 
 
 def print_composition(console, rows: list[dict[str, Any]], out: str | Path) -> None:
@@ -170,18 +172,18 @@ def print_composition(console, rows: list[dict[str, Any]], out: str | Path) -> N
     console.print(table)
 
 
-def curate(pool_dirs: list[str], eval_dirs: list[str], out: str | Path, *, checkpoint: str | None = None,
+def curate(pool_dirs: list[str], eval_dirs: list[str], out: str | Path, params: dict[str, Any], *,
+           checkpoint: str | None = None,
            workers: int = 0, rollouts_per_clip: int | None = None, max_clips: int | None = None,
            seed: int | None = None, progress: bool = True, console: Any = None) -> int:
     """Curate (see the module doc) and write the two sets, summary.json and curation.png into ``out``;
-    returns an exit code (2: no pool clip outside the evaluation sets, 1: the sets overlap them)."""
-    from rad2_core.config import load_params
+    returns an exit code (2: no pool clip outside the evaluation sets, 1: the sets overlap them).
+    ``params``: every file of params/ as loaded, merged."""
     from rad2_core.storage import load_dataset
     from rich.console import Console
 
     console = console or Console()
-    training = load_params("training")
-    cfg, rcfg = training["curation"], training["rollout"]
+    cfg, rcfg = params["curation"], params["rollout"]
     group = int(rollouts_per_clip or cfg["rollouts_per_clip"])
     seed = int(rcfg["seed"] if seed is None else seed)
     pool = [c for d in pool_dirs for c in load_dataset(d)]
@@ -194,7 +196,7 @@ def curate(pool_dirs: list[str], eval_dirs: list[str], out: str | Path, *, check
     console.print(f"pool: {len(pool)} clips ({len(clash)} dropped: also in an evaluation set); "
                   f"{group} rollouts each, h_reuse {cfg['h_reuse']}, uniformly random candidate")
     rollouts, stats = curation_rollouts(pool, group, checkpoint=checkpoint, workers=workers, seed=seed,
-                                        cfg=cfg, rcfg=rcfg, progress=progress)
+                                        params=params, progress=progress)
     verdicts = judge(pool, rollouts, cfg)
     try:
         dirs = write_sets(pool, verdicts, out, held_out)

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from rad2_core.config import ParameterError, load_params, require
+from rad2_core.config import ParameterError, require
 from rad2_core.geometry import se2_compose, world_to_ego
 from rad2_core.open_loop_metrics import OpenLoopAccumulator, logged_future
 from rad2_core.tokens import MAP_FEATURES
@@ -85,14 +85,14 @@ def _clip_samples(job):
     from rad2_core.observation import build_observation
     from rad2_core.storage import load_clip
 
-    path, maps_dir, steps, deltas, plan_dt, plan_points, recovery = job
+    path, maps_dir, steps, deltas, plan_dt, plan_points, recovery, params = job
     torch.set_num_threads(1)
     clip = load_clip(path, maps_dir=maps_dir)
     out = {k: [] for k in FIELDS}
     for t, delta in zip(steps, deltas):
-        snap = snapshot_from_clip(clip, t)
+        snap = snapshot_from_clip(clip, t, params, params)
         pose = se2_compose(clip.ego_pose(t), delta)
-        obs = build_observation(snap, ego_pose=pose)
+        obs = build_observation(snap, ego_pose=pose, params=params)
         for k in FIELDS[:-1]:
             out[k].append(getattr(obs, k))
         out["target"].append(recovery_target(clip, t, delta, plan_dt, plan_points, recovery))
@@ -101,11 +101,13 @@ def _clip_samples(job):
 
 @dataclass
 class FeatureCache:
-    """Memory-mapped arrays of one dataset's samples (see module docstring)."""
+    """Memory-mapped arrays of one dataset's samples (see module docstring); ``channels``: the BEV
+    channel names they were rendered with (``bev.channels`` of the params that built them)."""
 
     directory: Path
     arrays: dict[str, np.ndarray]
     meta: dict[str, Any]
+    channels: tuple[str, ...]
 
     def __len__(self) -> int:
         return int(self.meta["num_samples"])
@@ -116,13 +118,15 @@ class FeatureCache:
         idx = np.sort(idx)
         out = {k: np.asarray(self.arrays[k][idx]) for k in FIELDS}
         out["bev"] = out["bev"].astype(np.float32)
-        return out if model_cfg is None else model_cfg.select_inputs(out)
+        return out if model_cfg is None else model_cfg.select_inputs(out, self.channels)
 
 
-def _cache_key(dataset: Path, tp: dict[str, Any], plan_dt: float, plan_points: int) -> str:
+def _cache_key(dataset: Path, tp: dict[str, Any], plan_dt: float, plan_points: int, params: dict[str, Any]
+               ) -> str:
     h = hashlib.sha256((dataset / "index.json").read_bytes())
-    for name in ("bev",):
-        h.update(json.dumps(load_params(name), sort_keys=True, default=str).encode())
+    # what params/bev.yaml holds (its blocks), hashed as the file's dict so earlier caches stay valid
+    bev_file = {block: params[block] for block in ("adapters", "bev", "tokens")}
+    h.update(json.dumps(bev_file, sort_keys=True, default=str).encode())
     h.update(
         json.dumps(
             {
@@ -146,21 +150,24 @@ def build_cache(
     plan_dt: float,
     plan_points: int,
     cache_root: str | Path,
+    params: dict[str, Any],
     workers: int = 2,
     progress: bool = True,
 ) -> FeatureCache:
-    """Compute (or reopen) the feature cache of ``dataset``."""
+    """Compute (or reopen) the feature cache of ``dataset`` (``params``: params/bev.yaml and
+    vehicle.yaml as loaded, merged: the observations' geometry)."""
     from rad2_core.storage import read_index
     from tqdm import tqdm
 
     dataset = Path(dataset)
     index = read_index(dataset)
-    key = _cache_key(dataset, tp, plan_dt, plan_points)
+    key = _cache_key(dataset, tp, plan_dt, plan_points, params)
+    channels = tuple(str(c) for c in require(params, "bev.channels"))
     cdir = Path(cache_root) / f"{dataset.name}-{key}"
     meta_path = cdir / "meta.json"
     if meta_path.is_file():
         meta = json.loads(meta_path.read_text())
-        return FeatureCache(cdir, _open_arrays(cdir, meta, "r"), meta)
+        return FeatureCache(cdir, _open_arrays(cdir, meta, "r"), meta, channels)
     rng = np.random.default_rng(int(tp["seed"]))
     jobs, sample_clip, sample_t, sample_pert = [], [], [], []
     for ci, e in enumerate(index["clips"]):
@@ -177,6 +184,7 @@ def build_cache(
                 plan_dt,
                 plan_points,
                 float(tp["augmentation"]["recovery_time_s"]),
+                params,
             )
         )
         sample_clip += [ci] * len(steps)
@@ -228,7 +236,7 @@ def build_cache(
     for a in arrays.values():
         a.flush()
     meta_path.write_text(json.dumps(meta))
-    return FeatureCache(cdir, _open_arrays(cdir, meta, "r"), meta)
+    return FeatureCache(cdir, _open_arrays(cdir, meta, "r"), meta, channels)
 
 
 def _open_arrays(cdir: Path, meta: dict[str, Any], mode: str) -> dict[str, np.ndarray]:
@@ -318,15 +326,17 @@ def open_loop_eval(
     x0_clip: float,
     seed: int,
     bev_geometry: tuple[tuple[float, float], float, int] | None,
+    params: dict[str, Any],
     batch: int = 32,
 ) -> dict[str, float]:
-    """Open-loop metrics of the medoid-selected plan (no discriminator yet) on ``indices``."""
+    """Open-loop metrics of the medoid-selected plan (no discriminator yet) on ``indices`` (``params``:
+    params/sim.yaml and vehicle.yaml as loaded, merged: the metrics' settings)."""
     from rad2_planner.policy import medoid_index
 
     was_training = model.training
     model.eval()
     backend = TorchBackend(model)
-    acc = OpenLoopAccumulator()
+    acc = OpenLoopAccumulator.from_params(params, params)
     for s in range(0, len(indices), batch):
         idx = np.sort(indices[s : s + batch])
         data = cache.batch(idx, model.cfg)
@@ -392,8 +402,7 @@ def start_run(seed: int, out_dir: str | Path) -> tuple[np.random.Generator, Path
 def train(
     dataset: str | Path,
     out_dir: str | Path,
-    planner_params: dict[str, Any] | None = None,
-    training_params: dict[str, Any] | None = None,
+    params: dict[str, Any],
     overrides: dict[str, Any] | None = None,
     resume: bool = False,
     workers: int = 2,
@@ -402,23 +411,23 @@ def train(
     time_budget_s: float | None = None,
     init_from: str | Path | None = None,
 ) -> PlannerModel:
-    """Run IL pretraining; writes checkpoints to ``out_dir`` (``last/`` while training, ``final/``)."""
+    """Run IL pretraining; writes checkpoints to ``out_dir`` (``last/`` while training, ``final/``).
+    ``params``: every file of params/ as loaded, merged (:func:`rad2_core.config.load_merged`)."""
     from rad2_core.bev import get_config
     from rad2_core.storage import load_clip, read_index
     from torch.utils.tensorboard import SummaryWriter
     from tqdm import tqdm
 
-    planner_params = planner_params or load_params("planner")
-    tp = dict(require(training_params or load_params("training"), "imitation"))
+    tp = dict(require(params, "imitation"))
     tp.update(overrides or {})
     seed = int(tp["seed"])
     rng, out = start_run(seed, out_dir)
-    pp = require(planner_params, "planner")
+    pp = require(params, "planner")
     plan_dt, plan_points = float(pp["plan_dt"]), int(pp["plan_points"])
     from rad2_planner.policy import resolve_path
 
     cache = build_cache(
-        dataset, tp, plan_dt, plan_points, resolve_path(tp["cache"]["dir"]), workers, progress
+        dataset, tp, plan_dt, plan_points, resolve_path(tp["cache"]["dir"]), params, workers, progress
     )
     n = len(cache)
     clip_of = np.asarray(cache.meta["clip_index"])
@@ -434,8 +443,7 @@ def train(
     if len(val_idx) > n_val_samples:
         val_idx = np.random.default_rng(seed + 2).choice(val_idx, n_val_samples, replace=False)
 
-    bev_params = load_params("bev")
-    cfg = ModelConfig.from_params(planner_params, bev_params)
+    cfg = ModelConfig.from_params(params, params)
     state_path = out / "last" / "trainer_state.pt"
     if resume and state_path.is_file():
         model = PlannerModel.load(out / "last")
@@ -458,27 +466,27 @@ def train(
         model = PlannerModel(cfg, normalizer)
         state, start_step = None, 0
     model.train()
-    params = list(model.encoder.parameters()) + list(model.denoiser.parameters())
-    opt = torch.optim.AdamW(params, lr=float(tp["learning_rate"]), weight_decay=float(tp["weight_decay"]))
+    weights = list(model.encoder.parameters()) + list(model.denoiser.parameters())
+    opt = torch.optim.AdamW(weights, lr=float(tp["learning_rate"]), weight_decay=float(tp["weight_decay"]))
     gen = torch.Generator().manual_seed(seed + 3)
     if state is not None:
         opt.load_state_dict(state["optimizer"])
         gen.set_state(state["generator"])
         rng = np.random.default_rng()
         rng.bit_generator.state = state["numpy_rng"]
-    schedule = NoiseSchedule(cfg.num_train_steps, require(planner_params, "diffusion.schedule"))
-    x0_clip = float(require(planner_params, "diffusion.x0_clip"))
+    schedule = NoiseSchedule(cfg.num_train_steps, require(params, "diffusion.schedule"))
+    x0_clip = float(require(params, "diffusion.x0_clip"))
     index = read_index(dataset)
     val_clip_objs = {
         ci: load_clip(Path(dataset) / index["clips"][ci]["file"], maps_dir=Path(dataset) / "maps")
         for ci in sorted(val_clips)
     }
-    bcfg = get_config(bev_params)
+    bcfg = get_config(params)
     ch = list(bcfg.channels).index("drivable_area") if "drivable_area" in bcfg.channels else None
     bev_geometry = ((bcfg.origin_x, bcfg.origin_y), bcfg.resolution, ch) if ch is not None else None
 
     writer = SummaryWriter(str(out / "tb"))
-    max_steps, bs, draws = int(tp["max_steps"]), int(tp["batch_size"]), int(tp.get("noise_draws", 4))
+    max_steps, bs, draws = int(tp["max_steps"]), int(tp["batch_size"]), int(tp["noise_draws"])
     info = {
         "init_from": str(init_from) if init_from else None,
         "previous_training": model.training_info if init_from else None,
@@ -508,7 +516,7 @@ def train(
         loss = diffusion_loss(model, batch, schedule, draws, gen)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        gn = torch.nn.utils.clip_grad_norm_(params, float(tp["grad_clip"]))
+        gn = torch.nn.utils.clip_grad_norm_(weights, float(tp["grad_clip"]))
         opt.step()
         lv = float(loss.detach())
         ema = lv if ema is None else 0.98 * ema + 0.02 * lv
@@ -529,10 +537,11 @@ def train(
                 schedule,
                 int(tp["num_eval_candidates"]),
                 int(tp["num_eval_steps"]),
-                require(planner_params, "planner.sampler"),
+                require(params, "planner.sampler"),
                 x0_clip,
                 seed,
                 bev_geometry,
+                params,
             )
             for key, v in metrics.items():
                 writer.add_scalar(f"val/{key}", v, step + 1)
@@ -575,6 +584,7 @@ def _save(model, opt, gen, rng, step, directory: Path, info, history, t_start, t
 def evaluate_open_loop(
     checkpoint: str | Path,
     dataset: str | Path,
+    params: dict[str, Any],
     stride: int = 10,
     backend: str | None = None,
     selection: str | None = None,
@@ -583,7 +593,8 @@ def evaluate_open_loop(
     """Open-loop metrics (``open_loop_metrics``) of a checkpoint on every ``stride``-th step of a dataset.
 
     Plans come from :class:`Rad2Policy` exactly as on the vehicle (default backend and M, K from
-    ``params/planner.yaml``); observations are built at the logged poses.
+    ``params/planner.yaml``); observations are built at the logged poses. ``params``: every file of
+    params/ as loaded, merged.
     """
     from rad2_core.bev import get_config, snapshot_from_clip
     from rad2_core.observation import build_observation
@@ -591,10 +602,11 @@ def evaluate_open_loop(
     from rad2_planner.policy import Rad2Policy
     from tqdm import tqdm
 
-    policy = Rad2Policy.from_params(checkpoint_dir=checkpoint, backend=backend, fallback_selection=selection)
-    bcfg = get_config(load_params("bev"))
+    policy = Rad2Policy.from_params(params, checkpoint_dir=checkpoint, backend=backend,
+                                    fallback_selection=selection)
+    bcfg = get_config(params)
     ch = list(bcfg.channels).index("drivable_area")
-    acc = OpenLoopAccumulator()
+    acc = OpenLoopAccumulator.from_params(params, params)
     n = len(read_index(dataset)["clips"])
     for clip in tqdm(
         iter_dataset(dataset), total=n, desc=f"open loop {Path(dataset).name}", disable=not progress
@@ -602,7 +614,7 @@ def evaluate_open_loop(
         policy.reset(seed=0)
         steps = sample_steps(clip.num_steps, clip.dt, policy.plan_dt, policy.cfg.plan_points, stride)
         for t in steps:
-            obs = build_observation(snapshot_from_clip(clip, t))
+            obs = build_observation(snapshot_from_clip(clip, t, params, params), params=params)
             r = policy.plan(obs)
             fut = logged_future(clip, t, policy.plan_dt, policy.cfg.plan_points)
             acc.add(

@@ -298,7 +298,7 @@ def generator_batch(sim: Any, clips: dict[str, Any], targets: Sequence[OGOTarget
     from rad2_planner.policy import observation_inputs
 
     obs = [sim.observation_at(clips[t.clip_id], t.step, t.ego_state, t.accel) for t in targets]
-    batch = observation_inputs(stack_observations(obs), model_cfg)
+    batch = observation_inputs(stack_observations(obs), model_cfg, sim.observation_channels)
     batch["target"] = np.stack([t.target for t in targets]).astype(np.float32)
     return batch
 
@@ -327,7 +327,7 @@ def imitation_batch(sim: Any, clips: Sequence[Any], samples: Sequence[tuple[int,
     from rad2_planner.policy import observation_inputs
 
     obs = [sim.logged_observation(clips[i], t) for i, t in samples]
-    batch = observation_inputs(stack_observations(obs), model_cfg)
+    batch = observation_inputs(stack_observations(obs), model_cfg, sim.observation_channels)
     batch["target"] = np.stack([logged_future(clips[i], t, model_cfg.plan_dt, model_cfg.plan_points).ego
                                 for i, t in samples]).astype(np.float32)
     return batch

@@ -66,17 +66,21 @@ def plot_history(history: list[dict], path: Path, start: dict[str, float] | None
     plt.close(fig)
 
 
-def rl_config(set_items: list[str], seed: int | None = None, iterations: int | None = None):
-    """(params/training.yaml with the ``--set`` overrides, RLConfig, TC-GRPO config, OGO config);
-    ParameterError / ValueError / TypeError on a bad setting."""
-    from rad2_core.config import apply_overrides, load_params
+def rl_config(params: dict[str, Any], set_items: list[str], seed: int | None = None,
+              iterations: int | None = None):
+    """(``params`` with the ``--set`` overrides applied to a copy of its ``rl`` block, RLConfig, TC-GRPO
+    config, OGO config); ``params``: every file of params/ as loaded, merged. ParameterError /
+    ValueError / TypeError on a bad setting."""
+    import copy
+
+    from rad2_core.config import apply_overrides
 
     from rad2_training.train import config_from_params
 
-    training = load_params("training")
-    apply_overrides(training["rl"], {k[3:]: v for k, v in rl_overrides(set_items).items()})
+    params = {**params, "rl": copy.deepcopy(params["rl"])}
+    apply_overrides(params["rl"], {k[3:]: v for k, v in rl_overrides(set_items).items()})
     extra = {k: v for k, v in (("seed", seed), ("iterations", iterations)) if v is not None}
-    return (training, *config_from_params(training, **extra))
+    return (params, *config_from_params(params, **extra))
 
 
 def split_clips(clips: list, cfg, groups: Sequence[int] | None = None) -> tuple[list, list]:
@@ -109,8 +113,9 @@ def split_clips(clips: list, cfg, groups: Sequence[int] | None = None) -> tuple[
     return [clips[i] for i in order if int(i) not in held_set], [clips[i] for i in held]
 
 
-def rollout_pool(ckpt: Path, cfg, training: dict, workers: int, sim_params: dict | None = None):
-    """Ray workers sampling with the checkpoint's planner (discriminator inputs recorded)."""
+def rollout_pool(ckpt: Path, cfg, params: dict, workers: int):
+    """Ray workers sampling with the checkpoint's planner (discriminator inputs recorded; ``params``:
+    every file of params/ as loaded, merged)."""
     from rad2_training.workers import PolicySpec, RolloutPool
 
     spec = PolicySpec(checkpoint_dir=str(ckpt), backend="pytorch", selection="sample",
@@ -118,7 +123,7 @@ def rollout_pool(ckpt: Path, cfg, training: dict, workers: int, sim_params: dict
                       planner_overrides={"num_candidates": cfg.num_candidates,
                                          "discriminator_candidates": cfg.discriminator_candidates,
                                          "discriminator_prior_weight": cfg.discriminator_prior_weight})
-    return RolloutPool(spec, num_workers=workers, sim_params=sim_params, training_params=training)
+    return RolloutPool(spec, params, num_workers=workers)
 
 
 def train_with_logging(run, out: Path, budget_s: float, progress: bool = True):
@@ -176,17 +181,19 @@ def export_final(model, state, cfg, out: Path, fp16: bool = False) -> None:
     plot_history(state.history, out / "curves.png", getattr(state, "start_validation", None))
 
 
-def run_session(model, ckpt: Path, training: dict, cfg, tc_cfg, ogo_cfg, train_clips: list, val_clips: list,
+def run_session(model, ckpt: Path, params: dict, cfg, tc_cfg, ogo_cfg, train_clips: list, val_clips: list,
                 out: Path, *, workers: int = 0, resume: bool = False, budget_s: float = math.inf,
-                export_fp16: bool = False, progress: bool = True, sim_params: dict | None = None) -> Any:
+                export_fp16: bool = False, progress: bool = True) -> Any:
     """The whole session (``resume``: from ``out/last``, which must exist); returns the final RunState.
-    ``sim_params``: the simulator's settings (None: params/sim.yaml), here and in the Ray workers."""
+    ``params``: every file of params/ as loaded (with the run's overrides), merged: the simulator's
+    and planner's settings here and in the Ray workers."""
     from bev_warp_sim.simulator import Simulator
 
     from rad2_training.train import RLRun
 
-    pool = rollout_pool(ckpt, cfg, training, workers, sim_params) if workers > 0 else None
-    run = RLRun(model, cfg, tc_cfg, ogo_cfg, Simulator(sim_params), train_clips, val_clips, pool=pool)
+    pool = rollout_pool(ckpt, cfg, params, workers) if workers > 0 else None
+    run = RLRun(model, cfg, tc_cfg, ogo_cfg, Simulator(params), train_clips, val_clips, params=params,
+                pool=pool)
     if resume:
         run.restore(out / "last")
         print(f"resumed {out / 'last'} at round {run.state.iteration}")

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -57,8 +57,9 @@ class TCGRPOConfig:
     entropy_lr: float = 0.01  # step of λ under deficit
     init_log_beta: float = -3.0  # λ at start
     buffer_batches: int = 8
-    minibatch_decisions: int = 0  # 0: every decision of the buffer in one step
-    minibatches_per_update: int = 1  # gradient steps per new batch (minibatches drawn from the buffer)
+    # rl.tc_grpo.minibatch_* of params/training.yaml, with no default here: the file is where they are set
+    minibatch_decisions: int = field(kw_only=True)  # 0: every decision of the buffer in one step
+    minibatches_per_update: int = field(kw_only=True)  # gradient steps per new batch (drawn from the buffer)
 
     def __post_init__(self) -> None:
         if self.advantage not in ADVANTAGES:

@@ -159,10 +159,10 @@ class RLRun:
     """The model, the optimisers, the buffer, the collector and the run state of one training run."""
 
     def __init__(self, model, cfg: RLConfig, tc_cfg: TCGRPOConfig, ogo_cfg: OGOConfig,
-                 sim, train_clips: Sequence[Any], val_clips: Sequence[Any] = (),
-                 planner_params: dict[str, Any] | None = None, pool=None):
+                 sim, train_clips: Sequence[Any], val_clips: Sequence[Any] = (), *,
+                 params: dict[str, Any], pool=None):
+        """``params``: every file of params/ as loaded, merged (the planner's settings of the run)."""
         from bev_warp_sim.rollout import BatchedPolicy
-        from rad2_core.config import load_params
         from rad2_planner.diffusion import NoiseSchedule
         from rad2_planner.policy import Rad2Policy
         from rad2_planner.selection import CandidateDistribution
@@ -173,7 +173,6 @@ class RLRun:
         self.model, self.cfg, self.tc_cfg, self.ogo_cfg, self.sim = model, cfg, tc_cfg, ogo_cfg, sim
         self.train_clips, self.val_clips = list(train_clips), list(val_clips)
         self.clips_by_id = {c.clip_id: c for c in self.train_clips}
-        params = planner_params if planner_params is not None else load_params("planner")
         params = {**params, "runtime": {**params["runtime"], "fused_sampler": True},
                   "planner": {**params["planner"], "discriminator_candidates": cfg.discriminator_candidates,
                               "discriminator_prior_weight": cfg.discriminator_prior_weight}}

@@ -3,8 +3,10 @@
 A :class:`PolicySpec` is the picklable recipe of a decision maker (the learned ``rad2`` policy from a
 checkpoint with its selection mode, or a reference policy by name). :class:`RolloutPool` starts
 ``num_workers`` actors — on a local Ray instance by default, or on an existing cluster when
-``rollout.ray_address`` (params/training.yaml) names one — splits a request into the same chunks of
-whole groups as :func:`bev_warp_sim.rollout.run_rollouts` and runs them on the actors. Seeds are a
+``rollout.ray_address`` (params/training.yaml) names one — hands each the parameters the driver
+loaded (a worker reads no file of params/, so every process of a run uses the same values), splits a
+request into the same chunks of whole groups as :func:`bev_warp_sim.rollout.run_rollouts` and runs
+them on the actors. Seeds are a
 function of each decision's identity (:func:`~bev_warp_sim.rollout.decision_seed`), so the pool returns
 exactly what the single-process engine returns for the same request. After each training step
 :meth:`RolloutPool.set_weights` sends the new weights to every worker (one object-store copy).
@@ -55,11 +57,13 @@ class PolicySpec:
     # runtime.* keys; a dict value updates that block's keys ({"openvino": {"precision": "bf16"}})
     runtime_overrides: dict[str, Any] = field(default_factory=dict)
 
-    def planner_params(self) -> dict[str, Any]:
-        from rad2_core.config import load_params, merge_runtime_overrides
+    def planner_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        """``params`` (every file of params/ as loaded, merged) with this spec's planner and runtime
+        overrides (the blocks it changes are copies)."""
+        from rad2_core.config import merge_runtime_overrides
 
-        params = load_params("planner")
-        params["planner"].update(self.planner_overrides)
+        params = {**params, "planner": {**params["planner"], **self.planner_overrides},
+                  "runtime": dict(params["runtime"])}
         merge_runtime_overrides(params["runtime"], self.runtime_overrides)
         if self.threads is not None:
             params["runtime"]["ort_intra_op_threads"] = int(self.threads)
@@ -69,12 +73,12 @@ class PolicySpec:
                                                  cpu_pinning=False)
         return params
 
-    def build(self):
-        """The decision maker (in the calling process)."""
+    def build(self, params: dict[str, Any]):
+        """The decision maker (in the calling process; ``params`` as for :meth:`planner_params`)."""
         from bev_warp_sim.reference_policies import make_policy
 
         if self.name != "rad2":
-            return PerRowPlanners(lambda: make_policy(self.name))
+            return PerRowPlanners(lambda: make_policy(self.name, params))
         from rad2_planner.policy import Rad2Policy
         from rad2_planner.selection import CandidateDistribution
 
@@ -82,7 +86,7 @@ class PolicySpec:
             import torch
 
             torch.set_num_threads(int(self.threads))
-        params = self.planner_params()
+        params = self.planner_params(params)
         kwargs: dict[str, Any] = {"always_score": self.always_score}
         if self.backend:
             kwargs["backend"] = self.backend
@@ -100,12 +104,14 @@ class PolicySpec:
 
 
 class RolloutWorker:
-    """One process's simulator + decision maker; the body of a Ray actor (usable directly too)."""
+    """One process's simulator + decision maker; the body of a Ray actor (usable directly too).
+    ``params``: every file of params/ as the driver loaded it, merged."""
 
-    def __init__(self, spec: PolicySpec, sim_params: dict[str, Any] | None = None):
+    def __init__(self, spec: PolicySpec, params: dict[str, Any]):
         self.spec = spec
-        self.sim = Simulator(sim_params)
-        self.decider = spec.build()
+        self.params = params
+        self.sim = Simulator(params)
+        self.decider = spec.build(params)
         self._onnx_dir = None
 
     def run_chunk(self, rows, kwargs: dict[str, Any]) -> tuple[list[Rollout], RolloutStats]:
@@ -126,20 +132,20 @@ class RolloutWorker:
             # exported graphs must follow the weights; a private directory keeps the checkpoint's cache
             if self._onnx_dir is None:
                 self._onnx_dir = tempfile.mkdtemp(prefix=f"rad2_worker_{os.getpid()}_onnx_")
-            runtime = dict(self.spec.planner_params()["runtime"])
+            runtime = dict(self.spec.planner_params(self.params)["runtime"])
             policy.backend = make_backend(policy.backend_name, policy.model, runtime, onnx_dir=self._onnx_dir,
                                           sampler_spec=policy.sampler_spec)
 
 
 class RolloutPool:
-    """``num_workers`` Ray actors collecting rollouts (see the module docstring)."""
+    """``num_workers`` Ray actors collecting rollouts (see the module docstring); ``params``: every file
+    of params/ as loaded, merged (``rollout.*`` configures the pool, the rest goes to the workers)."""
 
-    def __init__(self, spec: PolicySpec, num_workers: int | None = None, address: str | None = None,
-                 sim_params: dict[str, Any] | None = None, training_params: dict[str, Any] | None = None):
+    def __init__(self, spec: PolicySpec, params: dict[str, Any], num_workers: int | None = None,
+                 address: str | None = None):
         import ray
-        from rad2_core.config import load_params
 
-        cfg = (training_params or load_params("training"))["rollout"]
+        cfg = params["rollout"]
         self.num_workers = int(num_workers if num_workers is not None else cfg["num_workers"])
         if self.num_workers < 1:
             raise ValueError(f"rollout.num_workers: must be >= 1, got {self.num_workers}")
@@ -152,7 +158,8 @@ class RolloutPool:
             ray.init(address=address or None, include_dashboard=False, log_to_driver=False,
                      runtime_env={"env_vars": env}, configure_logging=False)
         actor = ray.remote(num_cpus=float(cfg["cpus_per_worker"]))(RolloutWorker)
-        self.actors = [actor.remote(spec, sim_params) for _ in range(self.num_workers)]
+        params_ref = ray.put(params)  # one object-store copy for all workers
+        self.actors = [actor.remote(spec, params_ref) for _ in range(self.num_workers)]
 
     def run(self, clips: Sequence[Any], group_size: int = 1, start_steps: int | Sequence[int] = 0, *,
             batch_size: int = 16, progress=None, **kwargs: Any) -> tuple[list[Rollout], RolloutStats]:

@@ -42,6 +42,25 @@ def dataset_dirs(ap: argparse.ArgumentParser, option: str, paths: list[str]) -> 
     return found
 
 
+def simulation_params(items: list[str], option: str = "--sim-set") -> tuple[dict, dict]:
+    """(every file of params/ loaded, by name, params/sim.yaml with the ``KEY=VALUE`` items applied; the
+    applied ``{KEY: value}``): what a verb that simulates passes down (``rad2_core.config.merged`` of it
+    is what the simulator and the policies take). Each item is checked against the schema, and the
+    whole by building a Simulator (``sim.dt=0.2`` passes the schema but not the controller's step); a
+    ParameterError names ``option`` and what is wrong."""
+    from bev_warp_sim.simulator import SimulationError, Simulator
+    from rad2_core.config import ParameterError, load_all, merged, params_with_overrides
+
+    files = load_all()
+    files["sim"], applied = params_with_overrides("sim", list(items), option)
+    if applied:
+        try:
+            Simulator(merged(files, *files))
+        except SimulationError as exc:
+            raise ParameterError(f"{option}: {exc}") from None
+    return files, applied
+
+
 def in_ros_environment(command: str, argv: list[str], domain_id: int | None) -> None:
     """Make rclpy and rad2_msgs importable for ``rad2 <command> argv``: when they are not (outside
     ``source tools/env.sh``), run ``python -m rad2_bringup.cli <command> argv`` in the checkout's ROS

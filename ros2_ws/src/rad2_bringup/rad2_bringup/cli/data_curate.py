@@ -36,9 +36,10 @@ def main(argv: list[str]) -> int:
 
     pool = [str(d) for d in dataset_dirs(ap, "--pool", args.pool)]
     held_out = [str(d) for d in dataset_dirs(ap, "--eval", args.eval)]
+    from rad2_core.config import load_merged
     from rad2_training.curation import curate
     from rich.console import Console
 
-    return curate(pool, held_out, args.out, checkpoint=args.checkpoint, workers=args.workers,
+    return curate(pool, held_out, args.out, load_merged(), checkpoint=args.checkpoint, workers=args.workers,
                   rollouts_per_clip=args.rollouts_per_clip, max_clips=args.max_clips, seed=args.seed,
                   progress=not args.no_progress, console=Console(width=max(Console().width, 120)))

@@ -97,9 +97,10 @@ def main(argv: list[str]) -> int:
                      "(no index.json)")
         setattr(args, option, str(found))
 
+    from rad2_core.config import load_merged
     from rad2_training.critic_run import train_and_report
 
     command = shlex.join(["rad2", "train", "critic", *argv])
-    train_and_report(command=command, **vars(args))
+    train_and_report(command=command, params=load_merged(), **vars(args))
     return 0
 

@@ -82,13 +82,16 @@ def main(argv: list[str]) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
 
+    from rad2_core.config import load_merged
     from rad2_training.imitation import evaluate_open_loop, train
 
+    params = load_merged()
     if args.eval_only:
         for d in args.data:
             res = evaluate_open_loop(
                 Path(args.eval_only).resolve(),
                 d,
+                params,
                 args.eval_stride,
                 selection=args.selection,
                 progress=not args.no_progress,
@@ -106,6 +109,7 @@ def main(argv: list[str]) -> int:
     train(
         data,
         args.out,
+        params,
         overrides=overrides,
         resume=args.resume,
         workers=args.workers,

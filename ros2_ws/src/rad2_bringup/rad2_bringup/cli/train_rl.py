@@ -26,7 +26,7 @@ import json
 import math
 from pathlib import Path
 
-from rad2_bringup.cli.common import verb_parser
+from rad2_bringup.cli.common import simulation_params, verb_parser
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,8 +66,7 @@ def main(argv: list[str]) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
 
-    from bev_warp_sim.simulator import simulator_params
-    from rad2_core.config import ParameterError, load_params
+    from rad2_core.config import ParameterError, merged
     from rad2_core.storage import load_dataset
     from rad2_planner.networks.model import CheckpointError, PlannerModel
     from rad2_planner.policy import resolve_path
@@ -79,13 +78,9 @@ def main(argv: list[str]) -> int:
 
         torch.set_num_threads(args.threads)
     out = Path(args.out)
-    try:
-        training, cfg, tc_cfg, ogo_cfg = rl_config(args.set, args.seed, args.iterations)
-    except (ParameterError, ValueError, TypeError) as exc:
-        ap.error(str(exc))
     saved = out / "sim_overrides.json"  # the simulator settings of this run, which a resume keeps
     try:
-        sim_params, sim_overrides = simulator_params(args.sim_set)
+        files, sim_overrides = simulation_params(args.sim_set)
         if args.resume and saved.is_file():
             try:
                 recorded = json.loads(saved.read_text())
@@ -95,12 +90,16 @@ def main(argv: list[str]) -> int:
                 ap.error(f"--resume: {saved} holds {type(recorded).__name__}, expected {{KEY: value}}")
             if args.sim_set and sim_overrides != recorded:
                 ap.error(f"--sim-set: the run was started with {recorded} ({saved}); resume it with those")
-            sim_params, sim_overrides = simulator_params(
+            files, sim_overrides = simulation_params(
                 [f"{k}={json.dumps(v)}" for k, v in recorded.items()], str(saved))
     except ParameterError as exc:
         ap.error(str(exc))
     try:
-        check_simulator(cfg, bool(sim_params["sim"]["reactive_agents"]))
+        params, cfg, tc_cfg, ogo_cfg = rl_config(merged(files, *files), args.set, args.seed, args.iterations)
+    except (ParameterError, ValueError, TypeError) as exc:
+        ap.error(str(exc))
+    try:
+        check_simulator(cfg, bool(params["sim"]["reactive_agents"]))
     except ValueError as exc:
         ap.error(str(exc))
     if len({resolve_path(d).resolve() for d in args.train_data}) != len(args.train_data):
@@ -115,7 +114,7 @@ def main(argv: list[str]) -> int:
         groups += [n] * len(loaded)
     # validation clips are drawn from every --train-data set in proportion to its size
     train_clips, val_clips = split_clips(clips, cfg, groups)
-    ckpt = resolve_path(args.checkpoint or load_params("planner")["planner"]["checkpoint_dir"])
+    ckpt = resolve_path(args.checkpoint or params["planner"]["checkpoint_dir"])
     try:
         model = PlannerModel.load(ckpt)
     except CheckpointError as exc:
@@ -124,8 +123,8 @@ def main(argv: list[str]) -> int:
         ap.error(f"--resume: no checkpoint in {out / 'last'}")
     out.mkdir(parents=True, exist_ok=True)
     saved.write_text(json.dumps(sim_overrides, indent=1))
-    run_session(model, ckpt, training, cfg, tc_cfg, ogo_cfg, train_clips, val_clips, out,
+    run_session(model, ckpt, params, cfg, tc_cfg, ogo_cfg, train_clips, val_clips, out,
                 workers=args.workers, resume=args.resume, budget_s=args.budget_min * 60.0,
-                export_fp16=args.export_fp16, progress=not args.no_progress, sim_params=sim_params)
+                export_fp16=args.export_fp16, progress=not args.no_progress)
     return 0
 

@@ -50,7 +50,7 @@ def main(argv: list[str]) -> int:
         ParameterError,
         ResourceNotFoundError,
         budget_seconds,
-        load_params,
+        load_merged,
         parse_block_overrides,
         require,
     )
@@ -61,10 +61,12 @@ def main(argv: list[str]) -> int:
 
     try:
         overrides = parse_block_overrides("training", "self_correction", args.set)
+        params = load_merged()
         if args.base is None:
-            args.base = str(require(load_params("planner"), "planner.checkpoint_dir"))
+            args.base = str(require(params, "planner.checkpoint_dir"))
         model, check = train_self_correction(
-            args.data, args.out, resolve_path(args.base), resolve_path(args.critic), overrides, args.workers,
+            args.data, args.out, resolve_path(args.base), resolve_path(args.critic), params, overrides,
+            args.workers,
             not args.no_progress, shlex.join(["rad2", "train", "self-correction", *argv]),
             budget_seconds(args.time_budget_min, "--time-budget-min"))
     except (ParameterError, ResourceNotFoundError, CheckpointError, CriticCheckpointError) as exc:

@@ -50,7 +50,7 @@ def main(argv: list[str]) -> int:
         ParameterError,
         ResourceNotFoundError,
         budget_seconds,
-        load_params,
+        load_merged,
         parse_block_overrides,
     )
     from rad2_planner.networks import PlannerModel
@@ -59,9 +59,11 @@ def main(argv: list[str]) -> int:
 
     try:
         overrides = parse_block_overrides("training", "self_correction_rl", args.set)
-        cfg = CorrectionRLConfig.from_params(load_params("training")["self_correction_rl"], **overrides)
+        params = load_merged()
+        cfg = CorrectionRLConfig.from_params(params["self_correction_rl"], **overrides)
         model, history = finetune(
-            args.data, args.out, cfg, command=shlex.join(["rad2", "train", "self-correction-rl", *argv]),
+            args.data, args.out, cfg, params, command=shlex.join(["rad2", "train", "self-correction-rl",
+                                                                 *argv]),
             correction_checkpoint=args.start, progress=not args.no_progress,
             time_budget_s=budget_seconds(args.time_budget_min, "--time-budget-min"))
     except (ParameterError, ResourceNotFoundError, CheckpointError, ValueError) as exc:
