@@ -25,6 +25,8 @@ from rad2_datasets.corpus import (
     road_of,
 )
 
+PARAMS = load_merged()
+
 LOG_PARAMS = load_merged("bev", "sim", "validators")
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,7 +42,7 @@ SAMPLE = ["US101/USA_US101-10_1_T-1.xml", "Lankershim/USA_Lanker-2_22_T-1.xml"]
 def _simulator():
     from bev_warp_sim.simulator import Simulator
 
-    return Simulator()
+    return Simulator(PARAMS)
 
 
 def test_split_lists_are_disjoint_test_is_a_fifth_and_every_split_has_both_roads():
@@ -99,7 +101,8 @@ def test_real_scenarios_convert_into_clips_the_simulator_accepts(tmp_path):
     for clip in clips:
         assert clip.metadata["source"] == "commonroad" and clip.metadata["scenario_file"] in SAMPLE
         assert clip.duration_s >= 5.0 - 1e-9
-    rollouts, _ = run_rollouts(sim, PerRowPlanners(lambda: make_policy("expert")), clips[::10], max_steps=20)
+    rollouts, _ = run_rollouts(sim, PerRowPlanners(lambda: make_policy("expert", PARAMS)), clips[::10],
+                               max_steps=20)
     assert all(not r.trace.collided and not r.trace.offroad for r in rollouts)
     # a subset drawn twice is the same subset
     a = bundle_subset(tmp_path / SPLITS[0] if written["train"] else tmp_path / "test", tmp_path / "a", 3,
@@ -128,7 +131,7 @@ def test_bundled_eval_real_is_test_split_clips_the_simulator_drives():
         assert clip.metadata["scenario_file"] in test_files and clip.metadata["split"] == "test"
         roads.add(clip.metadata["road"])
     assert roads == {"US101", "Lankershim"}
-    expert = PerRowPlanners(lambda: make_policy("expert"))
+    expert = PerRowPlanners(lambda: make_policy("expert", PARAMS))
     rollouts, _ = run_rollouts(sim, expert, checked.clips, max_steps=10)
     assert len(rollouts) == len(listed)
     assert all(np.isfinite(r.trace.ego).all() for r in rollouts)

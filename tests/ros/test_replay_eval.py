@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from rad2_core.config import load_merged
 from rad2_core.storage import save_clip
 from rad2_datasets import bags
 from rad2_evaluation import replay
@@ -22,6 +23,7 @@ NODES = ROOT / "ros2_ws" / "src" / "rad2_ros" / "rad2_ros" / "nodes"
 INSTALL_LIB = ROOT / "ros2_ws" / "install" / "rad2_ros" / "lib" / "rad2_ros"
 DATASET = ROOT / "data" / "eval_efficiency"
 STEPS = 32
+PARAMS = load_merged("bev", "sim", "vehicle")
 
 _missing = [p.name for p in (NODES / "perception_node.py", NODES / "planner_node.py") if not p.is_file()]
 if not _missing and not (INSTALL_LIB / "planner_node").exists():
@@ -159,20 +161,20 @@ def test_open_loop_metrics_of_logged_plans(synthetic_bag):
     clip, bag = synthetic_bag
     _, scene, meta = replay.read_replay_bag(bag)
     cycles = _log_cycles(clip, scene)
-    ol = replay.open_loop_summary(cycles, scene, 0.1, meta)
+    ol = replay.open_loop_summary(cycles, scene, 0.1, meta, PARAMS)
     assert ol["future_source"] == "clip", ol["future_note"]
     assert ol["samples"] == len(cycles) - 5  # the last 5 steps have no logged future at +0.5 s
     assert ol["ADE"] < 0.01 and ol["FDE"] < 0.01 and ol["minADE"] < 0.01
     assert ol["CR"] == 0.0 and ol["offroad"] == 0.0
     assert ol["samples_full_horizon"] == len(cycles) - 40  # +4 s inside the log
     # without the clip the bag's odometry and object lists are the log (no map -> no offroad)
-    ol_bag = replay.open_loop_summary(cycles, scene, 0.1, {**meta, "map_file": str(bag / "missing")})
+    ol_bag = replay.open_loop_summary(cycles, scene, 0.1, {**meta, "map_file": str(bag / "missing")}, PARAMS)
     assert ol_bag["future_source"] == "bag"
     assert "offroad" not in ol_bag
     for key in ("samples", "samples_full_horizon", "ADE", "FDE", "CR", "DCR", "SCR"):
         assert ol_bag[key] == pytest.approx(ol[key], abs=0.01), key
     # an offset plan: ADE equals the offset, best of M picks the logged one
-    ol_off = replay.open_loop_summary(_log_cycles(clip, scene, noise=1.0), scene, 0.1, meta)
+    ol_off = replay.open_loop_summary(_log_cycles(clip, scene, noise=1.0), scene, 0.1, meta, PARAMS)
     assert ol_off["ADE"] == pytest.approx(np.sqrt(2.0), abs=0.01)
     assert ol_off["minADE"] == pytest.approx(np.sqrt(2.0), abs=0.01)
     assert [r["step"] for r in ol_off["per_step"]] == list(range(len(cycles) - 5))

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rad2_core.config import load_params
+from rad2_core.config import load_merged, load_params
 from rad2_datasets import bags
 from rad2_datasets.input_bags import TOPIC_CLOCK, TOPIC_OBJECTS
 from rad2_evaluation.replay import (
@@ -250,7 +250,8 @@ def run_replay(
     cycles = [player.cycles[k] for k in sorted(player.cycles)]
     if not cycles:
         raise ReplayError(f"no planner output for any of {len(steps)} steps; node logs in {out / 'logs'}")
-    metrics = open_loop_summary(cycles, scene, log_dt, {**meta, "map_file": map_file, "clip_id": clip_id})
+    metrics = open_loop_summary(cycles, scene, log_dt, {**meta, "map_file": map_file, "clip_id": clip_id},
+                                load_merged("bev", "sim", "vehicle"))
     diag_summary = latency.summarise(player.diagnostics) if player.diagnostics else {}
     # a re-sent step's latency would time the loss, not the nodes
     wall = latency.stats(c.wall_latency_ms for c in cycles

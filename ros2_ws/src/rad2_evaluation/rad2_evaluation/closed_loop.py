@@ -28,7 +28,6 @@ from bev_warp_sim.preflight import CheckedSplit, RefusedClip
 from bev_warp_sim.reference_policies import PolicyError, make_policy
 from bev_warp_sim.rollout import BatchedPolicy, PerRowPlanners, RolloutStats, RowSpec, chunk_rows, run_chunk
 from bev_warp_sim.simulator import Simulator
-from rad2_core.config import load_params
 
 from rad2_evaluation.episode_log import EpisodeLog, EpisodeRecord, episode_record
 
@@ -63,16 +62,17 @@ def split_kind(path: str | Path) -> str:
     return "other"
 
 
-def make_decider(policy: str, **policy_kwargs: Any):
+def make_decider(policy: str, params: dict[str, Any], **policy_kwargs: Any):
     """The decision maker of a registered policy: ``rad2`` is loaded ONCE and plans every row of a step in
-    one batched call (deterministic deployment selection); reference policies get one instance per row."""
+    one batched call (deterministic deployment selection); reference policies get one instance per row.
+    ``params``: every file of params/ as loaded, merged."""
     from bev_warp_sim.reference_policies import POLICIES
 
     if policy not in POLICIES:
         raise PolicyError(f"policy: {policy!r} is not one of {sorted(POLICIES)}")
     if policy == "rad2":
-        return BatchedPolicy(make_policy("rad2", **policy_kwargs), selection="deterministic")
-    return PerRowPlanners(lambda: make_policy(policy, **policy_kwargs))
+        return BatchedPolicy(make_policy("rad2", params, **policy_kwargs), selection="deterministic")
+    return PerRowPlanners(lambda: make_policy(policy, params, **policy_kwargs))
 
 
 def local_runner(sim: Simulator, decider):
@@ -90,7 +90,7 @@ def local_runner(sim: Simulator, decider):
 def evaluate_split(
     policy: str,
     dataset_dir: str | Path,
-    params: dict[str, Any] | None = None,
+    params: dict[str, Any],
     max_clips: int | None = None,
     batch_size: int | None = None,
     h_reuse: int | None = None,
@@ -105,7 +105,8 @@ def evaluate_split(
     run: str | None = None,
     keep_worst: int = 0,
 ) -> SplitEvaluation:
-    """Run ``policy`` (a name in ``reference_policies.POLICIES``) on every clip of ``dataset_dir``.
+    """Run ``policy`` (a name in ``reference_policies.POLICIES``) on every clip of ``dataset_dir``;
+    ``params``: every file of params/ as loaded (with the run's overrides), merged.
 
     ``decider`` reuses an already built decision maker (:func:`make_decider`) across splits; ``seed``
     is the evaluation seed (the learned policy's noise; reference policies are deterministic);
@@ -123,7 +124,6 @@ def evaluate_split(
     from bev_warp_sim.simulator import clip_key
     from tqdm import tqdm
 
-    params = params if params is not None else load_params("sim")
     ev = params["evaluation"]
     batch_size = int(ev["batch_size"] if batch_size is None else batch_size)
     h_reuse = int(ev["h_reuse"] if h_reuse is None else h_reuse)
@@ -139,7 +139,7 @@ def evaluate_split(
     if not checked.clips:
         raise ValueError(f"dataset_dir: {dataset_dir} holds no clips the simulator accepts")
     if runner is None:
-        decider = decider if decider is not None else make_decider(policy, **(policy_kwargs or {}))
+        decider = decider if decider is not None else make_decider(policy, params, **(policy_kwargs or {}))
         runner = local_runner(sim, decider)
     split = str(dataset_dir)
     # a clip's rollout group is its dataset position: its seeds do not depend on which clips were refused

@@ -20,21 +20,21 @@ _PRESENTATION_KEYS = ("worst_clips_gif", "gif_fps")
 
 
 def _runner(policy: str, params: dict, workers: int, checkpoint: str | None, decider_kwargs: dict):
-    """(pool or None, decider or None, runner or None) for one policy; ``decider_kwargs``: the rad2
-    policy's (checkpoint, traffic rules, backend, runtime overrides)."""
+    """(pool or None, decider or None, runner or None) for one policy; ``params``: every file of
+    params/ as loaded, merged; ``decider_kwargs``: the rad2 policy's (checkpoint, traffic rules,
+    backend, runtime overrides)."""
     if workers:
-        from rad2_core.config import load_params
         from rad2_training.workers import PolicySpec, RolloutPool
 
-        threads = int(load_params("training")["rollout"]["threads_per_worker"])
+        threads = int(params["rollout"]["threads_per_worker"])
         spec = PolicySpec(name=policy, checkpoint_dir=checkpoint, threads=threads,
                           backend=decider_kwargs.get("backend"),
                           runtime_overrides=dict(decider_kwargs.get("runtime_overrides") or {}))
-        pool = RolloutPool(spec, num_workers=workers, sim_params=params)
+        pool = RolloutPool(spec, params, num_workers=workers)
         return pool, None, pool.run_chunks
     from rad2_evaluation.closed_loop import make_decider
 
-    return None, make_decider(policy, **(decider_kwargs if policy == "rad2" else {})), None  # loaded once
+    return None, make_decider(policy, params, **(decider_kwargs if policy == "rad2" else {})), None  # once
 
 
 def _worker_batch(n_clips: int, params: dict, workers: int) -> int:
@@ -42,17 +42,19 @@ def _worker_batch(n_clips: int, params: dict, workers: int) -> int:
     return max(1, min(int(params["evaluation"]["batch_size"]), -(-n_clips // (4 * workers))))
 
 
-def policy_settings(policy: str, params: dict, *, batch_size: int | None, h_reuse: int | None,
+def policy_settings(policy: str, files: dict, *, batch_size: int | None, h_reuse: int | None,
                     max_clips: int | None, workers: int, checkpoint: str | None, traffic_rules: bool,
                     backend: str | None, runtime_overrides: dict | None) -> dict[str, Any]:
     """Every setting that changes ``policy``'s episodes (what a resumed run must share): the simulator's
     parameters, the replanning period, and for the learned policy its planner parameters, weights,
     runtime and how its calls are batched (the network's rounding follows the batch composition and the
-    thread count; the reference policies' plans do not)."""
+    thread count; the reference policies' plans do not). ``files``: every file of params/ as loaded,
+    by name."""
     import copy
 
-    from rad2_core.config import load_params, merge_runtime_overrides
+    from rad2_core.config import merge_runtime_overrides
 
+    params = files["sim"]
     sim = copy.deepcopy(params)
     ev = sim.get("evaluation", {})
     for key in (*_PRESENTATION_KEYS, "batch_size", "h_reuse"):
@@ -65,14 +67,14 @@ def policy_settings(policy: str, params: dict, *, batch_size: int | None, h_reus
 
     from rad2_evaluation.episode_log import checkpoint_digest
 
-    planner = load_params("planner")
+    planner = copy.deepcopy(files["planner"])
     if runtime_overrides:
         merge_runtime_overrides(planner["runtime"], runtime_overrides)
     if not traffic_rules:
         planner["traffic_rules"]["enabled"] = False
     ckpt = resolve_path(checkpoint or planner["planner"]["checkpoint_dir"])
-    threads = (int(load_params("training")["rollout"]["threads_per_worker"]) if workers
-               else planner["runtime"].get("ort_intra_op_threads"))
+    threads = (int(files["training"]["rollout"]["threads_per_worker"]) if workers
+               else planner["runtime"]["ort_intra_op_threads"])
     # the batch size as asked (with workers, None is a per-split size that follows the worker count)
     settings.update(planner=planner, checkpoint=str(ckpt), checkpoint_weights=checkpoint_digest(ckpt),
                     backend=backend or planner["planner"]["backend"],
@@ -82,13 +84,14 @@ def policy_settings(policy: str, params: dict, *, batch_size: int | None, h_reus
     return settings
 
 
-def evaluate_policies(policies: list[str], splits: list[str], params: dict, console, *, workers: int = 0,
+def evaluate_policies(policies: list[str], splits: list[str], files: dict, console, *, workers: int = 0,
                       checkpoint: str | None = None, traffic_rules: bool = True, max_clips: int | None = None,
                       batch_size: int | None = None, h_reuse: int | None = None, seed: int = 0,
                       progress: bool = True, backend: str | None = None,
                       runtime_overrides: dict | None = None, out: str | Path | None = None,
                       resume: bool = False, skip_bad: bool = False, keep_worst: int | None = None) -> list:
     """Every policy on every split (printing the throughput of each); returns the SplitEvaluations.
+    ``files``: every file of params/ as loaded (with the run's simulator overrides), by name.
     ``backend``: the rad2 policy's network runtime (None: ``planner.backend``); ``runtime_overrides``:
     its ``runtime.*`` settings (``{"openvino": {"precision": "bf16"}}``).
 
@@ -99,10 +102,12 @@ def evaluate_policies(policies: list[str], splits: list[str], params: dict, cons
     CheckpointError when the rad2 checkpoint does not load (in this process)."""
     from bev_warp_sim.preflight import check_splits
     from bev_warp_sim.simulator import Simulator
+    from rad2_core.config import merged
 
     from rad2_evaluation.closed_loop import evaluate_split
     from rad2_evaluation.episode_log import EpisodeLog
 
+    params = merged(files, *files)
     sim = Simulator(params)
     checked = check_splits(splits, sim, max_clips=max_clips, skip_bad=skip_bad, progress=progress)
     for c in checked:
@@ -132,7 +137,7 @@ def evaluate_policies(policies: list[str], splits: list[str], params: dict, cons
         if log is not None:  # all policies' settings first: a mismatch stops the run before any rollout
             for policy in policies:
                 log.use_settings(policy, policy_settings(
-                    policy, params, batch_size=batch_size,
+                    policy, files, batch_size=batch_size,
                     h_reuse=h_reuse, max_clips=max_clips, workers=workers, checkpoint=checkpoint,
                     traffic_rules=traffic_rules, backend=backend, runtime_overrides=runtime_overrides))
         for policy in policies:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,23 +32,23 @@ class Arm:
     prior_weight: float | None = None  # planner.discriminator_prior_weight (None: planner.yaml's)
 
 
-def parse_arm(text: str, il_checkpoint: str) -> Arm:
-    from rad2_planner.policy import DISCRIMINATOR_CANDIDATES
-
+def parse_arm(text: str, il_checkpoint: str, discriminator_candidates: Sequence[str]) -> Arm:
+    """The arm ``text`` names; ``discriminator_candidates``: the values ``D=`` may take (the choices of
+    planner.discriminator_candidates in its schema, read by the entry point)."""
     head, *opts = text.split("@")
     kind, _, arg = head.partition(":")
     m = h = d = p = None
     for opt in opts:
         key, _, value = opt.partition("=")
-        if key == "D" and value in DISCRIMINATOR_CANDIDATES:
+        if key == "D" and value in discriminator_candidates:
             d = value
             continue
         if key == "P" and _is_weight(value):
             p = float(value)
             continue
         if key not in ("M", "H") or not value.isdigit() or int(value) < 1:
-            raise ValueError(f"arm {text!r}: option {opt!r} is not M=<int >= 1>, H=<int >= 1>, D=all|safe "
-                             "or P=<float in [0, 1000]>")
+            raise ValueError(f"arm {text!r}: option {opt!r} is not M=<int >= 1>, H=<int >= 1>, "
+                             f"D={'|'.join(discriminator_candidates)} or P=<float in [0, 1000]>")
         m, h = (int(value), h) if key == "M" else (m, int(value))
     if kind == "il":
         if arg not in RULES:
@@ -94,10 +95,11 @@ def policy_spec(arm: Arm, threads: int | None, backend: str | None = None, devic
 
 
 def evaluate_arm(arm: Arm, splits: list[str], seeds: list[int], workers: int, max_clips: int | None,
-                 sim_params, threads: int | None = None, backend: str | None = None,
+                 params: dict, threads: int | None = None, backend: str | None = None,
                  device: str | None = None) -> dict[str, list[dict[str, float]]]:
     """``{split: [metrics per seed]}``; each seed's metrics also hold ``clips``, one
-    :func:`clip_record` per clip."""
+    :func:`clip_record` per clip. ``params``: every file of params/ as loaded (with the run's simulator
+    overrides), merged."""
     from bev_warp_sim.simulator import Simulator
 
     from rad2_evaluation.closed_loop import evaluate_split
@@ -107,17 +109,17 @@ def evaluate_arm(arm: Arm, splits: list[str], seeds: list[int], workers: int, ma
     if workers > 0:
         from rad2_training.workers import RolloutPool
 
-        pool = RolloutPool(spec, num_workers=workers, sim_params=sim_params)  # the workers simulate
+        pool = RolloutPool(spec, params, num_workers=workers)  # the workers simulate
         runner = pool.run
     else:
-        decider = spec.build()
-    sim = Simulator(sim_params)
+        decider = spec.build(params)
+    sim = Simulator(params)
     out: dict[str, list[dict[str, float]]] = {}
     try:
         for split in splits:
             out[split] = []
             for seed in seeds:
-                ev = evaluate_split("rad2", split, sim_params, max_clips=max_clips, h_reuse=arm.h_reuse,
+                ev = evaluate_split("rad2", split, params, max_clips=max_clips, h_reuse=arm.h_reuse,
                                     simulator=sim, decider=decider, runner=runner, seed=seed, progress=True)
                 out[split].append({**ev.metrics, "clips": [clip_record(r) for r in ev.results]})
     finally:
@@ -227,17 +229,20 @@ def write_report(results: dict, splits: list[str], seeds: list[int] | str, out: 
     print("\n".join(lines))
 
 
-def run_experiments(arms: list[Arm], splits: list[str], seeds: list[int], out: Path, *, workers: int = 0,
-                    max_clips: int | None = None, threads: int | None = None, backend: str | None = None,
-                    device: str | None = None, sim_set: list[str] | None = None) -> dict:
+def run_experiments(arms: list[Arm], splits: list[str], seeds: list[int], out: Path, files: dict, *,
+                    sim_overrides: dict | None = None, workers: int = 0, max_clips: int | None = None,
+                    threads: int | None = None, backend: str | None = None,
+                    device: str | None = None) -> dict:
     """Evaluate every arm (results.json rewritten after each), then write experiments.md and
-    experiments.png into ``out`` and print the table; returns the results. ``sim_set``: ``KEY=VALUE``
-    settings of params/sim.yaml to run the simulator with (e.g. ``sim.reactive_agents=true``), in this
-    process and in the Ray workers; they are written to ``out/sim_overrides.json``."""
-    from bev_warp_sim.simulator import simulator_params
+    experiments.png into ``out`` and print the table; returns the results. ``files``: every file of
+    params/ as the entry point loaded it, by name, params/sim.yaml with the run's ``sim_overrides``
+    applied (``{KEY: value}``, e.g. ``{"sim.reactive_agents": true}``: the simulator runs with them in
+    this process and in the Ray workers; written to ``out/sim_overrides.json``)."""
+    from rad2_core.config import merged
     from rad2_planner.policy import resolve_path
 
-    sim_params, sim_overrides = simulator_params(sim_set or [])
+    sim_overrides = dict(sim_overrides or {})
+    sim_params = merged(files, *files)
     out.mkdir(parents=True, exist_ok=True)
     (out / "sim_overrides.json").write_text(json.dumps(sim_overrides, indent=1))
     t0 = time.time()

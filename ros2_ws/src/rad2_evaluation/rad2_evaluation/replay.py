@@ -142,9 +142,10 @@ def clip_from_metadata(meta: dict, scene: LoggedScene, log_dt: float,
     return clip, first, f"clip {clip.clip_id} of {map_file} (bag step 0 = clip step {first})"
 
 
-def clip_from_bag(scene: LoggedScene, log_dt: float, meta: dict) -> Any:
+def clip_from_bag(scene: LoggedScene, log_dt: float, meta: dict, vehicle: dict[str, Any]) -> Any:
     """A clip-like log (the fields rad2_core.open_loop_metrics.logged_future reads) built from the bag's
-    odometry and object lists; agents are matched across steps by id."""
+    odometry and object lists; agents are matched across steps by id. The ego box is the bag's, else
+    ``vehicle``'s (the ``vehicle`` block of params/vehicle.yaml)."""
     from types import SimpleNamespace
 
     n_steps = len(scene.stamps_ns)
@@ -162,9 +163,8 @@ def clip_from_bag(scene: LoggedScene, log_dt: float, meta: dict) -> Any:
             tracks[k][rows, t] = a[k]
         valid[rows, t] = True
         length[rows], width[rows] = a["length"], a["width"]
-    vehicle = load_params_safe("vehicle")
-    ego_length = _meta_float(meta, "ego_length", vehicle.get("length"))
-    ego_width = _meta_float(meta, "ego_width", vehicle.get("width"))
+    ego_length = _meta_float(meta, "ego_length", vehicle["length"])
+    ego_width = _meta_float(meta, "ego_width", vehicle["width"])
     return SimpleNamespace(
         clip_id="bag", dt=log_dt, num_steps=n_steps,
         ego_x=scene.ego[:, 0], ego_y=scene.ego[:, 1], ego_yaw=scene.ego[:, 2],
@@ -175,24 +175,12 @@ def clip_from_bag(scene: LoggedScene, log_dt: float, meta: dict) -> Any:
     )
 
 
-def load_params_safe(name: str) -> dict[str, Any]:
-    """``params/<name>.yaml`` section ``name`` (flat dict), or {} when it cannot be read."""
-    try:
-        from rad2_core.config import load_params
-
-        return dict(load_params(name).get(name, {}))
-    except Exception:  # noqa: BLE001 - only used for fallbacks
-        return {}
-
-
 class DrivableRaster:
     """The BEV drivable-area channel at a world pose (params/bev.yaml geometry) for the offroad metric."""
 
-    def __init__(self, clip: Any):
+    def __init__(self, clip: Any, params: dict[str, Any]):
         from rad2_core import bev
-        from rad2_core.config import load_params
 
-        params = load_params("bev")
         params = {**params, "bev": {**params["bev"], "channels": ["drivable_area"], "vector_channels": []}}
         self.params, self.bev, self.clip = params, bev, clip
         self.cfg = bev.BevConfig.from_params(params)
@@ -208,8 +196,10 @@ class DrivableRaster:
         return self.bev.rasterize_bev(snap, params=self.params, prepared=self.prepared)[0]
 
 
-def open_loop_summary(cycles: list[Cycle], scene: LoggedScene, log_dt: float, meta: dict) -> dict[str, Any]:
-    """Open-loop metrics of the plans against the log (rad2_core.open_loop_metrics)."""
+def open_loop_summary(cycles: list[Cycle], scene: LoggedScene, log_dt: float, meta: dict,
+                      params: dict[str, Any]) -> dict[str, Any]:
+    """Open-loop metrics of the plans against the log (rad2_core.open_loop_metrics); ``params``:
+    params/bev.yaml, sim.yaml and vehicle.yaml as loaded, merged."""
     usable = [c for c in cycles if c.candidates.ndim == 3 and c.candidates.shape[0] > 0]
     out: dict[str, Any] = {"cycles": len(cycles), "cycles_with_candidates": len(usable),
                            "fallback_cycles": sum(c.selected < 0 for c in cycles)}
@@ -220,12 +210,12 @@ def open_loop_summary(cycles: list[Cycle], scene: LoggedScene, log_dt: float, me
     except ImportError as exc:
         out["error"] = f"rad2_core.open_loop_metrics is not available ({exc})"
         return out
-    out.update(_call_open_loop_metrics(olm, usable, scene, log_dt, meta))
+    out.update(_call_open_loop_metrics(olm, usable, scene, log_dt, meta, params))
     return out
 
 
 def _call_open_loop_metrics(olm: Any, cycles: list[Cycle], scene: LoggedScene, log_dt: float,
-                            meta: dict) -> dict[str, Any]:
+                            meta: dict, params: dict[str, Any]) -> dict[str, Any]:
     """Score each cycle's candidates (ego frame of its step) against the logged future.
 
     The log is the clip named by the bag metadata when it loads and matches the bag's odometry (its
@@ -235,15 +225,15 @@ def _call_open_loop_metrics(olm: Any, cycles: list[Cycle], scene: LoggedScene, l
     clip, first, note = clip_from_metadata(meta, scene, log_dt)
     source = "clip"
     if clip is None:
-        clip, first, source = clip_from_bag(scene, log_dt, meta), 0, "bag"
+        clip, first, source = clip_from_bag(scene, log_dt, meta, params["vehicle"]), 0, "bag"
         note = f"bag odometry and objects ({note})"
     drivable = None
     if source == "clip":
         try:
-            drivable = DrivableRaster(clip)
+            drivable = DrivableRaster(clip, params)
         except Exception as exc:  # noqa: BLE001 - offroad is optional
             note += f"; no offroad check ({exc})"
-    acc = olm.OpenLoopAccumulator()
+    acc = olm.OpenLoopAccumulator.from_params(params, params)
     per_step: list[dict[str, float]] = []
     full = 0
     for c in cycles:

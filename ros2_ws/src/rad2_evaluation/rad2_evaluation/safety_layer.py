@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,6 @@ from typing import Any
 import numpy as np
 from bev_warp_sim.rollout import BatchedPolicy
 
-MODES = ("off", "rejection_sampling", "candidate_selection", "self_correction")
 LABELS = {
     "off": "RAD-2 (no safety layer)",
     "rejection_sampling": "+ rejection sampling",
@@ -130,7 +130,9 @@ def plot(rows: list[dict], path: Path) -> None:
 
 def safety_layers(modes, planner_params: dict, threshold: float | None = None, max_rounds: int | None = None,
                   critic: str | None = None, correction: str | None = None) -> dict[str, Any]:
-    """mode -> SafetyLayerParams, unset values from params/planner.yaml (ValueError on a bad value)."""
+    """mode -> SafetyLayerParams, unset values from params/planner.yaml (ValueError on a bad value). The
+    closed-loop runs have no round budget: every mode gets its rounds, and the latency table measures
+    the budget's effect separately."""
     from rad2_planner.policy import SafetyLayerParams, resolve_path
 
     sl = planner_params["safety_layer"]
@@ -152,6 +154,7 @@ def safety_layers(modes, planner_params: dict, threshold: float | None = None, m
             int(sl["max_rounds"] if max_rounds is None else max_rounds),
             critic,
             correction,
+            None,
         )
         for m in modes
     }
@@ -317,6 +320,7 @@ def evaluate_safety_layer(
     splits: list[str],
     seeds: list[int],
     layers: dict[str, Any],
+    params: dict[str, Any],
     *,
     out: str | Path,
     command: str,
@@ -327,18 +331,20 @@ def evaluate_safety_layer(
     latency_cycles: int = 120,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """The whole evaluation (see the module doc); returns what results.json holds."""
+    """The whole evaluation (see the module doc); returns what results.json holds. ``params``: every
+    file of params/ as loaded, merged."""
+    from dataclasses import replace
+
     from bev_warp_sim.simulator import Simulator
-    from rad2_core.config import load_params
     from rad2_core.machine import hardware_record
     from rad2_core.storage import load_dataset
     from rad2_planner.policy import Rad2Policy, SafetyLayerParams
 
-    sim_params = load_params("sim")
+    sim_params = params
     t_start = time.perf_counter()
     load_before = hardware_record()["load_average"]
-    policy = Rad2Policy.from_params(load_params("planner"), backend=backend, num_candidates=num_candidates,
-                                    safety_layer=SafetyLayerParams(mode="off"))
+    policy = Rad2Policy.from_params(params, backend=backend, num_candidates=num_candidates,
+                                    safety_layer=replace(SafetyLayerParams.from_params(params), mode="off"))
     h_reuse = int(sim_params["evaluation"]["h_reuse"])
     batch_size = int(sim_params["evaluation"]["batch_size"] if batch_size is None else batch_size)
     clips = {split: spread(load_dataset(split), max_clips) for split in splits}
@@ -346,7 +352,7 @@ def evaluate_safety_layer(
                                   h_reuse=h_reuse, sim_params=sim_params, latency_cycles=latency_cycles,
                                   progress=progress)
     obs = latency_obs[:latency_cycles]
-    budget = float(load_params("planner")["safety_layer"]["round_budget_ms"])
+    budget = float(params["safety_layer"]["round_budget_ms"])
     latencies = measure_latencies(policy, layers, layers, obs, budget) if latency_cycles and obs else {}
     rows = summary_rows(runs, layers, len(seeds), latencies)
     hw = hardware_record()
@@ -371,10 +377,12 @@ def evaluate_safety_layer(
     return results
 
 
-def merge_results(result_dirs: list[str | Path], out: str | Path) -> dict[str, Any]:
+def merge_results(result_dirs: list[str | Path], out: str | Path, mode_order: Sequence[str]
+                  ) -> dict[str, Any]:
     """One table from runs of the same evaluation split by mode over several processes (e.g. one per
-    core: ``--modes off self_correction`` and ``--modes rejection_sampling candidate_selection``).
-    Refuses runs that differ in seeds, clips or M, so the rows stay comparable."""
+    core: ``--modes off self_correction`` and ``--modes rejection_sampling candidate_selection``), its
+    rows in ``mode_order`` (the choices of safety_layer.mode). Refuses runs that differ in seeds, clips
+    or M, so the rows stay comparable."""
     parts = []
     for d in result_dirs:
         path = Path(d) / "results.json"
@@ -404,7 +412,7 @@ def merge_results(result_dirs: list[str | Path], out: str | Path) -> dict[str, A
     runs = [r for i, part in enumerate(parts) for r in part["runs"] if owner[r["mode"]] == i]
     latencies = {m: lat for i, part in enumerate(parts) for m, lat in part["latency"].items()
                  if owner.get(m) == i}
-    modes = [m for m in MODES if any(r["mode"] == m for r in runs)]
+    modes = [m for m in mode_order if any(r["mode"] == m for r in runs)]
     splits = list(dict.fromkeys(r["split"] for r in runs))
     seeds = first[0]
     rows = summary_rows(runs, modes, len(seeds), latencies)

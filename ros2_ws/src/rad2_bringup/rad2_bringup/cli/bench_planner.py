@@ -67,6 +67,9 @@ def main(argv: list[str]) -> int:
                          "time per graph and operator type against the matrix-product probe, written to "
                          "<out>_ops.json / <out>_ops.png")
     args = ap.parse_args(argv)
+    from rad2_core.config import load_merged
+
+    params = load_merged()
     runtime_overrides = {}
     if args.ort_providers is not None:
         runtime_overrides["ort_providers"] = args.ort_providers
@@ -75,9 +78,7 @@ def main(argv: list[str]) -> int:
     if args.fixed_shapes is not None:
         runtime_overrides["ort_fixed_shapes"] = args.fixed_shapes == "on"
     if args.openvino_precision is not None:
-        from rad2_core.config import load_params
-
-        backend = args.backend or load_params("planner")["planner"]["backend"]
+        backend = args.backend or params["planner"]["backend"]
         if backend != "openvino":
             ap.error(f"--openvino-precision: only with the openvino backend (--backend or planner.backend; "
                      f"got {backend})")
@@ -91,19 +92,21 @@ def main(argv: list[str]) -> int:
         if args.backend not in (None, "onnxruntime"):
             ap.error(f"--op-profile: ONNX Runtime's profiler, so --backend onnxruntime, got {args.backend!r}")
 
-        run_operator_profile(args.m[0], cycles=args.cycles, data=None if args.random_inputs else args.data,
+        run_operator_profile(params, args.m[0], cycles=args.cycles,
+                             data=None if args.random_inputs else args.data,
                              checkpoint=args.checkpoint, out=args.out)
         return 0
     if args.compare_fixed_shapes:
         from rad2_evaluation.benchmarks.planner import compare_runtime_setting
 
-        compare_runtime_setting("ort_fixed_shapes", (False, True), args.m, cycles=args.cycles,
+        compare_runtime_setting(params, "ort_fixed_shapes", (False, True), args.m, cycles=args.cycles,
                                 warmup=args.warmup, data=None if args.random_inputs else args.data,
                                 checkpoint=args.checkpoint, out=f"{args.out}_fixed_shapes")
         return 0
     from rad2_evaluation.benchmarks.planner import run_latency_benchmark
 
-    run_latency_benchmark(args.m, backend=args.backend, device=args.device, checkpoint=args.checkpoint,
+    run_latency_benchmark(params, args.m, backend=args.backend, device=args.device,
+                          checkpoint=args.checkpoint,
                           random_init=args.random_init, k=args.k, sampler=args.sampler, cycles=args.cycles,
                           warmup=args.warmup, data=None if args.random_inputs else args.data,
                           agents=args.agents, out=args.out, runtime_overrides=runtime_overrides)

@@ -46,12 +46,14 @@ def main(argv: list[str]) -> int:
         ap.error(f"--openvino-precision: only with --backend openvino (got --backend {args.backend})")
     dataset = str(dataset_dirs(ap, "--dataset", [args.dataset])[0])
 
+    from rad2_core.config import load_merged
     from rad2_evaluation.benchmarks.rollouts import run_rollout_benchmark
     from rich.console import Console
 
-    text = run_rollout_benchmark(dataset, clips=args.clips, group=args.group, h_reuse=args.h_reuse,
-                                 batch=args.batch, candidates=args.candidates, workers=args.workers,
-                                 backend=args.backend, device=args.device, runtime_overrides=(
+    text = run_rollout_benchmark(dataset, load_merged(), clips=args.clips, group=args.group,
+                                 h_reuse=args.h_reuse, batch=args.batch, candidates=args.candidates,
+                                 workers=args.workers, backend=args.backend, device=args.device,
+                                 runtime_overrides=(
                                      {"openvino": {"precision": args.openvino_precision}}
                                      if args.openvino_precision else None))
     Console(width=max(Console().width, 120)).print(text)

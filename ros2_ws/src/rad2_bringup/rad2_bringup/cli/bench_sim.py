@@ -34,9 +34,12 @@ def main(argv: list[str]) -> int:
                     help="also write the figures as JSON (rad2 bench all)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
+    from rad2_core.cli_args import schema_choices
+    from rad2_core.config import load_merged
     from rad2_evaluation.benchmarks.sim import run_sim_benchmark
 
-    run_sim_benchmark(args.batch, dataset=args.dataset, steps=args.steps, warp_repeats=args.warp_repeats,
+    run_sim_benchmark(load_merged(), schema_choices("sim", "sim.warp_backend"), args.batch,
+                      dataset=args.dataset, steps=args.steps, warp_repeats=args.warp_repeats,
                       warp_only=args.warp_only, json_path=args.json, progress=not args.no_progress)
     return 0
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rad2_bringup.cli.common import verb_parser
+from rad2_bringup.cli.common import simulation_params, verb_parser
 
 
 def main(argv: list[str]) -> int:
@@ -97,26 +97,28 @@ def main(argv: list[str]) -> int:
         print(f"merged {len(args.merge)} runs into {args.out / 'experiments.md'}")
         return 0
 
-    from bev_warp_sim.simulator import simulator_params
-    from rad2_core.config import ParameterError, load_params
+    from rad2_core.cli_args import schema_choices
+    from rad2_core.config import ParameterError
     from rad2_evaluation.experiments import parse_arm, run_experiments
     from rad2_planner.policy import resolve_path
 
     try:
-        simulator_params(args.sim_set)  # refuse a bad setting before any work
+        files, sim_overrides = simulation_params(args.sim_set)  # refuse a bad setting before any work
     except ParameterError as exc:
         ap.error(str(exc))
 
-    il_checkpoint = args.il_checkpoint or load_params("planner")["planner"]["checkpoint_dir"]
+    il_checkpoint = args.il_checkpoint or files["planner"]["planner"]["checkpoint_dir"]
+    candidates = schema_choices("planner", "planner.discriminator_candidates")
     try:
-        arms = [parse_arm(a, str(resolve_path(il_checkpoint))) for a in args.arms]
+        arms = [parse_arm(a, str(resolve_path(il_checkpoint)), candidates) for a in args.arms]
     except ValueError as exc:
         ap.error(f"--arms: {exc}")
     for split in args.splits:
         if not (resolve_path(split) / "index.json").is_file():
             ap.error(f"--splits: {split} is not a dataset directory (no index.json)")
-    run_experiments(arms, args.splits, args.seeds, args.out, workers=args.workers, max_clips=args.max_clips,
-                    threads=args.threads, backend=args.backend, device=args.device, sim_set=args.sim_set)
+    run_experiments(arms, args.splits, args.seeds, args.out, files, sim_overrides=sim_overrides,
+                    workers=args.workers, max_clips=args.max_clips, threads=args.threads,
+                    backend=args.backend, device=args.device)
     print(f"wrote {args.out / 'experiments.md'}, experiments.png and results.json")
     return 0
 

@@ -57,9 +57,10 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
-    from rad2_core.config import ResourceNotFoundError, load_params
+    from rad2_core.config import ResourceNotFoundError, load_all
 
-    backend = args.backend or load_params("planner")["planner"]["backend"]
+    files = load_all()
+    backend = args.backend or files["planner"]["planner"]["backend"]
     if args.openvino_precision is not None and backend != "openvino":
         ap.error(f"--openvino-precision: only with the openvino backend (--backend or planner.backend; "
                  f"got {backend})")
@@ -67,15 +68,14 @@ def main(argv: list[str]) -> int:
     from rad2_planner.networks.model import CheckpointError
     from rich.console import Console
 
-    params = load_params("sim")
     if args.reactive:
-        params["sim"]["reactive_agents"] = True
+        files["sim"]["sim"]["reactive_agents"] = True
     splits = [str(d) for d in dataset_dirs(ap, "--split", args.split)]
     if args.no_traffic_rules and args.workers:
         ap.error("--no-traffic-rules: only with --workers 0 (the workers load params/planner.yaml as it is)")
     console = Console(width=max(Console().width, 160))
     try:
-        evals = evaluate_policies(args.policy, splits, params, console, workers=args.workers,
+        evals = evaluate_policies(args.policy, splits, files, console, workers=args.workers,
                                   checkpoint=args.checkpoint, traffic_rules=not args.no_traffic_rules,
                                   max_clips=args.max_clips, batch_size=args.batch_size, h_reuse=args.h_reuse,
                                   seed=args.seed, progress=not args.no_progress,
@@ -84,5 +84,5 @@ def main(argv: list[str]) -> int:
                                       if args.openvino_precision else None))
     except (CheckpointError, ResourceNotFoundError) as exc:
         ap.error(f"--checkpoint: {exc}")
-    write_evaluation(evals, params, Path(args.out), console, args.gifs)
+    write_evaluation(evals, files["sim"], Path(args.out), console, args.gifs)
     return 0

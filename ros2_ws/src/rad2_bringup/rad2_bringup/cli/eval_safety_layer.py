@@ -38,8 +38,7 @@ from rad2_bringup.cli.common import dataset_dirs, verb_parser
 
 
 def _parser() -> argparse.ArgumentParser:
-    from rad2_core.cli_args import int_at_least, schema_value
-    from rad2_evaluation.safety_layer import MODES
+    from rad2_core.cli_args import int_at_least, schema_choices, schema_value
 
     ap = verb_parser("eval safety-layer", __doc__)
     ap.add_argument(
@@ -58,7 +57,8 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="N clips of each split, spread evenly over its scenario kinds (default: all)",
     )
-    ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES, help="safety_layer.mode values")
+    modes = schema_choices("planner", "safety_layer.mode")
+    ap.add_argument("--modes", nargs="+", default=modes, choices=modes, help="safety_layer.mode values")
     ap.add_argument(
         "--threshold", type=schema_value("planner", "safety_layer.threshold"), default=None,
         help="safety_layer.threshold (default: planner.yaml)"
@@ -102,28 +102,30 @@ def main(argv: list[str]) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
     if args.merge:
+        from rad2_core.cli_args import schema_choices
         from rad2_evaluation.safety_layer import merge_results
 
         for d in args.merge:
             if not (Path(d) / "results.json").is_file():
                 ap.error(f"--merge: {d} holds no results.json")
         try:
-            merge_results(args.merge, args.out)
+            merge_results(args.merge, args.out, schema_choices("planner", "safety_layer.mode"))
         except ValueError as exc:
             ap.error(str(exc))
         return 0
     splits = [str(d) for d in dataset_dirs(ap, "--splits", args.splits)]
 
-    from rad2_core.config import load_params
+    from rad2_core.config import load_merged
     from rad2_evaluation.safety_layer import evaluate_safety_layer, safety_layers
 
+    params = load_merged()
     try:
-        layers = safety_layers(args.modes, load_params("planner"), args.threshold, args.max_rounds,
-                               args.critic, args.correction)
+        layers = safety_layers(args.modes, params, args.threshold, args.max_rounds, args.critic,
+                               args.correction)
     except ValueError as exc:
         ap.error(str(exc))
     command = shlex.join(["rad2", "eval", "safety-layer", *argv])
-    evaluate_safety_layer(splits, args.seeds, layers, out=args.out, command=command,
+    evaluate_safety_layer(splits, args.seeds, layers, params, out=args.out, command=command,
                           max_clips=args.max_clips, num_candidates=args.num_candidates, backend=args.backend,
                           batch_size=args.batch_size, latency_cycles=args.latency_cycles,
                           progress=not args.no_progress)

@@ -56,9 +56,10 @@ def bench_selection(policy, ms, n_agents: int, repeats: int, seed: int = 0) -> d
     return out
 
 
-def sample_observations(cfg, n: int, data: str | Path | None = None) -> list:
-    """``n`` observations: every 37th step of the clips of ``data`` (relative to the checkout), or
-    random scene inputs of the model config ``cfg`` when ``data`` is None."""
+def sample_observations(cfg, n: int, params: dict, data: str | Path | None = None) -> list:
+    """``n`` observations: every 37th step of the clips of ``data`` (relative to the checkout; rendered
+    with ``params``, every file of params/ as loaded, merged), or random scene inputs of the model
+    config ``cfg`` when ``data`` is None."""
     from rad2_planner.runtime.base import SCENE_INPUTS
     from rad2_planner.runtime.onnx_export import example_inputs
 
@@ -75,7 +76,7 @@ def sample_observations(cfg, n: int, data: str | Path | None = None) -> list:
     obs = []
     for clip in iter_dataset(resource_path(data)):
         for t in range(0, clip.num_steps, 37):
-            obs.append(build_observation(snapshot_from_clip(clip, t)))
+            obs.append(build_observation(snapshot_from_clip(clip, t, params, params), params=params))
             if len(obs) >= n:
                 return obs
     if not obs:
@@ -85,13 +86,13 @@ def sample_observations(cfg, n: int, data: str | Path | None = None) -> list:
 
 def make_policy(params: dict, *, random_init: bool = False, checkpoint: str | None = None,
                 **kw: Any) -> tuple[Any, str]:
-    """The policy to time (discriminator always run) and a description of its weights."""
-    from rad2_core.config import load_params
+    """The policy to time (discriminator always run) and a description of its weights; ``params``:
+    every file of params/ as loaded, merged."""
     from rad2_planner.networks import ModelConfig, PlannerModel
     from rad2_planner.policy import Rad2Policy, resolve_path
 
     if random_init:
-        model = PlannerModel(ModelConfig.from_params(params, load_params("bev")))
+        model = PlannerModel(ModelConfig.from_params(params, params))
         onnx_dir = str(REPO_ROOT / "out" / "bench_random_onnx")
         return Rad2Policy(model, params=params, onnx_dir=onnx_dir, always_score=True, **kw), "random-init"
     ckpt = resolve_path(checkpoint or params["planner"]["checkpoint_dir"])
@@ -166,26 +167,28 @@ def plot_results(results: dict, meta: dict, deadline: float, png: str) -> None:
     fig.savefig(png, dpi=110)
 
 
-def compare_runtime_setting(key: str, values: tuple, ms: list[int], *, cycles: int = 200,
+def compare_runtime_setting(params: dict, key: str, values: tuple, ms: list[int], *, cycles: int = 200,
                             warmup: int = 20, data: str | None = "data/eval_efficiency",
                             checkpoint: str | None = None, out: str | None = None) -> dict[str, Any]:
     """An A/B of one ``runtime.*`` setting that the machine's drift between runs cannot bias: a policy
     per value in one process, their cycles alternated on the same observations (the order swapped
     every cycle). Prints and returns the cycle's percentiles (``total`` stage) per M and value, and
-    writes them to ``<out>.json`` when ``out`` is given."""
-    from rad2_core.config import load_params, merge_runtime_overrides
+    writes them to ``<out>.json`` when ``out`` is given. ``params``: every file of params/ as loaded,
+    merged."""
+    from rad2_core.config import merge_runtime_overrides
 
     from rad2_evaluation.benchmarking import RunContext
 
     policies = []
     for value in values:
-        params = load_params("planner")
-        merge_runtime_overrides(params["runtime"], {key: value})
-        policies.append(make_policy(params, checkpoint=checkpoint, backend="onnxruntime")[0])
-    obs = sample_observations(policies[0].cfg, 32, data)
+        runtime = dict(params["runtime"])
+        merge_runtime_overrides(runtime, {key: value})
+        policies.append(make_policy({**params, "runtime": runtime}, checkpoint=checkpoint,
+                                    backend="onnxruntime")[0])
+    obs = sample_observations(policies[0].cfg, 32, params, data)
     gc.collect()
     gc.freeze()
-    ctx = RunContext.start(int(load_params("planner")["runtime"]["ort_intra_op_threads"]))
+    ctx = RunContext.start(int(params["runtime"]["ort_intra_op_threads"]))
     results: dict[int, dict[str, dict[str, float]]] = {}
     for m in ms:
         for policy in policies:
@@ -213,23 +216,25 @@ def compare_runtime_setting(key: str, values: tuple, ms: list[int], *, cycles: i
     return payload
 
 
-def run_latency_benchmark(ms: list[int], *, backend: str | None = None, device: str | None = None,
+def run_latency_benchmark(params: dict, ms: list[int], *, backend: str | None = None,
+                          device: str | None = None,
                           checkpoint: str | None = None, random_init: bool = False, k: int | None = None,
                           sampler: str | None = None, cycles: int = 200, warmup: int = 20,
                           data: str | None = "data/eval_efficiency", agents: int = 50,
                           out: str = "out/bench_latency",
                           runtime_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """The whole benchmark (``data`` None: random inputs); returns what ``<out>.json`` holds.
-    ``runtime_overrides``: ``runtime.*`` settings of params/planner.yaml to replace (checked)."""
-    from rad2_core.config import load_params, merge_runtime_overrides
+    ``runtime_overrides``: ``runtime.*`` settings of params/planner.yaml to replace (checked);
+    ``params``: every file of params/ as loaded, merged."""
+    from rad2_core.config import merge_runtime_overrides
 
     from rad2_evaluation.benchmarking import RunContext, planning_cycle_flops
 
-    params = load_params("planner")
+    params = {**params, "runtime": dict(params["runtime"])}
     merge_runtime_overrides(params["runtime"], runtime_overrides or {})
     policy, weights = make_policy(params, random_init=random_init, checkpoint=checkpoint, backend=backend,
                                   device=device, num_steps=k, sampler=sampler)
-    obs = sample_observations(policy.cfg, 32, data)
+    obs = sample_observations(policy.cfg, 32, params, data)
     threads = int(params["runtime"]["ort_intra_op_threads"])
     if policy.backend_name == "openvino":
         threads = policy.backend.threads
@@ -278,26 +283,24 @@ def run_latency_benchmark(ms: list[int], *, backend: str | None = None, device: 
     return payload
 
 
-def run_operator_profile(m: int, *, cycles: int = 50, data: str | None = "data/eval_efficiency",
+def run_operator_profile(params: dict, m: int, *, cycles: int = 50, data: str | None = "data/eval_efficiency",
                          checkpoint: str | None = None, out: str = "out/bench_latency") -> dict[str, Any]:
     """Where the networks' time goes: ``cycles`` planning cycles at M = ``m`` with ONNX Runtime's operator
     profiler on (``runtime.ort_profile_prefix``), summarised per graph and operator type against the
     matrix-product probe of the same run (:func:`rad2_evaluation.benchmarking.operator_profile`). Writes
-    ``<out>_ops.json`` and ``<out>_ops.png``; the raw traces stay in ``<out>_ops/``."""
+    ``<out>_ops.json`` and ``<out>_ops.png``; the raw traces stay in ``<out>_ops/``. ``params``: every
+    file of params/ as loaded, merged."""
     import shutil
-
-    from rad2_core.config import load_params
 
     from rad2_evaluation.benchmarking import RunContext, operator_profile, print_operator_profile
 
     trace_dir = Path(f"{out}_ops")
     shutil.rmtree(trace_dir, ignore_errors=True)
     prefix = f"{trace_dir}{os.sep}"  # the files go inside trace_dir, named by graph
-    params = load_params("planner")
     plain, weights = make_policy(params, checkpoint=checkpoint, backend="onnxruntime")
-    params["runtime"]["ort_profile_prefix"] = prefix
+    params = {**params, "runtime": {**params["runtime"], "ort_profile_prefix": prefix}}
     policy, _ = make_policy(params, checkpoint=checkpoint, backend="onnxruntime")
-    obs = sample_observations(policy.cfg, 32, data)
+    obs = sample_observations(policy.cfg, 32, params, data)
     ctx = RunContext.start(int(params["runtime"]["ort_intra_op_threads"]))
     policy.warm_up(m)  # one call per session: operator_profile leaves each session's first run out
     plain.warm_up(m)

@@ -9,13 +9,13 @@ import pickle
 import time
 
 
-def bench_simulator(clips, group: int, h_reuse: int, batch: int) -> tuple[int, float]:
+def bench_simulator(params: dict, clips, group: int, h_reuse: int, batch: int) -> tuple[int, float]:
     """Env steps and seconds of the simulator alone: one fixed control sequence per decision."""
     import numpy as np
     from bev_warp_sim.rollout import chunk_rows, expand_rows
     from bev_warp_sim.simulator import Controls, Simulator
 
-    sim = Simulator()
+    sim = Simulator(params)
     hold = Controls(np.zeros((sim.controller.horizon, 2)))
     steps, t0 = 0, time.perf_counter()
     for chunk in chunk_rows(expand_rows(clips, group), batch):
@@ -30,12 +30,12 @@ def bench_simulator(clips, group: int, h_reuse: int, batch: int) -> tuple[int, f
     return steps, time.perf_counter() - t0
 
 
-def state_sizes(clip) -> tuple[int, int]:
+def state_sizes(params: dict, clip) -> tuple[int, int]:
     """Pickled bytes of a one-clip state at the start and after driving the whole clip."""
     import numpy as np
     from bev_warp_sim.simulator import Controls, Simulator
 
-    sim = Simulator()
+    sim = Simulator(params)
     state = sim.init([clip], [0])
     start = len(pickle.dumps(state))
     hold = Controls(np.zeros((sim.controller.horizon, 2)))
@@ -46,42 +46,43 @@ def state_sizes(clip) -> tuple[int, int]:
     return start, len(pickle.dumps(state))
 
 
-def bench_planner(spec, clips, group: int, h_reuse: int, batch: int, workers: int):
+def bench_planner(params: dict, spec, clips, group: int, h_reuse: int, batch: int, workers: int):
     """(env steps, decisions, seconds) with the real planner in this process (0) or Ray workers."""
     from bev_warp_sim.rollout import run_rollouts
     from bev_warp_sim.simulator import Simulator
 
     kwargs = dict(batch_size=batch, h_reuse=h_reuse, seed=0)
     if workers == 0:
-        decider, sim = spec.build(), Simulator()
+        decider, sim = spec.build(params), Simulator(params)
         run_rollouts(sim, decider, clips[:1], 1, max_steps=4, **kwargs)  # warm-up (ONNX export, caches)
         t0 = time.perf_counter()
         _, stats = run_rollouts(sim, decider, clips, group, **kwargs)
         return stats.env_steps, stats.decisions, time.perf_counter() - t0
     from rad2_training.workers import RolloutPool
 
-    with RolloutPool(spec, num_workers=workers, address="") as pool:
+    with RolloutPool(spec, params, num_workers=workers, address="") as pool:
         pool.run(clips[:workers], 1, max_steps=4, **kwargs)  # warm-up: every worker loaded
         t0 = time.perf_counter()
         _, stats = pool.run(clips, group, **kwargs)
         return stats.env_steps, stats.decisions, time.perf_counter() - t0
 
 
-def run_rollout_benchmark(dataset: str, *, clips: int = 8, group: int = 4, h_reuse: int = 8, batch: int = 16,
+def run_rollout_benchmark(dataset: str, params: dict, *, clips: int = 8, group: int = 4, h_reuse: int = 8,
+                          batch: int = 16,
                           candidates: int = 32, workers: list[int] = (0, 2), backend: str = "onnxruntime",
                           device: str = "cpu", runtime_overrides: dict | None = None) -> str:
     """The Markdown table of rad2 bench rollouts (printed by the caller); ``backend`` / ``device``:
     the planner's runtime (``pytorch`` on ``cuda`` times the rollouts with the networks on a GPU);
-    ``runtime_overrides``: its ``runtime.*`` settings (``{"openvino": {"precision": "bf16"}}``)."""
-    from rad2_core.config import load_params
+    ``runtime_overrides``: its ``runtime.*`` settings (``{"openvino": {"precision": "bf16"}}``);
+    ``params``: every file of params/ as loaded, merged."""
     from rad2_core.machine import machine_info
     from rad2_core.storage import load_dataset
     from rad2_training.workers import PolicySpec
 
     clip_list = load_dataset(dataset)[:clips]
     load0 = os.getloadavg()[0]
-    threads = int(load_params("training")["rollout"]["threads_per_worker"])
-    sim_steps, sim_s = bench_simulator(clip_list, group, h_reuse, batch)
+    threads = int(params["rollout"]["threads_per_worker"])
+    sim_steps, sim_s = bench_simulator(params, clip_list, group, h_reuse, batch)
     rows = [("simulator alone (fixed controls)", 0, sim_steps, 0, sim_s)]
     for w in workers:
         spec = PolicySpec(name="rad2", backend=backend, selection="sample", distribution="softmax",
@@ -91,11 +92,11 @@ def run_rollout_benchmark(dataset: str, *, clips: int = 8, group: int = 4, h_reu
         runtime = backend if device == "cpu" else f"{backend} on {device}"
         if backend == "openvino":
             runtime += " " + ((runtime_overrides or {}).get("openvino", {}).get("precision")
-                              or load_params("planner")["runtime"]["openvino"]["precision"])
+                              or params["runtime"]["openvino"]["precision"])
         label = (f"real planner ({runtime}), 1 process" if w == 0
                  else f"real planner ({runtime}), {w} Ray workers x {threads} thread")
-        rows.append((label, w, *bench_planner(spec, clip_list, group, h_reuse, batch, w)))
-    start_b, end_b = state_sizes(clip_list[0])
+        rows.append((label, w, *bench_planner(params, spec, clip_list, group, h_reuse, batch, w)))
+    start_b, end_b = state_sizes(params, clip_list[0])
     info = machine_info()
     head = (f"machine: {info.cpu_model}, {info.logical_cpus} logical CPUs; load average {load0:.2f} before, "
             f"{os.getloadavg()[0]:.2f} after; {len(clip_list)} clips x G = {group}, H_reuse = {h_reuse}, "

@@ -16,12 +16,12 @@ from rad2_core.config import resource_path
 DEFAULT_DATASET = "data/eval_efficiency"  # repository-relative (config.resource_path)
 
 
-def bench_warp(batch_sizes, repeats: int) -> list[tuple[str, int, float]]:
+def bench_warp(params: dict, backends, batch_sizes, repeats: int) -> list[tuple[str, int, float]]:
+    """ms per frame of each warp backend of ``backends`` (the choices of sim.warp_backend) per batch
+    size, on the grid of ``params`` (params/bev.yaml as loaded)."""
     import numpy as np
     from bev_warp_sim.warp import BevWarper
-    from rad2_core.config import load_params
 
-    params = load_params("bev")
     bev = params["bev"]
     warper = BevWarper(params)
     rng = np.random.default_rng(0)
@@ -31,7 +31,7 @@ def bench_warp(batch_sizes, repeats: int) -> list[tuple[str, int, float]]:
         feats = rng.random((b,) + shape).astype(np.float32)
         ref = np.zeros((b, 3))
         sim = np.column_stack([rng.uniform(-2, 2, b), rng.uniform(-1, 1, b), rng.uniform(-0.1, 0.1, b)])
-        for backend in ("opencv", "torch"):
+        for backend in backends:
             warper(feats, ref, sim, backend=backend)  # warm-up
             t0 = time.perf_counter()
             for _ in range(repeats):
@@ -41,16 +41,14 @@ def bench_warp(batch_sizes, repeats: int) -> list[tuple[str, int, float]]:
     return rows
 
 
-def _bench_simulator(backend: str):
-    """A simulator with ``backend`` that never terminates early, and a zero control sequence."""
+def _bench_simulator(params: dict, backend: str):
+    """A simulator of ``params`` (every file of params/ as loaded, merged) with ``backend`` that never
+    terminates early, and a zero control sequence."""
     import numpy as np
     from bev_warp_sim.simulator import Controls, Simulator
-    from rad2_core.config import load_params
 
-    params = load_params("sim")
-    params["sim"]["warp_backend"] = backend
-    params["sim"]["terminate_on_collision"] = False
-    params["sim"]["terminate_on_offroad"] = False
+    params = {**params, "sim": {**params["sim"], "warp_backend": backend, "terminate_on_collision": False,
+                                "terminate_on_offroad": False}}
     sim = Simulator(params)
     return sim, Controls(np.zeros((sim.controller.horizon, 2)))
 
@@ -60,11 +58,12 @@ def _init_batch(sim, clips, b: int, steps: int):
     return sim.init([clips[i % len(clips)] for i in range(b)], [i % 5 for i in range(b)], max_steps=steps)
 
 
-def bench_env(clips, batch_sizes, steps: int, backend: str, progress: bool) -> list[tuple[int, float, float]]:
+def bench_env(params: dict, clips, batch_sizes, steps: int, backend: str, progress: bool
+              ) -> list[tuple[int, float, float]]:
     import numpy as np
     from tqdm import tqdm
 
-    sim, u = _bench_simulator(backend)
+    sim, u = _bench_simulator(params, backend)
     rows = []
     for b in batch_sizes:
         state = _init_batch(sim, clips, b, steps)
@@ -88,11 +87,12 @@ def bench_env(clips, batch_sizes, steps: int, backend: str, progress: bool) -> l
     return rows
 
 
-def bench_env_every_step(clips, batch_sizes, steps: int, backend: str) -> list[tuple[int, float]]:
+def bench_env_every_step(params: dict, clips, batch_sizes, steps: int, backend: str
+                         ) -> list[tuple[int, float]]:
     """Observation at every step (as with h_reuse = 1), still without a planner."""
     import numpy as np
 
-    sim, u = _bench_simulator(backend)
+    sim, u = _bench_simulator(params, backend)
     rows = []
     for b in batch_sizes:
         state = _init_batch(sim, clips, b, steps)
@@ -136,7 +136,7 @@ def bench_clips(dataset: str | Path | None) -> list:
     return [load_clip(default / entry["file"], maps_dir=default / "maps")]
 
 
-def env_table(console, clips, batch_sizes, steps: int, progress: bool) -> list[dict]:
+def env_table(console, params: dict, backends, clips, batch_sizes, steps: int, progress: bool) -> list[dict]:
     """Latched and observe-every-step environment steps/s per warp backend and batch size (printed)."""
     from rich.table import Table
 
@@ -145,9 +145,9 @@ def env_table(console, clips, batch_sizes, steps: int, progress: bool) -> list[d
     for c in ("warp", "batch", "latched steps/s", "obs ms/step", "observe-every-step steps/s"):
         t.add_column(c, justify="right")
     env = []
-    for backend in ("opencv", "torch"):
-        rows = bench_env(longest, batch_sizes, steps, backend, progress)
-        every = dict(bench_env_every_step(longest, batch_sizes, steps, backend))
+    for backend in backends:
+        rows = bench_env(params, longest, batch_sizes, steps, backend, progress)
+        every = dict(bench_env_every_step(params, longest, batch_sizes, steps, backend))
         for b, sps, obs_ms in rows:
             t.add_row(backend, str(b), f"{sps:.0f}", f"{obs_ms:.2f}", f"{every[b]:.0f}")
             env.append({"backend": backend, "batch": b, "latched_steps_per_s": sps,
@@ -156,21 +156,24 @@ def env_table(console, clips, batch_sizes, steps: int, progress: bool) -> list[d
     return env
 
 
-def run_sim_benchmark(batch_sizes: list[int], *, dataset: str | None = None, steps: int = 60,
-                      warp_repeats: int = 20, warp_only: bool = False, json_path: Path | None = None,
-                      progress: bool = True) -> dict:
-    """The whole benchmark of rad2 bench sim; returns (and optionally writes) the JSON record."""
+def run_sim_benchmark(params: dict, backends, batch_sizes: list[int], *, dataset: str | None = None,
+                      steps: int = 60, warp_repeats: int = 20, warp_only: bool = False,
+                      json_path: Path | None = None, progress: bool = True) -> dict:
+    """The whole benchmark of rad2 bench sim; returns (and optionally writes) the JSON record.
+    ``params``: every file of params/ as loaded, merged; ``backends``: the warp backends to time (the
+    choices of sim.warp_backend)."""
     from rich.console import Console
 
     console = Console(width=max(Console().width, 120))
     load0 = os.getloadavg()[0]
     console.print(f"CPU cores visible: {os.cpu_count()}, load average: {os.getloadavg()}")
-    warp_rows = bench_warp(sorted(set([1] + list(batch_sizes))), warp_repeats)
+    warp_rows = bench_warp(params, backends, sorted(set([1] + list(batch_sizes))), warp_repeats)
     print_warp(console, warp_rows)
     report = {"load_before": load0, "env": [],
               "warp": [{"backend": k, "batch": b, "ms_per_frame": ms} for k, b, ms in warp_rows]}
     if not warp_only:
-        report["env"] = env_table(console, bench_clips(dataset), batch_sizes, steps, progress)
+        report["env"] = env_table(console, params, backends, bench_clips(dataset), batch_sizes, steps,
+                                  progress)
     report["load_after"] = os.getloadavg()[0]
     if json_path is not None:
         Path(json_path).write_text(json.dumps(report, indent=1))
