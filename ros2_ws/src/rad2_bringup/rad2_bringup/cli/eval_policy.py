@@ -2,12 +2,19 @@
 
 Prints the paper-layout table (safety columns from the safety split, efficiency columns from the
 efficiency split) and a table of every metric per split, writes JSON and renders GIFs of the worst
-clips of each split (rad2_evaluation.evaluate).
+clips of each split (rad2_evaluation.evaluate) and a summary figure per split (summary_<split>.png).
+
+Every clip is checked before the first rollout, as the simulator would check it: refused clips are
+listed with their reasons and the run stops (exit 2), or with --skip-bad is driven without them and
+the tables and results.json name them. Each finished chunk of clips is written to <out>/episodes.jsonl
+at once; --resume continues an interrupted run in <out> (the same settings; what is done is not driven
+again) and gives the table the uninterrupted run would have.
 
 examples:
   rad2 eval policy --policy expert idm constant_velocity \\
       --split data/eval_safety data/eval_efficiency --out runs/eval
   rad2 eval policy --policy rad2 --checkpoint checkpoints/rad2_il --split data/eval_safety --max-clips 20
+  rad2 eval policy --policy rad2 --split data/eval_safety --out runs/eval --resume --skip-bad
 """
 
 from __future__ import annotations
@@ -50,6 +57,12 @@ def _parser() -> argparse.ArgumentParser:
                          "process)")
     ap.add_argument("--seed", type=schema_value("training", "rollout.seed"), default=0,
                     help="evaluation seed: the learned policy's noise (reference policies are deterministic)")
+    ap.add_argument("--skip-bad", action="store_true",
+                    help="drive the clips the simulator accepts and report the refused ones (default: list "
+                         "them and stop before any rollout)")
+    ap.add_argument("--resume", action="store_true",
+                    help="continue the run in --out from its episodes.jsonl (same settings; finished clips "
+                         "are not driven again)")
     ap.add_argument("--no-progress", action="store_true", help="hide progress bars")
     return ap
 
@@ -64,6 +77,8 @@ def main(argv: list[str]) -> int:
     if args.openvino_precision is not None and backend != "openvino":
         ap.error(f"--openvino-precision: only with the openvino backend (--backend or planner.backend; "
                  f"got {backend})")
+    from bev_warp_sim.preflight import RefusedClipsError
+    from rad2_evaluation.episode_log import EPISODES_FILE, SettingsMismatch
     from rad2_evaluation.evaluate import evaluate_policies, write_evaluation
     from rad2_planner.networks.model import CheckpointError
     from rich.console import Console
@@ -73,6 +88,8 @@ def main(argv: list[str]) -> int:
     splits = [str(d) for d in dataset_dirs(ap, "--split", args.split)]
     if args.no_traffic_rules and args.workers:
         ap.error("--no-traffic-rules: only with --workers 0 (the workers load params/planner.yaml as it is)")
+    if args.resume and not (Path(args.out) / EPISODES_FILE).is_file():
+        ap.error(f"--resume: {args.out} holds no {EPISODES_FILE} (nothing to resume)")
     console = Console(width=max(Console().width, 160))
     try:
         evals = evaluate_policies(args.policy, splits, files, console, workers=args.workers,
@@ -81,8 +98,11 @@ def main(argv: list[str]) -> int:
                                   seed=args.seed, progress=not args.no_progress,
                                   backend=args.backend, runtime_overrides=(
                                       {"openvino": {"precision": args.openvino_precision}}
-                                      if args.openvino_precision else None))
+                                      if args.openvino_precision else None),
+                                  out=args.out, resume=args.resume, skip_bad=args.skip_bad)
     except (CheckpointError, ResourceNotFoundError) as exc:
         ap.error(f"--checkpoint: {exc}")
+    except (RefusedClipsError, SettingsMismatch) as exc:
+        ap.error(str(exc))
     write_evaluation(evals, files["sim"], Path(args.out), console, args.gifs)
     return 0
