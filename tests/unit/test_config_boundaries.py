@@ -16,11 +16,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "ros2_ws" / "src"
 
-# The calls that read parameter files: values (load_params, default_params, load_all,
+# The calls of rad2_core.config that read parameter files: values (load_params, load_all, load_merged,
 # params_with_overrides), or the schema for its choices and bounds (load_schema, schema_path), or the
-# directory itself (params_dir).
-LOADERS = {"load_params", "default_params", "load_all", "load_merged", "params_with_overrides", "load_schema",
-           "schema_path", "params_dir", "param_names"}
+# directory itself (params_dir, param_names).
+LOADERS = {"load_params", "load_all", "load_merged", "params_with_overrides", "load_schema", "schema_path",
+           "params_dir", "param_names"}
 
 PARAMS_FILE = re.compile(r"(\S*/)?params/[\w.-]+\.ya?ml")
 
@@ -104,9 +104,11 @@ def test_the_walk_sees_the_loader_calls_it_is_meant_to_catch(tmp_path):
         "def f(p=None):\n"
         "    return p if p is not None else load_params('bev')\n"
         "def g():\n"
-        "    return c.default_params('sim'), open('params/sim.yaml')\n")
-    lines = [v.split(":")[0] for v in _violations(sample)]
-    assert lines == ["1", "4", "6", "6"] or sorted(lines) == ["1", "4", "6", "6"]
+        "    return c.load_merged('sim'), open('params/sim.yaml')\n"
+        "def h(p):\n"
+        "    raise ValueError('missing key x of params/sim.yaml')\n")
+    lines = sorted(int(v.split(":")[0]) for v in _violations(sample))
+    assert lines == [1, 4, 6, 6]  # the import, the two calls and the path; not the message
 
 
 # What the code implements of a parameter with choices, by the tuple that names it: the schema is the one

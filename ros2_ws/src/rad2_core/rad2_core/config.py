@@ -271,17 +271,6 @@ def load_merged(*names: str) -> dict[str, Any]:
     return merged(load_all(names), *names)
 
 
-_DEFAULTS: dict[str, dict[str, Any]] = {}
-
-
-def default_params(name: str) -> dict[str, Any]:
-    """``load_params(name)`` read once per process and shared (for entry points that build several
-    objects from the same file): treat it as read-only."""
-    if name not in _DEFAULTS:
-        _DEFAULTS[name] = load_params(name)
-    return _DEFAULTS[name]
-
-
 def cached_by_block(cache: dict[str, Any], params: dict[str, Any], block: str, build) -> Any:
     """``build(params)`` cached in ``cache`` by the content of the ``block`` block of ``params``; the
     cache is emptied past 16 entries. Reads no file: ``params`` is what the caller loaded."""
