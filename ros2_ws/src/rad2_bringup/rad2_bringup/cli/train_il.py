@@ -33,7 +33,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--eval-stride", type=int_at_least(1, 100000), default=10,
                     help="--eval-only: every n-th log step is planned")
-    ap.add_argument("--selection", default=None, help="--eval-only: fallback selection rule override")
+    ap.add_argument("--selection", type=schema_value("planner", "planner.fallback_selection"), default=None,
+                    help="--eval-only: fallback selection rule override")
     ap.add_argument("--seed", type=schema_value("training", "imitation.seed"), default=None,
                     help="overrides imitation.seed")
     ap.add_argument("--max-steps", type=schema_value("training", "imitation.max_steps"), default=None,
