@@ -138,9 +138,6 @@ def evaluate_split(
             raise RefusedClipsError(checked.refused)
     if not checked.clips:
         raise ValueError(f"dataset_dir: {dataset_dir} holds no clips the simulator accepts")
-    if runner is None:
-        decider = decider if decider is not None else make_decider(policy, params, **(policy_kwargs or {}))
-        runner = local_runner(sim, decider)
     split = str(dataset_dir)
     # a clip's rollout group is its dataset position: its seeds do not depend on which clips were refused
     rows = [RowSpec(c, 0, pos, 0) for c, pos in zip(checked.clips, checked.positions)]
@@ -197,6 +194,10 @@ def evaluate_split(
     with tqdm(total=len(checked.clips), initial=len(results), desc=f"{run} @ {Path(dataset_dir).name}",
               unit="clip", disable=not progress) as bar:
         if todo:
+            if runner is None:  # built only when there is something to drive (not for a finished resume)
+                decider = decider if decider is not None else make_decider(policy, params,
+                                                                           **(policy_kwargs or {}))
+                runner = local_runner(sim, decider)
             runner(todo, on_chunk=on_chunk, progress=bar.update, seed=seed, h_reuse=h_reuse)
     out.results = [results[keys[id(c)]] for c in checked.clips]
     if keep_worst and log is not None:  # the worst episodes that finished before a resume

@@ -94,34 +94,79 @@ def policy_spec(arm: Arm, threads: int | None, backend: str | None = None, devic
                       threads=threads, backend=backend, ignore_discriminator=arm.rule is not None)
 
 
-def evaluate_arm(arm: Arm, splits: list[str], seeds: list[int], workers: int, max_clips: int | None,
+def arm_settings(arm: Arm, spec, files: dict, workers: int, max_clips: int | None) -> dict:
+    """Every setting that changes an arm's episodes (what a resumed run must share; see
+    rad2_evaluation.evaluate.policy_settings): the simulator's and the planner's parameters as the arm
+    runs them, its weights, selection and how its network calls are batched and threaded. ``files``:
+    every file of params/ as loaded (with the run's simulator overrides), by name."""
+    import copy
+
+    from rad2_core.config import merged
+
+    from rad2_evaluation.episode_log import checkpoint_digest
+
+    sim_params = files["sim"]
+    sim = copy.deepcopy(sim_params)
+    ev = sim.get("evaluation", {})
+    for key in ("worst_clips_gif", "gif_fps", "h_reuse"):
+        ev.pop(key, None)
+    arm_params = spec.planner_params(merged(files, *files))
+    planner = {block: arm_params[block] for block in files["planner"]}
+    return {"sim": sim, "planner": planner, "checkpoint": arm.checkpoint,
+            "checkpoint_weights": checkpoint_digest(arm.checkpoint), "selection": spec.selection,
+            "distribution": spec.distribution, "ignore_discriminator": spec.ignore_discriminator,
+            "backend": spec.backend or planner["planner"]["backend"],
+            "h_reuse": int(arm.h_reuse or sim_params["evaluation"]["h_reuse"]), "workers": int(workers),
+            "threads": spec.threads, "max_clips": max_clips}
+
+
+def evaluate_arm(arm: Arm, splits: list, seeds: list[int], workers: int, max_clips: int | None,
                  params: dict, threads: int | None = None, backend: str | None = None,
-                 device: str | None = None) -> dict[str, list[dict[str, float]]]:
+                 device: str | None = None, log=None, simulator=None) -> dict[str, list[dict[str, float]]]:
     """``{split: [metrics per seed]}``; each seed's metrics also hold ``clips``, one
-    :func:`clip_record` per clip. ``params``: every file of params/ as loaded (with the run's simulator
-    overrides), merged."""
-    from bev_warp_sim.simulator import Simulator
+    :func:`clip_record` per clip, and ``skipped``, the clips the simulator refused. ``params``: every
+    file of params/ as loaded (with the run's simulator overrides), merged.
+
+    ``splits``: dataset directories, or their :class:`bev_warp_sim.preflight.CheckedSplit` (then the
+    refused clips were already reported and are left out; a directory with a refused clip is
+    RefusedClipsError before any rollout). ``log``: an :class:`rad2_evaluation.episode_log.EpisodeLog`
+    that gets each finished chunk and already holds the arm's settings; chunks it holds are not
+    driven again."""
+    from bev_warp_sim.preflight import check_splits
+    from bev_warp_sim.simulator import Simulator, clip_key
 
     from rad2_evaluation.closed_loop import evaluate_split
 
+    sim = simulator if simulator is not None else Simulator(params)
+    checked = [c if not isinstance(c, str | Path) else check_splits([c], sim, max_clips=max_clips)[0]
+               for c in splits]
     spec = policy_spec(arm, threads=1 if workers > 0 else threads, backend=backend, device=device)
     pool = runner = decider = None
-    if workers > 0:
-        from rad2_training.workers import RolloutPool
 
-        pool = RolloutPool(spec, params, num_workers=workers)  # the workers simulate
-        runner = pool.run
-    else:
-        decider = spec.build(params)
-    sim = Simulator(params)
+    def pending() -> bool:
+        if log is None:
+            return True
+        return any(clip_key(c) not in log.done(arm.label, ch.split, seed)
+                   for ch in checked for seed in seeds for c in ch.clips)
+
+    if pending():  # a resumed run with every episode done loads no planner
+        if workers > 0:
+            from rad2_training.workers import RolloutPool
+
+            pool = RolloutPool(spec, params, num_workers=workers)  # the workers simulate
+            runner = pool.run_chunks
+        else:
+            decider = spec.build(params)
     out: dict[str, list[dict[str, float]]] = {}
     try:
-        for split in splits:
-            out[split] = []
+        for ch in checked:
+            out[ch.split] = []
             for seed in seeds:
-                ev = evaluate_split("rad2", split, params, max_clips=max_clips, h_reuse=arm.h_reuse,
-                                    simulator=sim, decider=decider, runner=runner, seed=seed, progress=True)
-                out[split].append({**ev.metrics, "clips": [clip_record(r) for r in ev.results]})
+                ev = evaluate_split("rad2", ch.split, params, h_reuse=arm.h_reuse, simulator=sim,
+                                    decider=decider, runner=runner, seed=seed, progress=True, checked=ch,
+                                    log=log, run=arm.label)
+                out[ch.split].append({**ev.metrics, "clips": [clip_record(r) for r in ev.results],
+                                      "skipped": [r.as_dict() for r in ev.skipped]})
     finally:
         if pool is not None:
             pool.close()
@@ -223,35 +268,85 @@ def write_report(results: dict, splits: list[str], seeds: list[int] | str, out: 
     from rad2_planner.policy import resolve_path
 
     lines = (experiments_table(results, splits, seeds, max_clips, elapsed_s, sim_overrides)
-             + collision_table(results, splits))
+             + skipped_lines(results) + collision_table(results, splits))
     (out / "experiments.md").write_text("\n".join(lines))
     plot_experiments(results, splits, out / "experiments.png", resolve_path)
+    for split in splits:
+        plot_seed_summary(results, str(resolve_path(split)), out / f"summary_{Path(split).name}.png")
     print("\n".join(lines))
+
+
+def skipped_lines(results: dict) -> list[str]:
+    """Markdown: the clips the simulator refused and the runs left out, with the reason (once each)."""
+    seen = {}
+    for per_split in results.values():
+        for runs in per_split.values():
+            for run in runs:
+                for r in run.get("skipped", []):
+                    seen[(r["split"], r["clip_id"])] = r["reason"]
+    if not seen:
+        return []
+    return ([f"Skipped {len(seen)} clip(s) the simulator refused:", ""]
+            + [f"- {Path(split).name}/{clip}: {reason}" for (split, clip), reason in seen.items()] + [""])
+
+
+def plot_seed_summary(results: dict, split: str, path: Path) -> Path | None:
+    """``summary_<split>.png``: every arm's metrics on one split, spread over the evaluation seeds
+    (None when no arm ran on it)."""
+    from rad2_evaluation.closed_loop import SUMMARY_METRICS, plot_summary
+
+    values = {label: {key: [float(r[key]) for r in per_split[split] if key in r]
+                      for key, _, _ in SUMMARY_METRICS}
+              for label, per_split in results.items() if per_split.get(split)}
+    if not values:
+        return None
+    n = max(len(per_split[split]) for per_split in results.values() if per_split.get(split))
+    return plot_summary(values, path, f"{Path(split).name}: {n} seed(s)", "seeds")
 
 
 def run_experiments(arms: list[Arm], splits: list[str], seeds: list[int], out: Path, files: dict, *,
                     sim_overrides: dict | None = None, workers: int = 0, max_clips: int | None = None,
-                    threads: int | None = None, backend: str | None = None,
-                    device: str | None = None) -> dict:
-    """Evaluate every arm (results.json rewritten after each), then write experiments.md and
-    experiments.png into ``out`` and print the table; returns the results. ``files``: every file of
-    params/ as the entry point loaded it, by name, params/sim.yaml with the run's ``sim_overrides``
-    applied (``{KEY: value}``, e.g. ``{"sim.reactive_agents": true}``: the simulator runs with them in
-    this process and in the Ray workers; written to ``out/sim_overrides.json``)."""
+                    threads: int | None = None, backend: str | None = None, device: str | None = None,
+                    resume: bool = False, skip_bad: bool = False, progress: bool = True) -> dict:
+    """Evaluate every arm (results.json rewritten after each), then write experiments.md,
+    experiments.png and summary_<split>.png into ``out`` and print the table; returns the results.
+    ``files``: every file of params/ as the entry point loaded it, by name, params/sim.yaml with the
+    run's ``sim_overrides`` applied (``{KEY: value}``, e.g. ``{"sim.reactive_agents": true}``: the
+    simulator runs with them in this process and in the Ray workers; written to
+    ``out/sim_overrides.json``).
+
+    Every clip is checked first: RefusedClipsError lists the refused ones before any rollout unless
+    ``skip_bad`` (then they are left out and named in the report). Finished episodes go to
+    ``out/episodes.jsonl`` chunk by chunk; ``resume`` continues a run there (SettingsMismatch naming
+    a setting an arm now runs with differently)."""
+    from bev_warp_sim.preflight import check_splits
+    from bev_warp_sim.simulator import Simulator
     from rad2_core.config import merged
     from rad2_planner.policy import resolve_path
 
+    from rad2_evaluation.episode_log import EpisodeLog
+
     sim_overrides = dict(sim_overrides or {})
-    sim_params = merged(files, *files)
+    params = merged(files, *files)
+    sim = Simulator(params)
+    checked = check_splits([str(resolve_path(s)) for s in splits], sim, max_clips=max_clips,
+                           skip_bad=skip_bad, progress=progress)
+    for c in checked:
+        for r in c.refused:
+            print(f"skipping refused clip {r}")
     out.mkdir(parents=True, exist_ok=True)
-    (out / "sim_overrides.json").write_text(json.dumps(sim_overrides, indent=1))
     t0 = time.time()
     results = {}
-    for arm in arms:
-        results[arm.label] = evaluate_arm(arm, [str(resolve_path(s)) for s in splits], seeds, workers,
-                                          max_clips, sim_params, threads=threads, backend=backend,
-                                          device=device)
-        (out / "results.json").write_text(json.dumps(results, indent=1))
+    with EpisodeLog(out, resume=resume) as log:
+        for arm in arms:  # every arm's settings first: a mismatch stops the run before any rollout
+            spec = policy_spec(arm, threads=1 if workers > 0 else threads, backend=backend, device=device)
+            log.use_settings(arm.label, arm_settings(arm, spec, files, workers, max_clips))
+        (out / "sim_overrides.json").write_text(json.dumps(sim_overrides, indent=1))
+        for arm in arms:
+            results[arm.label] = evaluate_arm(arm, checked, seeds, workers, max_clips, params,
+                                              threads=threads, backend=backend, device=device, log=log,
+                                              simulator=sim)
+            (out / "results.json").write_text(json.dumps(results, indent=1))
     write_report(results, splits, seeds, out, max_clips, time.time() - t0, sim_overrides)
     return results
 
