@@ -18,13 +18,20 @@ An arm is written ``KIND[:ARG][@M=..][@H=..]``:
 brakes for a slower ego instead of driving into it).
 
 Metrics (bev_warp_sim.metrics.aggregate): CR, AF-CR and Safety@1 on the safety split, EP-Mean and EP@1.0
-on the efficiency split, comfort-violating steps on both.
+on the efficiency split, comfort-violating steps on both; summary_<split>.png draws every arm's metrics
+with the spread over the seeds.
+
+Every clip is checked before the first rollout, as the simulator would check it: refused clips are
+listed with their reasons and the run stops (exit 2), or with --skip-bad runs without them and
+experiments.md names them. Finished chunks go to <out>/episodes.jsonl as they come; --resume
+continues an interrupted run in --out (the arms' settings must be the same).
 
 examples:
   rad2 eval experiments --arms il:uniform il:medoid il:safe_medoid \\
       ckpt:runs/rl_seed0/final --seeds 0 1 2 --workers 2 --out out/rl_experiments
   rad2 eval experiments --arms il:safe_medoid@M=8 il:safe_medoid@M=128 --seeds 0 1 2
   rad2 eval experiments --merge out/e_s0/results.json out/e_s1/results.json --out out/experiments
+  rad2 eval experiments --arms il:medoid il:safe_medoid --seeds 0 1 2 --out out/e --resume --skip-bad
 """
 
 from __future__ import annotations
@@ -67,6 +74,12 @@ def main(argv: list[str]) -> int:
                          "sim.reactive_agents=true: agents follow their logged paths with IDM speeds)")
     ap.add_argument("--rename", nargs="+", default=[], metavar="OLD->NEW",
                     help="with --merge: show arm OLD as NEW (e.g. a checkpoint evaluated under another path)")
+    ap.add_argument("--skip-bad", action="store_true",
+                    help="run without the clips the simulator refuses, naming them in the report (default: "
+                         "list them and stop before any rollout)")
+    ap.add_argument("--resume", action="store_true",
+                    help="continue the run in --out from its episodes.jsonl (same arm settings; finished "
+                         "clips are not driven again)")
     args = ap.parse_args(argv)
     if args.device not in (None, "cpu") and args.backend != "pytorch":
         ap.error(f"--device {args.device}: only with --backend pytorch (got --backend {args.backend})")
@@ -74,6 +87,12 @@ def main(argv: list[str]) -> int:
         ap.error("--sim-set: not with --merge (it merges runs that have already been simulated)")
     if args.rename and not args.merge:
         ap.error("--rename: only with --merge")
+    if args.merge and (args.resume or args.skip_bad):
+        ap.error("--resume / --skip-bad: not with --merge (it drives nothing)")
+    from rad2_evaluation.episode_log import EPISODES_FILE
+
+    if args.resume and not (args.out / EPISODES_FILE).is_file():
+        ap.error(f"--resume: {args.out} holds no {EPISODES_FILE} (nothing to resume)")
     if args.merge:
         from rad2_evaluation.experiments import merge_results, write_report
 
@@ -116,9 +135,16 @@ def main(argv: list[str]) -> int:
     for split in args.splits:
         if not (resolve_path(split) / "index.json").is_file():
             ap.error(f"--splits: {split} is not a dataset directory (no index.json)")
-    run_experiments(arms, args.splits, args.seeds, args.out, files, sim_overrides=sim_overrides,
-                    workers=args.workers, max_clips=args.max_clips, threads=args.threads,
-                    backend=args.backend, device=args.device)
+    from bev_warp_sim.preflight import RefusedClipsError
+    from rad2_evaluation.episode_log import SettingsMismatch
+
+    try:
+        run_experiments(arms, args.splits, args.seeds, args.out, files, sim_overrides=sim_overrides,
+                        workers=args.workers, max_clips=args.max_clips, threads=args.threads,
+                        backend=args.backend, device=args.device, resume=args.resume,
+                        skip_bad=args.skip_bad)
+    except (RefusedClipsError, SettingsMismatch) as exc:
+        ap.error(str(exc))
     print(f"wrote {args.out / 'experiments.md'}, experiments.png and results.json")
     return 0
 
