@@ -330,25 +330,32 @@ def evaluate_safety_layer(
     batch_size: int | None = None,
     latency_cycles: int = 120,
     progress: bool = True,
+    skip_bad: bool = False,
 ) -> dict[str, Any]:
     """The whole evaluation (see the module doc); returns what results.json holds. ``params``: every
-    file of params/ as loaded, merged."""
+    file of params/ as loaded, merged. Every picked clip is checked before the first rollout
+    (bev_warp_sim.preflight): RefusedClipsError names the refused ones, or with ``skip_bad`` they are
+    left out and named in the table and results.json."""
     from dataclasses import replace
 
+    from bev_warp_sim.preflight import check_splits
     from bev_warp_sim.simulator import Simulator
     from rad2_core.machine import hardware_record
-    from rad2_core.storage import load_dataset
     from rad2_planner.policy import Rad2Policy, SafetyLayerParams
 
     sim_params = params
+    sim = Simulator(sim_params)
+    checked = check_splits(splits, sim, skip_bad=skip_bad, progress=progress,
+                           select=lambda entries: spread(list(range(len(entries))), max_clips))
+    skipped = [r for c in checked for r in c.refused]
     t_start = time.perf_counter()
     load_before = hardware_record()["load_average"]
     policy = Rad2Policy.from_params(params, backend=backend, num_candidates=num_candidates,
                                     safety_layer=replace(SafetyLayerParams.from_params(params), mode="off"))
     h_reuse = int(sim_params["evaluation"]["h_reuse"])
     batch_size = int(sim_params["evaluation"]["batch_size"] if batch_size is None else batch_size)
-    clips = {split: spread(load_dataset(split), max_clips) for split in splits}
-    runs, latency_obs = drive_all(policy, Simulator(sim_params), layers, clips, seeds, batch_size=batch_size,
+    clips = {split: c.clips for split, c in zip(splits, checked)}
+    runs, latency_obs = drive_all(policy, sim, layers, clips, seeds, batch_size=batch_size,
                                   h_reuse=h_reuse, sim_params=sim_params, latency_cycles=latency_cycles,
                                   progress=progress)
     obs = latency_obs[:latency_cycles]
@@ -366,12 +373,16 @@ def evaluate_safety_layer(
         f"runs, {hw['cpu']} ({hw['logical_cpus']} logical CPUs, load average {load_before[0]:.2f} before, "
         f"{hw['load_average'][0]:.2f} after). Wall time {time.perf_counter() - t_start:.0f} s."
     )
+    if skipped:
+        note += (f"\nSkipped {len(skipped)} clip(s) the simulator refused:\n"
+                 + "\n".join(f"- {r}" for r in skipped))
     table = "\n".join(table_lines(rows, runs, layers, splits, len(seeds))) + "\n" + note
     print("\n" + table)
     results = {
         "command": command, "rows": rows, "runs": runs, "latency": latencies, "hardware": hw,
         "load_before": load_before, "num_candidates": policy.num_candidates,
         "safety_layers": {k: asdict(v) for k, v in layers.items()}, "wall_s": time.perf_counter() - t_start,
+        "skipped": [r.as_dict() for r in skipped],
     }
     write_outputs(out, table, results, rows)
     return results

@@ -16,6 +16,10 @@ metrics do not depend on the machine's speed).
 
 Self-correction uses safety_layer.correction_checkpoint (rad2 train self-correction).
 
+Every picked clip is checked before the first rollout, as the simulator would check it: refused clips
+are listed with their reasons and the run stops (exit 2), or with --skip-bad runs without them and the
+table and results.json name them.
+
 Writes --out/results.json, --out/table.md and --out/safety_layer.png. The work is done by
 rad2_evaluation.safety_layer.evaluate_safety_layer.
 
@@ -94,6 +98,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--merge", nargs="+", default=None, metavar="DIR",
                     help="only merge the results.json of runs split by --modes (one per core) into --out; "
                          "a mode found in several keeps the last directory's runs")
+    ap.add_argument("--skip-bad", action="store_true",
+                    help="run without the clips the simulator refuses, naming them in the table (default: "
+                         "list them and stop before any rollout)")
     ap.add_argument("--no-progress", action="store_true", help="hide progress bars")
     return ap
 
@@ -124,10 +131,16 @@ def main(argv: list[str]) -> int:
                                args.correction)
     except ValueError as exc:
         ap.error(str(exc))
+    from bev_warp_sim.preflight import RefusedClipsError
+
     command = shlex.join(["rad2", "eval", "safety-layer", *argv])
-    evaluate_safety_layer(splits, args.seeds, layers, params, out=args.out, command=command,
-                          max_clips=args.max_clips, num_candidates=args.num_candidates, backend=args.backend,
-                          batch_size=args.batch_size, latency_cycles=args.latency_cycles,
-                          progress=not args.no_progress)
+    try:
+        evaluate_safety_layer(splits, args.seeds, layers, params, out=args.out, command=command,
+                              max_clips=args.max_clips, num_candidates=args.num_candidates,
+                              backend=args.backend, batch_size=args.batch_size,
+                              latency_cycles=args.latency_cycles, progress=not args.no_progress,
+                              skip_bad=args.skip_bad)
+    except RefusedClipsError as exc:
+        ap.error(str(exc))
     return 0
 
