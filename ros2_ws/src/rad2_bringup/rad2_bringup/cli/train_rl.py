@@ -9,6 +9,8 @@ planner checkpoint (generator + discriminator, safetensors, fp16 with --export-f
 ``best/`` is the planner of the round with the highest validation reward (the round is recorded in its
 config.json under ``training.rl_best``). A run started from an RL checkpoint keeps that run's record
 under ``training.previous_rl``.
+Every clip is checked before the first rollout as the simulator will check it; refused clips are
+listed with their reasons and the run stops, unless ``--skip-bad`` trains without them.
 Kill it at any time and rerun with ``--resume``: it continues from the last checkpoint with the same
 weights, optimisers, buffer, entropy temperature and random generators.
 
@@ -58,6 +60,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="train in a simulator with a setting of params/sim.yaml changed (repeatable; e.g. "
                          "sim.reactive_agents=true); kept in <out>/sim_overrides.json, which --resume reuses")
     ap.add_argument("--export-fp16", action="store_true", help="write final/ with float16 weights")
+    ap.add_argument("--skip-bad", action="store_true",
+                    help="train without the clips the simulator refuses (listed, and kept in "
+                         "<out>/skipped_clips.json; default: list them and stop before any rollout)")
     ap.add_argument("--no-progress", action="store_true")
     return ap
 
@@ -66,8 +71,9 @@ def main(argv: list[str]) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
 
+    from bev_warp_sim.preflight import RefusedClipsError, check_splits
+    from bev_warp_sim.simulator import Simulator
     from rad2_core.config import ParameterError, merged
-    from rad2_core.storage import load_dataset
     from rad2_planner.networks.model import CheckpointError, PlannerModel
     from rad2_planner.policy import resolve_path
     from rad2_training.session import rl_config, run_session, split_clips
@@ -105,13 +111,22 @@ def main(argv: list[str]) -> int:
     if len({resolve_path(d).resolve() for d in args.train_data}) != len(args.train_data):
         ap.error(f"--train-data: a directory is given twice ({' '.join(args.train_data)}): its clips would "
                  "be both trained on and held out for validation")
-    clips, groups = [], []
-    for n, d in enumerate(args.train_data):
+    for d in args.train_data:
         if not (resolve_path(d) / "index.json").is_file():
             ap.error(f"--train-data: {d} is not a dataset directory (no index.json)")
-        loaded = load_dataset(resolve_path(d))
-        clips += loaded
-        groups += [n] * len(loaded)
+    # every clip checked as the simulator will check it, before the first rollout of the first round
+    try:
+        checked = check_splits([resolve_path(d) for d in args.train_data], Simulator(params),
+                               skip_bad=args.skip_bad, progress=not args.no_progress)
+    except RefusedClipsError as exc:
+        ap.error(f"--train-data: {exc}")
+    skipped = [r for c in checked for r in c.refused]
+    for r in skipped:
+        print(f"skipping refused clip {r}")
+    clips, groups = [], []
+    for n, c in enumerate(checked):
+        clips += c.clips
+        groups += [n] * len(c.clips)
     # validation clips are drawn from every --train-data set in proportion to its size
     train_clips, val_clips = split_clips(clips, cfg, groups)
     ckpt = resolve_path(args.checkpoint or params["planner"]["checkpoint_dir"])
@@ -123,6 +138,7 @@ def main(argv: list[str]) -> int:
         ap.error(f"--resume: no checkpoint in {out / 'last'}")
     out.mkdir(parents=True, exist_ok=True)
     saved.write_text(json.dumps(sim_overrides, indent=1))
+    (out / "skipped_clips.json").write_text(json.dumps([r.as_dict() for r in skipped], indent=1))
     run_session(model, ckpt, params, cfg, tc_cfg, ogo_cfg, train_clips, val_clips, out,
                 workers=args.workers, resume=args.resume, budget_s=args.budget_min * 60.0,
                 export_fp16=args.export_fp16, progress=not args.no_progress)
