@@ -175,10 +175,15 @@ def print_composition(console, rows: list[dict[str, Any]], out: str | Path) -> N
 def curate(pool_dirs: list[str], eval_dirs: list[str], out: str | Path, params: dict[str, Any], *,
            checkpoint: str | None = None,
            workers: int = 0, rollouts_per_clip: int | None = None, max_clips: int | None = None,
-           seed: int | None = None, progress: bool = True, console: Any = None) -> int:
+           seed: int | None = None, progress: bool = True, console: Any = None,
+           skip_bad: bool = False) -> int:
     """Curate (see the module doc) and write the two sets, summary.json and curation.png into ``out``;
     returns an exit code (2: no pool clip outside the evaluation sets, 1: the sets overlap them).
-    ``params``: every file of params/ as loaded, merged."""
+    ``params``: every file of params/ as loaded, merged. Every pool clip is checked before the first
+    rollout (bev_warp_sim.preflight): RefusedClipsError names the refused ones, or with ``skip_bad``
+    they are left out and listed in summary.json."""
+    from bev_warp_sim.preflight import RefusedClipsError, check_clips
+    from bev_warp_sim.simulator import Simulator
     from rad2_core.storage import load_dataset
     from rich.console import Console
 
@@ -190,6 +195,12 @@ def curate(pool_dirs: list[str], eval_dirs: list[str], out: str | Path, params: 
     held_out = [c for d in eval_dirs for c in load_dataset(d)]
     clash = set(overlapping(pool, held_out))
     pool = [c for c in pool if c.clip_id not in clash][:max_clips]
+    checked = check_clips(pool, Simulator(params), progress=progress)
+    if checked.refused and not skip_bad:
+        raise RefusedClipsError(checked.refused)
+    for r in checked.refused:
+        console.print(f"skipping refused clip {r}", markup=False)
+    pool = checked.clips
     if not pool:
         console.print("[red]the pool holds no clips outside the evaluation sets[/red]")
         return 2
@@ -207,7 +218,8 @@ def curate(pool_dirs: list[str], eval_dirs: list[str], out: str | Path, params: 
     print_composition(console, rows, out)
     summary = {
         "pool": pool_dirs, "eval": eval_dirs, "dropped_overlap": sorted(clash), "rollouts_per_clip": group,
-        "seed": seed, "criteria": {k: cfg[k] for k in ("safety_max_min_ttc_s", "efficiency_max_mean_rho")},
+        "seed": seed, "skipped": [r.as_dict() for r in checked.refused],
+        "criteria": {k: cfg[k] for k in ("safety_max_min_ttc_s", "efficiency_max_mean_rho")},
         "composition": rows, "env_steps": stats.env_steps, "decisions": stats.decisions,
         "sets": {"safety": str(dirs[0]), "efficiency": str(dirs[1])},
         "clips": [v.__dict__ for v in verdicts],

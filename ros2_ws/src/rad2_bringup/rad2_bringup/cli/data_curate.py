@@ -31,15 +31,24 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--max-clips", type=int_at_least(1), default=None, help="use only the first N pool clips")
     ap.add_argument("--seed", type=schema_value("training", "rollout.seed"), default=None,
                     help="rollout seed (rollout.seed)")
+    ap.add_argument("--skip-bad", action="store_true",
+                    help="curate without the pool clips the simulator refuses (listed, and in summary.json; "
+                         "default: list them and stop before any rollout)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
 
     pool = [str(d) for d in dataset_dirs(ap, "--pool", args.pool)]
     held_out = [str(d) for d in dataset_dirs(ap, "--eval", args.eval)]
+    from bev_warp_sim.preflight import RefusedClipsError
     from rad2_core.config import load_merged
     from rad2_training.curation import curate
     from rich.console import Console
 
-    return curate(pool, held_out, args.out, load_merged(), checkpoint=args.checkpoint, workers=args.workers,
-                  rollouts_per_clip=args.rollouts_per_clip, max_clips=args.max_clips, seed=args.seed,
-                  progress=not args.no_progress, console=Console(width=max(Console().width, 120)))
+    try:
+        return curate(pool, held_out, args.out, load_merged(), checkpoint=args.checkpoint,
+                      workers=args.workers, rollouts_per_clip=args.rollouts_per_clip,
+                      max_clips=args.max_clips, seed=args.seed,
+                      progress=not args.no_progress, console=Console(width=max(Console().width, 120)),
+                      skip_bad=args.skip_bad)
+    except RefusedClipsError as exc:
+        ap.error(f"--pool: {exc}")
