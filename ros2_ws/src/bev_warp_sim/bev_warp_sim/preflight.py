@@ -48,7 +48,7 @@ class CheckedSplit:
 class RefusedClipsError(ValueError):
     """Clips the simulator would refuse, every one named with its reason."""
 
-    def __init__(self, refused: Sequence[RefusedClip], hint: str = "--skip-bad drives the others"):
+    def __init__(self, refused: Sequence[RefusedClip], hint: str = "--skip-bad goes on without them"):
         self.refused = list(refused)
         lines = "\n".join(f"  {r}" for r in self.refused)
         super().__init__(f"{len(self.refused)} clip(s) the simulator refuses ({hint}):\n{lines}")
@@ -134,3 +134,35 @@ def check_splits(directories: Sequence[str | Path], simulator: Simulator, *, max
 def refused_lines(refused: Sequence[RefusedClip]) -> list[str]:
     """One line per skipped clip, for a report."""
     return [f"skipped {r}" for r in refused]
+
+
+def accepted_view(checked: CheckedSplit, directory: str | Path) -> Path:
+    """A dataset directory ``directory/<split name>`` that lists only ``checked``'s accepted clips: its
+    own index.json, with ``clips/`` and ``maps/`` linked to the original's (nothing is copied), for a
+    consumer that reads a dataset directory itself (the imitation trainer's feature cache, keyed by the
+    index it reads)."""
+    import json
+
+    from rad2_core.storage import INDEX_FILE, read_index
+
+    src = Path(checked.split).resolve()
+    index = read_index(src)
+    keep = set(checked.positions)
+    index["clips"] = [e for i, e in enumerate(index["clips"]) if i in keep]
+    index["num_clips"] = len(index["clips"])
+    kinds: dict[str, int] = {}
+    for e in index["clips"]:
+        kinds[e.get("kind", "")] = kinds.get(e.get("kind", ""), 0) + 1
+    index["kinds"] = kinds
+    index["refused"] = [r.as_dict() for r in checked.refused]
+    view = Path(directory) / src.name
+    view.mkdir(parents=True, exist_ok=True)
+    for part in ("clips", "maps"):
+        link = view / part
+        if link.is_symlink() or link.exists():
+            if link.resolve() == (src / part).resolve():
+                continue
+            link.unlink()
+        link.symlink_to(src / part, target_is_directory=True)
+    (view / INDEX_FILE).write_text(json.dumps(index, indent=1, sort_keys=True))
+    return view

@@ -3,6 +3,10 @@
 Resume an interrupted run with --resume (same --out). TensorBoard logs: <out>/tb.
 Hyper-parameters come from params/training.yaml (imitation.*); --set key=value overrides one.
 With --eval-only CHECKPOINT it trains nothing and prints the open-loop metrics of CHECKPOINT on --data.
+Every clip is checked first as the simulator would check it (a log of the impossible or a route that
+doubles back teaches the generator wrong targets): refused clips are listed with their reasons and the
+run stops, unless --skip-bad trains without them (on <out>/accepted_data/<name>, an index of the
+accepted clips linked to the dataset's files).
 
 examples (the shipped checkpoint's command is recorded in its config.json under training.command):
   nice -n 10 rad2 train il --data out/train_large --out out/il_run --seed 0
@@ -14,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import tempfile
 from pathlib import Path
 
 from rad2_bringup.cli.common import verb_parser
@@ -57,6 +62,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--export-to", default=None, help="write the final checkpoint here, float16 weights (shipped form)"
     )
+    ap.add_argument("--skip-bad", action="store_true",
+                    help="use only the clips the simulator accepts, listing the refused ones (default: list "
+                         "them and stop before any training)")
     ap.add_argument("--no-progress", action="store_true")
     return ap
 
@@ -87,8 +95,27 @@ def main(argv: list[str]) -> int:
     from rad2_training.imitation import evaluate_open_loop, train
 
     params = load_merged()
+
+    def accepted(d: Path, view_root: Path) -> Path:
+        """``d``, or with --skip-bad a view of its accepted clips; an argparse error listing the refused
+        clips otherwise."""
+        from bev_warp_sim.preflight import RefusedClipsError, accepted_view, check_splits
+        from bev_warp_sim.simulator import Simulator
+
+        try:
+            checked = check_splits([d], Simulator(params), skip_bad=args.skip_bad,
+                                   progress=not args.no_progress)[0]
+        except RefusedClipsError as exc:
+            ap.error(f"--data: {exc}")
+        if not checked.refused:
+            return d
+        for r in checked.refused:
+            print(f"skipping refused clip {r}")
+        return accepted_view(checked, view_root)
+
     if args.eval_only:
         for d in args.data:
+            d = accepted(Path(d), Path(tempfile.mkdtemp(prefix="rad2_il_eval_")))
             res = evaluate_open_loop(
                 Path(args.eval_only).resolve(),
                 d,
@@ -106,6 +133,7 @@ def main(argv: list[str]) -> int:
     data = Path(args.data[0])
     if not (data / "index.json").is_file():
         ap.error(f"--data {data}: no index.json (not a dataset directory)")
+    data = accepted(data, Path(args.out) / "accepted_data")
     command = shlex.join(["rad2", "train", "il", *argv])
     train(
         data,
