@@ -99,7 +99,8 @@ def main(argv: list[str]) -> int:
                                   backend=args.backend, runtime_overrides=(
                                       {"openvino": {"precision": args.openvino_precision}}
                                       if args.openvino_precision else None),
-                                  out=args.out, resume=args.resume, skip_bad=args.skip_bad)
+                                  out=args.out, resume=args.resume, skip_bad=args.skip_bad,
+                                  keep_worst=args.gifs)
     except (CheckpointError, ResourceNotFoundError) as exc:
         ap.error(f"--checkpoint: {exc}")
     except (RefusedClipsError, SettingsMismatch) as exc:
