@@ -522,9 +522,11 @@ def render_episode_gif(clip, track: np.ndarray, result: EpisodeResult, path: str
     return path
 
 
-def render_worst(evaluation: SplitEvaluation, out_dir: str | Path, n: int, fps: float = 10.0) -> list[Path]:
+def render_worst(evaluation: SplitEvaluation, out_dir: str | Path, n: int, fps: float = 10.0,
+                 progress=None) -> list[Path]:
     """GIFs of the ``n`` worst episodes (:func:`bev_warp_sim.metrics.worst_results`), with their
-    candidates where ``evaluation.records`` kept them (evaluate_split's ``keep_worst``)."""
+    candidates where ``evaluation.records`` kept them (evaluate_split's ``keep_worst``); ``progress(1)``
+    after each (a GIF takes seconds)."""
     from rad2_core.storage import load_dataset
 
     worst = worst_results(evaluation.results, n)
@@ -542,6 +544,8 @@ def render_worst(evaluation: SplitEvaluation, out_dir: str | Path, n: int, fps: 
         paths.append(render_episode_gif(
             clips[r.clip_id], track, r, Path(out_dir) / name, fps=fps, agent_track=agents,
             decisions=record.decisions if record is not None else None, label=evaluation.policy))
+        if progress is not None:
+            progress(1)
     return paths
 
 

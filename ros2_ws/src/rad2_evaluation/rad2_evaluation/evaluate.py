@@ -187,7 +187,8 @@ def _print_throughput(console, ev, wall: float) -> None:
                   f"{sec['plan']}, observe {sec['observe']}, track {sec['commit']}, step {sec['step']}")
 
 
-def write_evaluation(evals: list, params: dict, out: Path, console, gifs: int | None = None) -> None:
+def write_evaluation(evals: list, params: dict, out: Path, console, gifs: int | None = None,
+                     progress: bool = True) -> None:
     """Print the tables; write results.json, table.md, summary_<split>.png and the worst clips' GIFs
     under ``out``."""
     from rad2_evaluation.closed_loop import (
@@ -210,9 +211,14 @@ def write_evaluation(evals: list, params: dict, out: Path, console, gifs: int | 
     for split in dict.fromkeys(e.split for e in evals):
         figures.append(plot_split_summary([e for e in evals if e.split == split],
                                           out / f"summary_{Path(split).name}.png"))
+    from tqdm import tqdm
+
     n_gif = int(params["evaluation"]["worst_clips_gif"] if gifs is None else gifs)
     written = []
-    for e in evals:
-        written += render_worst(e, out / "gifs", n_gif, fps=float(params["evaluation"]["gif_fps"]))
+    with tqdm(total=sum(min(n_gif, len(e.results)) for e in evals), desc="GIFs of the worst clips",
+              unit="gif", disable=not progress) as bar:
+        for e in evals:
+            written += render_worst(e, out / "gifs", n_gif, fps=float(params["evaluation"]["gif_fps"]),
+                                    progress=bar.update)
     console.print(f"wrote {path}, {out / 'table.md'}, {len(figures)} summary figures "
                   f"({', '.join(p.name for p in figures)}) and {len(written)} GIFs under {out / 'gifs'}")

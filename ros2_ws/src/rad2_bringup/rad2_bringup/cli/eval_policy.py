@@ -105,5 +105,5 @@ def main(argv: list[str]) -> int:
         ap.error(f"--checkpoint: {exc}")
     except (RefusedClipsError, SettingsMismatch) as exc:
         ap.error(str(exc))
-    write_evaluation(evals, files["sim"], Path(args.out), console, args.gifs)
+    write_evaluation(evals, files["sim"], Path(args.out), console, args.gifs, progress=not args.no_progress)
     return 0
