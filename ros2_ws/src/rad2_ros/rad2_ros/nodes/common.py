@@ -11,9 +11,11 @@
 - ``CycleStats``: per-cycle diagnostics accumulation (stage timings, end-to-end latency, deadline
   misses, rejected inputs, fallback state) with running percentiles.
 - ``Throttle``: rate-limited logging for faults that may repeat every cycle.
-- ``Heartbeat``: a thread publishing ``/heartbeat`` (std_msgs/Header, frame_id = node name) every
-  ``heartbeat.period_s``, so the controller and the supervisor notice a dead node within a few periods
-  whatever its executor is busy with.
+- ``Heartbeat``: a thread publishing ``/heartbeat/<node>`` (std_msgs/Header, frame_id = node name)
+  every ``heartbeat.period_s``, so the controller and the supervisor notice a dead node within a few
+  periods whatever its executor is busy with; one topic per node (``heartbeat_topic``). The controller
+  and the supervisor run on UDP only (``use_udp_transport``), so that no node's death can lock a
+  shared-memory port they write into.
 - ``DiagnosticsReporter``: the node's status on ``/diagnostics`` (diagnostic_msgs/DiagnosticArray,
   one DiagnosticStatus named after the node: level, message naming the fault, key/value counters).
 - ``run_node``: the ``main()`` body every node uses (init, spin, clean shutdown on SIGINT/SIGTERM).
@@ -564,6 +566,66 @@ HEARTBEAT_TOPIC = "/heartbeat"
 DIAGNOSTICS_TOPIC = "/diagnostics"
 
 
+def heartbeat_topic(node_name: str) -> str:
+    """``/heartbeat/<node>``: one topic per node, so a node's beats reach only the processes that watch
+    it. With Fast DDS's shared-memory transport every reader process has one port that all its
+    writers push into under an interprocess mutex; a writer killed while holding it blocks every other
+    writer into that port for the mutex's 1 s timeout (compiled into Fast DDS), and rclpy holds the GIL
+    through that publish, so the whole writing process stands still. One /heartbeat topic put every
+    node's writer into the controller's port: a perception process killed at the wrong instant froze
+    the controller for a second."""
+    return f"{HEARTBEAT_TOPIC}/{node_name}"
+
+
+def use_udp_transport() -> str | None:
+    """Before ``rclpy.init``: make this process's participant UDP-only when it runs on rad2's
+    localhost profile (tools/fastdds_localhost.xml): the same profile with its shared-memory transport
+    removed, written beside the log directory and selected through FASTDDS_DEFAULT_PROFILES_FILE.
+    Another profile (a vehicle network's) is left as it is. Returns the profile now in force (None:
+    none set).
+
+    For the processes that must never stand still because another one died: the controller (whose
+    commands and diagnostics would otherwise go into the shared-memory port of any reader, e.g. a
+    diagnostics monitor that a dying node was writing into) and the supervisor (every node writes to
+    it). A UDP-only participant sends and receives everything over loopback UDP, where a dead process
+    leaves no lock; they exchange only small messages, so nothing is lost to fragmentation."""
+    import hashlib
+    import os
+    import tempfile
+    import xml.etree.ElementTree as ET
+
+    current = os.environ.get("FASTDDS_DEFAULT_PROFILES_FILE")
+    if not current or not current.endswith("fastdds_localhost.xml"):
+        return current
+    ns = {"d": "http://www.eprosima.com"}
+    ET.register_namespace("", ns["d"])
+    tree = ET.parse(current)
+    shm = {t.findtext("d:transport_id", namespaces=ns) for t in tree.iterfind(".//d:transport_descriptor", ns)
+           if t.findtext("d:type", namespaces=ns) == "SHM"}
+    for parent in tree.iterfind(".//d:userTransports", ns):
+        for tid in list(parent):
+            if tid.text in shm:
+                parent.remove(tid)
+    for descriptors in tree.iterfind(".//d:transport_descriptors", ns):
+        for t in list(descriptors):
+            if t.findtext("d:transport_id", namespaces=ns) in shm:
+                descriptors.remove(t)
+    out_dir = os.environ.get("ROS_LOG_DIR") or tempfile.gettempdir()
+    os.makedirs(out_dir, exist_ok=True)
+    tag = hashlib.sha256(os.path.abspath(current).encode()).hexdigest()[:12]
+    path = os.path.join(out_dir, f"rad2_localhost_udp_{tag}.xml")
+    tmp = f"{path}.{os.getpid()}.tmp"
+    tree.write(tmp, xml_declaration=True, encoding="UTF-8")
+    os.replace(tmp, path)  # several processes may write it at once: each writes the same content
+    os.environ["FASTDDS_DEFAULT_PROFILES_FILE"] = path
+    # With ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST rmw_fastrtps sets the transports itself (shared
+    # memory included) over the profile's; SYSTEM_DEFAULT leaves them to the profile, whose UDP
+    # interface whitelist (127.0.0.1) keeps discovery and data on this machine all the same.
+    if os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST") == "LOCALHOST":
+        os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "SYSTEM_DEFAULT"
+    return path
+
+
 def heartbeat_qos() -> QoSProfile:
     """Heartbeats: best effort, a few deep (a late one is useless, a blocked writer is worse)."""
     return QoSProfile(reliability=ReliabilityPolicy.BEST_EFFORT, history=HistoryPolicy.KEEP_LAST, depth=5,
@@ -571,15 +633,16 @@ def heartbeat_qos() -> QoSProfile:
 
 
 class Heartbeat:
-    """Publishes ``std_msgs/Header(stamp=node clock, frame_id=node name)`` on /heartbeat every
-    ``period_s`` from a daemon thread (not the executor: a long planning cycle must not look like a
-    dead node; a killed or crashed process stops beating). ``stop()`` before destroying the node."""
+    """Publishes ``std_msgs/Header(stamp=node clock, frame_id=node name)`` on ``/heartbeat/<node>``
+    (``heartbeat_topic``) every ``period_s`` from a daemon thread (not the executor: a long planning
+    cycle must not look like a dead node; a killed or crashed process stops beating). ``stop()``
+    before destroying the node."""
 
     def __init__(self, node: Node, period_s: float):
         self.node = node
         self.period_s = float(period_s)
         self.name = node.get_name()
-        self.pub = node.create_publisher(Header, HEARTBEAT_TOPIC, heartbeat_qos())
+        self.pub = node.create_publisher(Header, heartbeat_topic(self.name), heartbeat_qos())
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"{self.name}_heartbeat", daemon=True)
         self._thread.start()

@@ -34,7 +34,7 @@ is a relocalisation); a trajectory must pass ``planner_guard.check_plan_kinemati
 of its stamp from the ego's speed (time step, implied speed, start offset over the whole plan;
 acceleration, curvature, lateral acceleration and jerk, backwards segments over
 ``validators.trajectory.kinematics_horizon_s``). Any rejection, odometry older than ``odom_timeout_s``
-(receive time), or a planner heartbeat (``/heartbeat`` from ``planner_name``, once seen; after that
+(receive time), or a planner heartbeat (``/heartbeat/<planner_name>``, once seen; after that
 a received trajectory counts as one too) overdue by ``planner_heartbeat_timeout_s`` on the steady
 clock (liveness of a process is a wall-clock matter: on simulated time, /clock advancing in bursts
 under load made beats that arrived every 40 ms look 0.2 s apart) makes the cycle a
@@ -42,7 +42,7 @@ minimal-risk stop with the reason (field and value named) in the command, in ``c
 ``/diagnostics``; a rejection that good input replaced before the next cycle still stops and is
 reported for that one cycle
 (``supervision.FaultLatch``). Normal tracking resumes with the next valid input. A thread publishes
-this node's own ``/heartbeat``.
+this node's own ``/heartbeat/controller``.
 
 Time: every odometry stamp and every trajectory stamp goes through the clock model
 (``supervision.StampClock``, ``validators.clock``): odometry stamped further behind the node's clock
@@ -58,6 +58,10 @@ Braking: a command that decelerates harder than ``comfort_decel`` always carries
 (the minimal-risk stop itself brakes at ``stop_decel``), the plan's own demand (reason set, emergency
 flag off), or, within ``recovery_window_s`` after a fault cleared, the fault it follows (reason names
 it, emergency flag set): the transition back to tracking after a rejected burst is never unexplained.
+
+Transport: the node runs on UDP only (``common.use_udp_transport``): with Fast DDS's shared memory, a
+process killed while pushing into a reader's port leaves that port locked for a second, and any other
+writer into it (this node's commands and diagnostics to a monitor, say) would stand still with it.
 
 Watchdog: a timer on the steady clock (``watchdog_period_s``) checks that the cycle ran. While it does
 not (simulated time paused between clips, or the cycle held), an overdue planner heartbeat, trajectory
@@ -101,7 +105,6 @@ from std_msgs.msg import Header
 from rad2_ros import conversions as rc
 from rad2_ros.nodes.common import (
     EVERY_SAMPLE_DEPTH,
-    HEARTBEAT_TOPIC,
     CycleStats,
     DiagnosticsReporter,
     Heartbeat,
@@ -110,10 +113,12 @@ from rad2_ros.nodes.common import (
     command_qos,
     declare_parameters,
     heartbeat_qos,
+    heartbeat_topic,
     report_qos,
     run_node,
     sensor_qos,
     stop_heartbeat,
+    use_udp_transport,
 )
 
 NODE_NAME = "controller"
@@ -193,8 +198,9 @@ class ControllerNode(Node):
                                                      sensor_qos(EVERY_SAMPLE_DEPTH), raw=True)
         self.pub_cmd = self.create_publisher(ControlCommand, "control/command", command_qos())
         self.pub_diag = self.create_publisher(PlanningDiagnostics, "control/diagnostics", report_qos())
-        self.sub_heartbeat = self.create_subscription(Header, HEARTBEAT_TOPIC, self.on_heartbeat,
-                                                      heartbeat_qos())
+        # the planner's beats only (their own topic): no other node writes into this process's port
+        self.sub_heartbeat = self.create_subscription(Header, heartbeat_topic(self.planner_name),
+                                                      self.on_heartbeat, heartbeat_qos())
         self.create_timer(1.0 / self.rate_hz, self.on_timer)
         # the watchdog runs on the steady clock: it must run while simulated time stands still
         self.create_timer(self.watchdog_period_ns / 1e9, self.on_watchdog,
@@ -538,6 +544,7 @@ class ControllerNode(Node):
 
 
 def main(args=None) -> int:
+    use_udp_transport()  # before the participant exists (rclpy.init in run_node): see its docstring
     return run_node(ControllerNode, args)
 
 

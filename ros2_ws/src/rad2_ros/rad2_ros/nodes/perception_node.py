@@ -42,7 +42,7 @@ against the last accepted sample; a pose jump is accepted as a relocalisation on
 ``validators.check_objects`` around the ego. A rejected message is counted, logged and reported on
 ``/diagnostics`` (status "bev_features", the field and value named) and never reaches the outputs:
 a rejected object list produces no features for its stamp (the planner then falls back). A thread
-publishes ``/heartbeat`` every ``heartbeat.period_s``.
+publishes ``/heartbeat/bev_features`` every ``heartbeat.period_s``.
 
 Time and rate: odometry and object-list stamps go through the clock model (``supervision.StampClock``,
 ``validators.clock``: stale, from the future or out of order against this node's clock are named

@@ -42,7 +42,8 @@ Watchdog: when no cycle ran for ``starvation_timeout_s`` (no input, one of the t
 do not pair up), the node publishes the fallback and reports why (``supervision.explain_starvation``)
 every ``input_period_s`` until input returns. Every cycle and every starved period also goes to
 ``/diagnostics`` (diagnostic_msgs, status "planner": the fault with field and value named, counters),
-and a thread publishes ``/heartbeat`` every ``heartbeat.period_s`` (the controller stops when it ends).
+and a thread publishes ``/heartbeat/planner`` every ``heartbeat.period_s`` (the controller stops when
+it ends).
 
 Parameters come from params/bev.yaml, vehicle.yaml, planner.yaml, nodes.yaml (``planner_node.*``,
 ``heartbeat.*``) and validators.yaml.

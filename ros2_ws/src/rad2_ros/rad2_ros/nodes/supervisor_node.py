@@ -1,13 +1,19 @@
 """Heartbeat supervisor node (``supervisor``): which node of the graph has stopped, on /diagnostics.
 
-Subscribes ``/heartbeat`` (std_msgs/Header, ``frame_id`` = the sending node's name; every rad2 node
-publishes one every ``heartbeat.period_s`` from its own thread) and, every ``supervisor.period_s``,
+Subscribes ``/heartbeat/<node>`` of every watched node (std_msgs/Header, ``frame_id`` = the sending
+node's name; every rad2 node publishes one every ``heartbeat.period_s`` from its own thread) and, every
+``supervisor.period_s``,
 publishes ``/diagnostics`` (diagnostic_msgs/DiagnosticArray) with one status per watched node
 (``supervisor.expected_nodes``), named ``heartbeat/<node>``: OK while its last heartbeat is at most
 ``supervisor.timeout_s`` old, ERROR "<node> heartbeat lost: X s since the last one" after that, WARN
 before the first. Losses and recoveries are also logged. The logic is ``supervision.HeartbeatMonitor``
 (no ROS). The controller watches the planner's heartbeat itself (to stop); this node is what a vehicle
 integrator reads to see which node failed, including the controller.
+
+Every node writes to this one, so it runs without Fast DDS's shared-memory transport
+(``common.use_udp_transport``, on rad2's localhost profile): a node killed while pushing into a
+shared-memory port leaves that port's interprocess mutex locked for a second, and every other writer
+into it (with the GIL held) stands still meanwhile; a UDP port has no such lock.
 
 Parameters: params/nodes.yaml (``supervisor.*``).
 """
@@ -21,12 +27,13 @@ from rclpy.node import Node
 from std_msgs.msg import Header
 
 from rad2_ros.nodes.common import (
-    HEARTBEAT_TOPIC,
     DiagnosticsReporter,
     declare_parameters,
     diagnostic_status,
     heartbeat_qos,
+    heartbeat_topic,
     run_node,
+    use_udp_transport,
 )
 
 PARAM_FILES = ["nodes"]
@@ -45,7 +52,8 @@ class SupervisorNode(Node):
         self._lost: set[str] = set()
         self.period_ns = int(float(values["period_s"]) * 1e9)
         self._last_tick_ns: int | None = None
-        self.create_subscription(Header, HEARTBEAT_TOPIC, self.on_heartbeat, heartbeat_qos())
+        for name in self.expected:
+            self.create_subscription(Header, heartbeat_topic(name), self.on_heartbeat, heartbeat_qos())
         self.create_timer(float(values["period_s"]), self.on_timer)
         self.get_logger().info(f"supervising heartbeats of {self.expected} (timeout {timeout:g} s)")
 
@@ -78,6 +86,7 @@ class SupervisorNode(Node):
 
 
 def main(args=None) -> int:
+    use_udp_transport()  # before the participant exists (rclpy.init in run_node)
     return run_node(SupervisorNode, args)
 
 
