@@ -261,6 +261,19 @@ def test_rejections_counted_node_survives_and_exits_cleanly(planner_fault_run):
     assert all(n == 8 for _, n in res["trajs"])
 
 
+def test_no_fallback_plan_before_any_valid_input(planner_fault_run):
+    """Starved before its first valid input, the planner cannot time a stop (the ego's speed is
+    unknown): it reports so and publishes no trajectory (a straight stop from an assumed 0 m/s is one
+    the controller rejects at speed, trajectory.accel[0] = -59.76 at 15 m/s); the controller stops on
+    its own for want of one."""
+    res = planner_fault_run
+    first_valid = res["steps"][0]["stamp"]
+    early = [d for d in res["diags"] if d["fallback_active"] and d["input_stamp_ns"] == 0
+             and "speed is unknown" in d["fallback_reason"]]
+    assert early, [d["fallback_reason"] for d in res["diags"][:3]]
+    assert all(stamp >= first_valid for stamp, _ in res["trajs"]), (first_valid, res["trajs"][:3])
+
+
 def test_dropped_messages_count_as_deadline_misses(planner_fault_run):
     res = planner_fault_run
     steps = res["steps"]
