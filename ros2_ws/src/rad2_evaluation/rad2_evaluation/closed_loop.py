@@ -425,7 +425,12 @@ def render_episode_gif(clip, track: np.ndarray, result: EpisodeResult, path: str
     ax_v.plot(t_log, clip.ego_speed, color="tab:green", ls="--", lw=1.2, label="log")
     ax_v.plot(t_ego, track[:, 3], color="tab:red", lw=1.5, label="ego")
     ax_a.plot(t_log, clip.ego_accel, color="tab:green", ls="--", lw=1.2, label="log")
-    ax_a.plot(t_ego, track[:, 5], color="tab:red", lw=1.5, label="ego")
+    # a track of x, y, yaw, v only (the ROS demo's odometry): the acceleration from the speed
+    if track.shape[1] > 5:
+        accel = track[:, 5]
+    else:
+        accel = np.gradient(track[:, 3], dt) if len(track) > 1 else np.zeros(len(track))
+    ax_a.plot(t_ego, accel, color="tab:red", lw=1.5, label="ego")
     for a, ylabel in ((ax_v, "speed [m/s]"), (ax_a, "acceleration [m/s²]")):
         a.set_ylabel(ylabel, fontsize=9)
         a.set_xlim(t_ego[0], max(t_ego[-1], t_ego[0] + dt))
