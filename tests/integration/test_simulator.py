@@ -11,7 +11,8 @@ from bev_warp_sim import simulator as simmod
 from bev_warp_sim.metrics import EpisodeResult, aggregate
 from bev_warp_sim.reference_policies import make_policy
 from bev_warp_sim.rollout import PerRowPlanners, run_rollouts
-from bev_warp_sim.simulator import Controls, SimulationError, Simulator
+from bev_warp_sim.simulator import Simulator
+from bev_warp_sim.state import Controls, SimulationError
 from bev_warp_sim.trace import EpisodeTrace, decision_intervals
 from hypothesis import given, settings
 from hypothesis import strategies as hs

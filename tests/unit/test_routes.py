@@ -108,7 +108,8 @@ def test_check_route_refuses_with_a_reason_and_the_place():
 
 
 def test_the_simulator_refuses_with_the_same_check():
-    from bev_warp_sim.simulator import SimulationError, Simulator
+    from bev_warp_sim.simulator import Simulator
+    from bev_warp_sim.state import SimulationError
     from synthetic_scenes import make_clip
 
     clip = make_clip(num_steps=30, clip_id="beside")

@@ -155,7 +155,8 @@ def test_a_log_of_the_impossible_is_refused_before_it_is_driven(clips):
     field, and the simulator refuses to drive it."""
     import dataclasses
 
-    from bev_warp_sim.simulator import SimulationError, Simulator
+    from bev_warp_sim.simulator import Simulator
+    from bev_warp_sim.state import SimulationError
     from rad2_bringup.cli.bench_bev import _fixture_clips
 
     for clip in [*clips, *_fixture_clips(LOG_PARAMS)]:

@@ -30,7 +30,8 @@ from rad2_core.planning_interface import PlanResult
 
 from bev_warp_sim.metrics import EpisodeResult, episode_outcome
 from bev_warp_sim.rewards import compute_rewards
-from bev_warp_sim.simulator import SimState, SimulationError, Simulator
+from bev_warp_sim.simulator import Simulator
+from bev_warp_sim.state import SimState, SimulationError
 from bev_warp_sim.trace import EpisodeTrace
 
 

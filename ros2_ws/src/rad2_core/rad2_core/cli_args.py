@@ -118,7 +118,7 @@ def torch_device(text: str) -> str:
 _INPUT_ERRORS = (
     ("rad2_core.storage", "ClipFormatError"),
     ("rad2_core.field_checks", "ClipValidationError"),
-    ("bev_warp_sim.simulator", "SimulationError"),
+    ("bev_warp_sim.state", "SimulationError"),
     ("rad2_core.config", "ParameterError"),
     ("rad2_planner.networks.model", "CheckpointError"),
     ("rad2_planner.networks.critic", "CriticCheckpointError"),

@@ -120,8 +120,8 @@ def evaluate_split(
     already holds (a resumed run) are not driven again. ``keep_worst``: the track and decisions of
     that many worst episodes are kept in ``records`` (and in the log) for GIFs.
     """
+    from bev_warp_sim.clip_registry import clip_key
     from bev_warp_sim.preflight import RefusedClipsError, check_split
-    from bev_warp_sim.simulator import clip_key
     from tqdm import tqdm
 
     ev = params["evaluation"]

@@ -168,7 +168,7 @@ def evaluate_policies(policies: list[str], splits: list[str], files: dict, conso
 def _all_done(log, policy: str, checked, seed: int) -> bool:
     if log is None:
         return False
-    from bev_warp_sim.simulator import clip_key
+    from bev_warp_sim.clip_registry import clip_key
 
     done = log.done(policy, checked.split, seed)
     return all(clip_key(c) in done for c in checked.clips)

@@ -132,8 +132,9 @@ def evaluate_arm(arm: Arm, splits: list, seeds: list[int], workers: int, max_cli
     RefusedClipsError before any rollout). ``log``: an :class:`rad2_evaluation.episode_log.EpisodeLog`
     that gets each finished chunk and already holds the arm's settings; chunks it holds are not
     driven again."""
+    from bev_warp_sim.clip_registry import clip_key
     from bev_warp_sim.preflight import check_splits
-    from bev_warp_sim.simulator import Simulator, clip_key
+    from bev_warp_sim.simulator import Simulator
 
     from rad2_evaluation.closed_loop import evaluate_split
 

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from bev_warp_sim.clip_registry import clip_key
 from bev_warp_sim.rollout import Rollout
-from bev_warp_sim.simulator import clip_key
 
 
 class CurationError(ValueError):

@@ -48,7 +48,8 @@ def simulation_params(items: list[str], option: str = "--sim-set") -> tuple[dict
     is what the simulator and the policies take). Each item is checked against the schema, and the
     whole by building a Simulator (``sim.dt=0.2`` passes the schema but not the controller's step); a
     ParameterError names ``option`` and what is wrong."""
-    from bev_warp_sim.simulator import SimulationError, Simulator
+    from bev_warp_sim.simulator import Simulator
+    from bev_warp_sim.state import SimulationError
     from rad2_core.config import ParameterError, load_all, merged, params_with_overrides
 
     files = load_all()

@@ -13,7 +13,8 @@ def bench_simulator(params: dict, clips, group: int, h_reuse: int, batch: int) -
     """Env steps and seconds of the simulator alone: one fixed control sequence per decision."""
     import numpy as np
     from bev_warp_sim.rollout import chunk_rows, expand_rows
-    from bev_warp_sim.simulator import Controls, Simulator
+    from bev_warp_sim.simulator import Simulator
+    from bev_warp_sim.state import Controls
 
     sim = Simulator(params)
     hold = Controls(np.zeros((sim.controller.horizon, 2)))
@@ -33,7 +34,8 @@ def bench_simulator(params: dict, clips, group: int, h_reuse: int, batch: int) -
 def state_sizes(params: dict, clip) -> tuple[int, int]:
     """Pickled bytes of a one-clip state at the start and after driving the whole clip."""
     import numpy as np
-    from bev_warp_sim.simulator import Controls, Simulator
+    from bev_warp_sim.simulator import Simulator
+    from bev_warp_sim.state import Controls
 
     sim = Simulator(params)
     state = sim.init([clip], [0])

@@ -45,7 +45,8 @@ def _bench_simulator(params: dict, backend: str):
     """A simulator of ``params`` (every file of params/ as loaded, merged) with ``backend`` that never
     terminates early, and a zero control sequence."""
     import numpy as np
-    from bev_warp_sim.simulator import Controls, Simulator
+    from bev_warp_sim.simulator import Simulator
+    from bev_warp_sim.state import Controls
 
     params = {**params, "sim": {**params["sim"], "warp_backend": backend, "terminate_on_collision": False,
                                 "terminate_on_offroad": False}}

@@ -30,7 +30,8 @@ import time
 import numpy as np
 import rclpy
 from bev_warp_sim.metrics import aggregate
-from bev_warp_sim.simulator import Controls, Simulator
+from bev_warp_sim.simulator import Simulator
+from bev_warp_sim.state import Controls
 from nav_msgs.msg import Odometry
 from rad2_control.estimation import SteeringRamp
 from rad2_core.bicycle import VehicleParams
