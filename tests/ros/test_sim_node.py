@@ -3,9 +3,12 @@
 The driver follows the simulated /clock from the first tick it hears (t0; DDS may match its /clock
 subscription a moment after the sim started holding the clip): valid commands (hold speed, straight)
 until t0 + 2.0 s, malformed ones (NaN acceleration) until t0 + 2.2 s (shorter than
-node.stale_command_s), valid again until t0 + 4.0 s, then silence. The node must publish BEV
-features, scene tokens and odometry every step, survive the malformed commands (holding the last
-valid one), brake once commands go stale, and report the episode and the final summary as JSON.
+node.stale_command_s), valid again until t0 + 4.0 s (with an acceleration of -1e6 m/s^2 from 3.5 to
+3.7 s, and one steering angle of 1e9 rad: clamped to the vehicle's limits), then silence. The node
+must publish BEV features, scene tokens and odometry every step, survive the malformed commands
+(holding the last valid one), say once per field that it clamped a command (log, /diagnostics, the
+episode's command_clamps), brake once commands go stale, and report the episode and the final summary
+as JSON.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ DRIVER = textwrap.dedent("""
     rel = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
     pub = node.create_publisher(ControlCommand, "control/command",
                                 QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE))
-    seen = {"clock": [], "odom": [], "bev": 0, "bev_shape": None, "tokens": 0, "results": []}
+    seen = {"clock": [], "odom": [], "bev": 0, "bev_shape": None, "tokens": 0, "results": [], "diag": []}
     now = {"t": 0.0, "t0": None}
 
     def on_clock(m):
@@ -59,6 +62,11 @@ DRIVER = textwrap.dedent("""
     node.create_subscription(BevFeatures, "perception/bev_features", on_bev, best)
     node.create_subscription(SceneTokens, "perception/scene_tokens", on_tokens, best)
     node.create_subscription(String, "sim/episode_result", on_result, rel)
+    from diagnostic_msgs.msg import DiagnosticArray
+    node.create_subscription(DiagnosticArray, "/diagnostics", lambda m: seen["diag"].extend(
+        (st.name, int.from_bytes(st.level, "little") if isinstance(st.level, bytes) else int(st.level),
+         st.message) for st in m.status), rel)
+    steered = {"done": False}
     t0 = time.monotonic()
     while time.monotonic() - t0 < 60 and not any(r.get("done") for r in seen["results"]):
         rclpy.spin_once(node, timeout_sec=0.01)
@@ -67,7 +75,9 @@ DRIVER = textwrap.dedent("""
         t = now["t"] - now["t0"]
         if t < 4.0:
             cmd = ControlCommand()
-            cmd.acceleration = float("nan") if 2.0 <= t < 2.2 else 0.0
+            cmd.acceleration = float("nan") if 2.0 <= t < 2.2 else (-1e6 if 3.5 <= t < 3.7 else 0.0)
+            if 3.5 <= t and not steered["done"]:
+                cmd.steering_angle, steered["done"] = 1e9, True
             cmd.target_speed = 10.0
             pub.publish(cmd)
     seen["t0"] = now["t0"]
@@ -104,7 +114,7 @@ def test_sim_node_closed_loop(tmp_path):
     clock, t0 = res["clock"], res["t0"]
     assert clock == sorted(clock) and max(clock) >= t0 + 5.5
     odom = res["odom"]
-    steady = [(t, v) for t, v, _ in odom if 0.5 <= t - t0 < 4.0]
+    steady = [(t, v) for t, v, _ in odom if 0.5 <= t - t0 < 3.5]
     assert steady and all(abs(v - 10.0) < 0.3 for _, v in steady), steady  # NaN commands ignored
     late = [v for t, v, _ in odom if t - t0 >= 5.0]
     assert late and max(late) < 8.0  # stale -> braking
@@ -115,6 +125,17 @@ def test_sim_node_closed_loop(tmp_path):
     assert summary["rejected_commands"] >= 1 and summary["num_clips"] == 1
     assert "Safety@1" in summary["metrics"]
     assert "rejected control command" in sim_log[1]
+    # the clamps: said once per field in the log and on /diagnostics, counted in the episode result
+    clamps = episodes[0]["command_clamps"]
+    assert clamps.get("acceleration", 0) >= 3 and clamps.get("steering_angle") == 1, clamps
+    assert summary["clamped_commands"] == sum(clamps.values())
+    for field, value in (("acceleration", "-1e+06"), ("steering_angle", "1e+09")):
+        line = f"control/command {field} = {value} beyond the vehicle's"
+        assert sim_log[1].count(line) == 1, sim_log[1][-2000:]
+        assert any(name == "bev_warp_sim" and level == 1 and line in text
+                   for name, level, text in res["diag"]), res["diag"][:3]
+    dips = [v for t, v, _ in odom if 3.5 <= t - t0 < 3.8]
+    assert dips and min(dips) > 10.0 - 8.0 * 0.35, dips  # clamped: no harder than the vehicle brakes
 
 
 if __name__ == "__main__":

@@ -20,6 +20,12 @@ stamp) until a command that is not an emergency stop arrives (the graph tracks a
 at most ``node.wait_for_first_command_s`` (wall). Each finished clip publishes its episode result as
 JSON (std_msgs/String, ``sim/episode_result``); after the last clip a summary with the split metrics
 (``{"done": true, ...}``) follows. Message conversion goes through ``rad2_ros.conversions``.
+
+Clamps: a command beyond the vehicle's limits (acceleration outside [min_accel, max_accel], a steering
+angle beyond max_steer, a steering rate beyond max_steer_rate) is applied clamped to them, as the
+vehicle would; the first such value of each field in an episode is logged and reported on
+``/diagnostics`` (status ``bev_warp_sim``, warn: the field, the value, the limit, the counts), and the
+episode result carries ``command_clamps`` (field -> commands clamped) and the summary their total.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from std_msgs.msg import String
 
 from rad2_ros import conversions as rc
 from rad2_ros.nodes.common import (
+    DiagnosticsReporter,
     Throttle,
     command_qos,
     declare_parameters,
@@ -88,6 +95,9 @@ class SimNode(Node):
         self.channels = list(self.bev_params["bev"]["channels"])
         self.throttle = Throttle(2.0)
         self.rejected = 0
+        self.clamps: dict[str, int] = {}  # field -> commands clamped to the vehicle's limits, this episode
+        self.clamps_total = 0
+        self.diagnostics = DiagnosticsReporter(self)
         self.clips = self._load_clips()
         self.results = []
         self.clip_index = -1
@@ -167,7 +177,8 @@ class SimNode(Node):
     def _finish(self) -> None:
         self.finished = True
         self.state = None
-        summary = {"done": True, "num_clips": len(self.results), "rejected_commands": self.rejected}
+        summary = {"done": True, "num_clips": len(self.results), "rejected_commands": self.rejected,
+                   "clamped_commands": self.clamps_total}
         if self.results:
             summary["metrics"] = aggregate(self.results, self.params)
         self.pub_result.publish(String(data=json.dumps(summary)))
@@ -187,9 +198,30 @@ class SimNode(Node):
             if self.throttle("bad_command"):
                 self.get_logger().warning(f"rejected control command ({self.rejected} so far): {exc}")
             return
+        self._note_clamps(cmd)
         self.pending.append(_Held(cmd, self.clock_ns))
         if not cmd.emergency_stop:
             self.started = True
+
+    def _note_clamps(self, cmd: rc.ControlCommandValues) -> None:
+        """Count the fields of ``cmd`` the vehicle limits will clamp; say so once per field and episode."""
+        veh = self.sim.controller.vehicle
+        for field, value, lo, hi in (
+            ("acceleration", cmd.acceleration, veh.min_accel, veh.max_accel),
+            ("steering_angle", cmd.steering_angle, -veh.max_steer, veh.max_steer),
+            ("steering_rate", cmd.steering_rate, -veh.max_steer_rate, veh.max_steer_rate),
+        ):
+            if lo <= value <= hi:
+                continue
+            first = field not in self.clamps
+            self.clamps[field] = self.clamps.get(field, 0) + 1
+            self.clamps_total += 1
+            if first:
+                clip = self.clips[self.clip_index].clip_id if 0 <= self.clip_index < len(self.clips) else "-"
+                text = (f"control/command {field} = {value:.6g} beyond the vehicle's [{lo:g}, {hi:g}]: "
+                        f"clamped (clip {clip}; first this episode, counted in command_clamps)")
+                self.get_logger().warning(text)
+                self.diagnostics.publish("warn", text, {f"clamped_{k}": v for k, v in self.clamps.items()})
 
     # -- loop -----------------------------------------------------------------------------------------
     def _control(self, t0_ns: int, t1_ns: int) -> np.ndarray:
@@ -254,7 +286,12 @@ class SimNode(Node):
             # wall_s: how long the clip took on this node's clock (from its start, the hold for the
             # first command included), so a HIL run can check the pacing without discovery delays
             payload = {"index": self.clip_index, "of": len(self.clips), **res.as_dict(),
-                       "wall_s": round(time.monotonic() - self.clip_start_wall, 3)}
+                       "wall_s": round(time.monotonic() - self.clip_start_wall, 3),
+                       "command_clamps": dict(self.clamps)}
+            self.diagnostics.publish("warn" if self.clamps else "ok", f"clip {res.clip_id} done" + (
+                f": commands clamped to the vehicle's limits {dict(self.clamps)}" if self.clamps else ""),
+                {f"clamped_{k}": v for k, v in self.clamps.items()})
+            self.clamps = {}  # said once per episode
             self.pub_result.publish(String(data=json.dumps(payload)))
             self.get_logger().info(
                 f"clip {res.clip_id} done: {res.termination}, collided={res.collided}, "
