@@ -230,8 +230,6 @@ def probe_node(monkeypatch):
 
 def test_declared_parameters_carry_the_schema_and_bad_overrides_fail(probe_node):
     common = _ros()
-    from rclpy.exceptions import InvalidParameterValueException
-
     node = probe_node("supervisor.timeout_s:=0.5")
     values = common.declare_parameters(node, ["nodes"], prefixes=("supervisor",))
     assert values["supervisor"]["timeout_s"] == 0.5
@@ -239,9 +237,11 @@ def test_declared_parameters_carry_the_schema_and_bad_overrides_fail(probe_node)
     desc = node.describe_parameter("supervisor.timeout_s")
     assert desc.description.startswith(spec.description)
     assert desc.floating_point_range[0].to_value == spec.max
-    # out of the schema's range: ROS refuses it at declaration, naming key and value
+    # out of the schema's range: refused at declaration, naming file, key, value and bound
     node = probe_node(f"supervisor.timeout_s:={spec.max * 2}")
-    with pytest.raises(InvalidParameterValueException, match="supervisor.timeout_s"):
+    out_of_range = (rf"params/nodes.yaml \(override\): supervisor.timeout_s = {spec.max * 2} "
+                    r"is above its maximum")
+    with pytest.raises(ParameterError, match=out_of_range):
         common.declare_parameters(node, ["nodes"], prefixes=("supervisor",))
     # what ROS cannot check (choices): the schema check names file, key and value
     node = probe_node("planner.backend:=tensorflow")

@@ -451,11 +451,12 @@ def declare_parameters(
         _coerce_override(node, param)
         try:
             value = node.declare_parameter(name, param.value, _descriptor(param)).value
-        except (InvalidParameterTypeException, InvalidParameterValueException) as exc:
+        except (InvalidParameterTypeException, InvalidParameterValueException):
             given = node._parameter_overrides.get(name)
             shown = given.value if given is not None else "?"
-            raise ParameterError(f"{param.source} (override): {name} = {shown!r} is not a "
-                                 f"{_type_text(param.spec)} ({type(exc).__name__})") from None
+            problem = value_problem(param.spec, _plain(shown)) or "is refused by ROS"
+            raise ParameterError(f"{param.source} (override): {name} = {shown!r} {problem} "
+                                 f"(expected a {_type_text(param.spec)})") from None
         if _plain(value) != param.value:
             problem = value_problem(param.spec, _plain(value))
             if problem:
