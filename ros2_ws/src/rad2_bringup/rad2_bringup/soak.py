@@ -40,7 +40,7 @@ def classify_planner(reason: str) -> str:
         return "ok"
     if "no planning input" in reason:
         return "starved"
-    if "in the future" in reason:
+    if "in the future" in reason or "ahead of the node clock" in reason:
         return "false: future stamp"
     if "stale input" in reason:
         return "late: stale input"
@@ -57,6 +57,8 @@ def classify_controller(reason: str, near_clip_start: bool) -> str:
     if "predates the localization reset" in reason or (
             near_clip_start and any(k in reason for k in CLIP_START_REASONS)):
         return "clip start"
+    if reason.startswith("braking"):  # the plan made before a stop ended, tracked after it
+        return "recovery braking"
     if "planner heartbeat lost" in reason:
         return "false: planner heartbeat lost"
     if "odometry rejected" in reason:
@@ -197,9 +199,10 @@ def soak_figures(monitor, heartbeat_reports, t0: int, t1: int, loads: list[float
         i = np.searchsorted(starts, t - hi, side="left")  # first start after t - hi
         return i < len(starts) and starts[i] <= t - lo
 
+    # stops only: a cycle that tracks a plan braking hard names it too, without the fallback flag
     controller = episodes([d["receive_ns"] for d in cdiags],
-                          [classify_controller(d["fallback_reason"], near_start(d["receive_ns"]))
-                           for d in cdiags])
+                          [classify_controller(d["fallback_reason"] if d["fallback_active"] else "",
+                                               near_start(d["receive_ns"])) for d in cdiags])
     results = list(monitor.results)
     false_total = sum(v for k, v in planner.items() if k.startswith("false")) + \
         sum(v for k, v in controller.items() if k.startswith("false"))
