@@ -148,3 +148,15 @@ def test_bringup_reports_a_node_that_dies_at_start_within_seconds(tmp_path):
     assert seconds < START_LIMIT_S, seconds
     assert _last_line(str(err.value)).startswith("[ControllerNode] failed to start"), str(err.value)[-2000:]
     assert "perception.history_s" in _last_line(str(err.value))
+
+
+def test_a_value_that_cannot_take_effect_says_so(tmp_path):
+    """Valid, but moot in this configuration: the planner starts and says which value has no effect."""
+    code, _, out = _run("planner", ["-p", "planner.backend:=pytorch", "-p", "planner.device:=cpu",
+                                    "-p", "runtime.onnx_dir:=/tmp/rad2_moot_onnx",
+                                    "-p", "planner_node.max_stamp_skew_sim_s:=0.4"],
+                        tmp_path, ready="planner ready")
+    assert code is None, out[-3000:]
+    for name in ("runtime.onnx_dir", "planner_node.max_stamp_skew_sim_s"):
+        assert f"{name} = " in out and "has no effect" in out, out[-3000:]
+    assert "planner.device = " not in out  # the pytorch backend does read it

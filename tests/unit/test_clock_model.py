@@ -125,3 +125,30 @@ def test_a_relocalisation_on_time_is_still_confirmed():
     run(g2, range(10))
     late = [g2.offer(*sample(k, x0=5000.0, shift_ns=-2 * S)) for k in range(10, 20)]
     assert not any(r.accepted for r in late) and g2.reset_count == 0
+
+
+def test_rate_gate_reads_one_sample_per_period_of_stamps():
+    from rad2_core.supervision import RateGate
+
+    gate = RateGate(200.0)  # one per 5 ms of stamps
+    stamps = [100 * S + k * int(1.2 * MS) for k in range(830)]  # 830 samples/s for 1 s
+    admitted = [t for t in stamps if gate.admit(t, t)]
+    assert 150 <= len(admitted) <= 201 and gate.dropped == len(stamps) - len(admitted)
+    assert max(b - a for a, b in zip(admitted, admitted[1:])) <= 5 * MS + int(1.2 * MS)
+    assert gate.rate_hz(stamps[-1]) == pytest.approx(830, abs=2) and gate.flooding(stamps[-1])
+    # a 50 Hz stream that a stalled reader takes in one burst: every sample is admitted (by stamp)
+    calm = RateGate(200.0)
+    burst = [200 * S + k * 20 * MS for k in range(10)]
+    assert all(calm.admit(t, 200 * S + 200 * MS) for t in burst) and not calm.flooding(200 * S + 200 * MS)
+    # a stamp behind the last admitted one is left to the clock model, which names it
+    assert calm.admit(burst[0], 200 * S + 201 * MS)
+
+
+def test_header_stamp_is_read_from_the_serialized_bytes():
+    from rad2_ros import conversions as rc
+    from rad2_ros.nodes.common import cdr_header_stamp_ns
+    from rclpy.serialization import serialize_message
+
+    stamp = 1_796_290_000_123_456_789
+    data = serialize_message(rc.odometry_to_msg(Motion(1.0, 2.0, 0.1, 10.0, 0.0, stamp)))
+    assert cdr_header_stamp_ns(data) == stamp and cdr_header_stamp_ns(b"\x00") == 0

@@ -118,6 +118,7 @@ class PlannerNode(Node):
         self.deviation = DeviationCheck(float(n["deviation_horizon_s"]), float(n["deviation_max_gap_s"]),
                                         float(n["deviation_max_speed_gap_m_s"]))
         self.use_sim_time = bool(self.get_parameter("use_sim_time").value)
+        self._say_what_cannot_take_effect()
         self.policy, self.weights = self._make_policy()
         self.backend = str(self.policy.backend_name)
         # the first real cycle would otherwise open the runtime's sessions (seconds, not milliseconds)
@@ -167,6 +168,23 @@ class PlannerNode(Node):
         )
 
     # -- set-up ------------------------------------------------------------------------------------
+    def _say_what_cannot_take_effect(self) -> None:
+        """A value given at launch that this configuration never reads is said to have no effect (the
+        start goes on: the value is valid, only moot here)."""
+        given = self.params.overridden
+        backend = str(self.params["planner"]["backend"])
+        moot = {
+            "planner.device": (backend != "pytorch",
+                               f"it is the pytorch backend's; planner.backend is {backend}"),
+            "planner_node.max_stamp_skew_sim_s": (not self.use_sim_time, "it applies on simulated time only "
+                                                  "(use_sim_time is false): max_stamp_skew_s does"),
+            "planner_node.max_stamp_skew_s": (self.use_sim_time, "on simulated time max_stamp_skew_sim_s "
+                                              "applies instead"),
+        }
+        for name, (no_effect, why) in moot.items():
+            if name in given and no_effect:
+                self.get_logger().warning(f"{name} = {given[name]!r} has no effect: {why}")
+
     def _make_policy(self):
         import torch
         from rad2_planner.policy import Rad2Policy, resolve_path
