@@ -24,9 +24,10 @@ from rad2_planner.networks.critic import (
     critic_example_inputs,
     ensure_critic_onnx,
 )
-from rad2_planner.policy import Rad2Policy, SafetyLayerParams, next_round_fits
+from rad2_planner.policy import Rad2Policy
 from rad2_planner.runtime.base import SCENE_INPUTS
 from rad2_planner.runtime.onnx_export import example_inputs
+from rad2_planner.safety_layer import SafetyLayerParams, next_round_fits
 from rad2_training.critic_data import CriticDataset, label_candidates, warning_statistics
 from synthetic_scenes import make_clip
 from tiny_models import randomised_model, tiny_config

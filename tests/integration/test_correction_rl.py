@@ -135,7 +135,8 @@ def test_one_closed_loop_iteration_from_the_shipped_checkpoints(tmp_path):
     from rad2_core.config import load_params
     from rad2_planner.networks import PlannerModel
     from rad2_planner.networks.model import same_scene_encoder
-    from rad2_planner.policy import Rad2Policy, SafetyLayerParams
+    from rad2_planner.policy import Rad2Policy
+    from rad2_planner.safety_layer import SafetyLayerParams
     from rad2_training.correction_rl import finetune
 
     block = load_params("training")["self_correction_rl"]

@@ -7,6 +7,7 @@ import pytest
 import torch
 from rad2_core.config import load_merged
 from rad2_core.geometry import box_corners, boxes_overlap
+from rad2_core.observation import ObservationError
 from rad2_core.open_loop_metrics import (
     OpenLoopAccumulator,
     displacement_errors,
@@ -14,9 +15,9 @@ from rad2_core.open_loop_metrics import (
     plan_collisions,
     vehicle_max_curvature,
 )
+from rad2_planner.candidates import medoid_index, observation_inputs
 from rad2_planner.diffusion import NoiseSchedule, initial_noise, sample
 from rad2_planner.networks import PlannerModel, TrajectoryNormalizer
-from rad2_planner.policy import ObservationError, medoid_index, observation_inputs
 from rad2_planner.runtime.base import DISCRIMINATOR_INPUTS, SCENE_INPUTS
 from rad2_planner.runtime.onnx_export import example_inputs
 from tiny_models import randomised_model, tiny_config
@@ -401,7 +402,7 @@ def test_il_loss_decreases_on_a_fixed_batch():
 def test_safe_medoid_avoids_an_extrapolated_agent():
     from rad2_core.bicycle import VehicleParams
     from rad2_core.open_loop_metrics import vehicle_max_curvature
-    from rad2_planner.policy import safe_medoid_index
+    from rad2_planner.candidates import safe_medoid_index
 
     vehicle = VehicleParams.from_params(VEHICLE)  # ego box and tightest turn of params/vehicle.yaml
     limits = ((vehicle.length, vehicle.width), vehicle_max_curvature(PARAMS))
@@ -424,7 +425,7 @@ def test_safe_medoid_progress_quantile_keeps_the_faster_safe_candidates_along_th
     from rad2_core.bicycle import VehicleParams
     from rad2_core.open_loop_metrics import vehicle_max_curvature
     from rad2_core.route_path import observation_route
-    from rad2_planner.policy import safe_medoid_index
+    from rad2_planner.candidates import safe_medoid_index
 
     vehicle = VehicleParams.from_params(VEHICLE)
     limits = ((vehicle.length, vehicle.width), vehicle_max_curvature(PARAMS))
@@ -481,7 +482,8 @@ def test_discriminator_candidates_safe_ranks_and_samples_the_safe_set_only():
     are taken among safe_candidates (the safe set of safe_medoid), even where the discriminator
     prefers a candidate that runs into an agent."""
     from rad2_core.config import load_params
-    from rad2_planner.policy import Rad2Policy, safe_candidates
+    from rad2_planner.candidates import safe_candidates
+    from rad2_planner.policy import Rad2Policy
     from rad2_planner.selection import CandidateDistribution
 
     params = load_params("planner")
@@ -500,13 +502,13 @@ def test_discriminator_candidates_safe_ranks_and_samples_the_safe_set_only():
                            policy.max_curvature)
     assert safe.tolist() == [2, 3]
     logits = np.array([[9.0, 8.0, 0.0, 1.0]], np.float32)  # prefers the colliding ones
-    assert policy._select_deterministic(cands, logits, inputs) == ([3], "discriminator:safe")
+    assert policy.select_deterministic(cands, logits, inputs) == ([3], "discriminator:safe")
     draw = policy._sample(logits, CandidateDistribution(), [np.random.default_rng(0)],
-                          policy._discriminator_mask(cands, inputs))
+                          policy.discriminator_mask(cands, inputs))
     assert draw.index[0] in (2, 3) and draw.probs[0, :2].sum() == 0.0
     params["planner"]["discriminator_candidates"] = "all"
     plain = Rad2Policy(policy.model, {**PARAMS, **params}, backend="pytorch", num_candidates=4)
-    assert plain._select_deterministic(cands, logits, inputs) == ([0], "discriminator")
+    assert plain.select_deterministic(cands, logits, inputs) == ([0], "discriminator")
     params["planner"]["discriminator_candidates"] = "nearest"
     with pytest.raises(ValueError, match="planner.discriminator_candidates"):
         Rad2Policy(policy.model, {**PARAMS, **params}, backend="pytorch", num_candidates=4)
@@ -517,7 +519,8 @@ def test_consensus_prior_leans_selection_to_the_medoid_of_the_allowed_set():
     the argmax is the medoid of the allowed candidates; a discriminator that prefers another candidate by
     more than the prior's margin still gets its way; a negative or non-number κ is refused by name."""
     from rad2_core.config import load_params
-    from rad2_planner.policy import Rad2Policy, consensus_prior, medoid_index
+    from rad2_planner.candidates import consensus_prior, medoid_index
+    from rad2_planner.policy import Rad2Policy
 
     times = (np.arange(8) + 1.0)[:, None]
     cluster = [np.hstack([times * v, np.zeros_like(times)]) for v in (5.0, 5.2, 5.4, 5.6)]
@@ -541,14 +544,14 @@ def test_consensus_prior_leans_selection_to_the_medoid_of_the_allowed_set():
     policy.model.discriminator_trained = True
     inputs = {"agents": np.zeros((1, 1, 10), np.float32), "agents_mask": np.zeros((1, 1), bool)}
     flat = np.zeros((1, 5), np.float32)
-    kappa_prior = policy._selection_prior(cands[None], None)
+    kappa_prior = policy.selection_prior(cands[None], None)
     np.testing.assert_allclose(kappa_prior[0], 3.0 * prior, rtol=1e-6)
-    assert policy._select_deterministic(cands[None], flat + kappa_prior, inputs)[0] == [medoid_index(cands)]
+    assert policy.select_deterministic(cands[None], flat + kappa_prior, inputs)[0] == [medoid_index(cands)]
     strong = np.array([[0.0, 0.0, 0.0, 0.0, 20.0]], np.float32)  # learned preference outweighs the prior
-    assert policy._select_deterministic(cands[None], strong + kappa_prior, inputs)[0] == [4]
+    assert policy.select_deterministic(cands[None], strong + kappa_prior, inputs)[0] == [4]
     params["planner"]["discriminator_prior_weight"] = 0.0
     assert Rad2Policy(policy.model, {**PARAMS, **params}, backend="pytorch",
-                      num_candidates=5)._selection_prior(
+                      num_candidates=5).selection_prior(
         cands[None], None) is None
     for bad in (-1.0, float("nan"), 1e6, "4"):
         params["planner"]["discriminator_prior_weight"] = bad

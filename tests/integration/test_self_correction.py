@@ -9,12 +9,14 @@ import numpy as np
 import pytest
 import torch
 from rad2_core.config import load_merged, load_schema
+from rad2_planner.candidates import correction_inputs
 from rad2_planner.networks import PlannerModel
 from rad2_planner.networks.critic import CollisionCritic, CriticConfig
 from rad2_planner.networks.model import same_scene_encoder
-from rad2_planner.policy import Rad2Policy, SafetyLayerParams, correction_inputs
+from rad2_planner.policy import Rad2Policy
 from rad2_planner.runtime.base import SCENE_INPUTS
 from rad2_planner.runtime.onnx_export import example_inputs
+from rad2_planner.safety_layer import SafetyLayerParams
 from rad2_training.correction import draw_traces, self_correcting_copy
 from tiny_models import randomised_model, tiny_config
 
@@ -112,13 +114,13 @@ def test_self_correction_conditions_each_round_on_every_rejected_proposal(models
     policy = _policy(base, tmp_path, critic, mode="self_correction", threshold=0.5, max_rounds=4,
                      correction_checkpoint=str(directory))
     seen = []
-    extend = policy._corrector.extend_scene
+    extend = policy.critic_stage.corrector.extend_scene
 
     def spy(scene, trace, mask):
         seen.append((trace.copy(), mask.copy()))
         return extend(scene, trace, mask)
 
-    policy._corrector.extend_scene = spy
+    policy.critic_stage.corrector.extend_scene = spy
     results = policy.plan_batch(obs, seeds=[1, 2, 3])
     assert len(seen) == 4  # max_rounds, every row rejected every time
     for r, (_, mask) in enumerate(seen, start=1):
@@ -211,8 +213,8 @@ def test_shipped_self_correcting_generator_fits_the_shipped_planner(tmp_path):
     """The two shipped checkpoints share their scene encoder, so the planner can use the mode as is."""
     policy = Rad2Policy.from_params(PARAMS, backend="pytorch", onnx_dir=tmp_path,
                                     safety_layer=replace(LAYER, mode="self_correction"))
-    assert policy._corrector_trace_len >= 1
-    info = policy._corrector.model.training_info
+    assert policy.critic_stage.corrector_trace_len >= 1
+    info = policy.critic_stage.corrector.model.training_info
     # imitation with correction, then (optionally) the closed-loop fine-tuning on top of it
     imitation = info.get("previous_training", {}) if "held_out_check" not in info else info
     assert imitation["held_out_check"]["samples"] > 0

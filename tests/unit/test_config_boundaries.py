@@ -39,7 +39,8 @@ ALLOWED = {
         "entry while the verb parses its command line, i.e. at the entry point",
     ("rad2_planner/rad2_planner/policy.py", "load_schema"):
         "M and K may change with every planning call (RL, benchmarks, experiments): each call's counts are "
-        "checked against the bounds of planner.num_candidates / num_denoise_steps",
+        "checked against the bounds of planner.num_candidates / num_denoise_steps; the settings a policy is "
+        "built with (a dict built in code, an argument overriding the file) against their choices and bounds",
 }
 
 
@@ -123,7 +124,7 @@ REGISTRIES = {
     ("rad2_planner.policy", "DISCRIMINATOR_CANDIDATES"): ("planner", "planner.discriminator_candidates"),
     ("rad2_planner.policy", "SELECTION_MODES"): ("planner", "planner.selection_mode"),
     ("rad2_planner.policy", "INITIAL_NOISE_MODES"): ("planner", "planner.initial_noise"),
-    ("rad2_planner.policy", "SAFETY_MODES"): ("planner", "safety_layer.mode"),
+    ("rad2_planner.safety_layer", "SAFETY_MODES"): ("planner", "safety_layer.mode"),
     ("rad2_training.train", "DISCRIMINATOR_INITS"): ("training", "rl.discriminator_init"),
     ("rad2_training.tc_grpo", "ADVANTAGES"): ("training", "rl.tc_grpo.advantage"),
     ("rad2_training.ogo", "SEGMENTS"): ("training", "rl.ogo.segment"),

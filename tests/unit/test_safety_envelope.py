@@ -145,12 +145,14 @@ def test_policy_applies_the_envelope_with_the_vehicle_emergency_limit(tmp_path):
     from rad2_planner.policy import Rad2Policy
     from rad2_planner.runtime.base import SCENE_INPUTS
     from rad2_planner.runtime.onnx_export import example_inputs
+    from rad2_planner.stages import CycleContext, CyclePlans
     from tiny_models import randomised_model, tiny_config
 
     torch.set_num_threads(1)
     model = randomised_model(tiny_config())
     policy = Rad2Policy(model, PARAMS, backend="pytorch", onnx_dir=tmp_path, num_candidates=4)
-    assert policy.envelope.enabled and policy.emergency_decel == pytest.approx(8.0)  # vehicle.yaml
+    stage = policy.pipeline.stage("safety_envelope")
+    assert stage.params.enabled and stage.emergency_decel == pytest.approx(8.0)  # vehicle.yaml
     ex = example_inputs(model.cfg, batch=1, seed=0)
     inputs = {k: np.array(ex[k]) for k in SCENE_INPUTS}
     inputs["ego_state"][0, 0] = 15.0
@@ -158,7 +160,8 @@ def test_policy_applies_the_envelope_with_the_vehicle_emergency_limit(tmp_path):
     inputs["agents"][0, 0] = agent(45.0, 0.0)
     inputs["agents_mask"][0, 0] = True
     candidates = np.repeat(straight_plan(15.0)[None, None], 4, axis=1).astype(np.float32)
-    executed, notes = policy._safety_envelope(candidates, [0], [None], inputs)
+    out = stage.apply(CyclePlans.of(candidates, [0]), CycleContext(inputs))
+    executed, notes = out.executed, out.notes("safety_envelope")
     assert notes[0].startswith("brake for agent 0")
     assert np.all(ego_front_progress(executed[0]) <= 45.0 - 2.25 - P.margin_m + 1e-4)
     # a plan_batch cycle reports the stage's time

@@ -151,7 +151,7 @@ def test_from_params_reads_planner_yaml():
 
 
 def test_medoid_is_the_candidate_nearest_the_others_on_average():
-    from rad2_planner.policy import medoid_index
+    from rad2_planner.candidates import medoid_index
 
     t = np.arange(1, 9, dtype=np.float64)[:, None]
     straight = np.hstack([t * 2.0, 0 * t])

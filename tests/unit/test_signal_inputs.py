@@ -14,7 +14,7 @@ from rad2_core.config import load_params
 from rad2_core.lane_map import SIGNAL_GREEN, SIGNAL_RED, SIGNAL_UNKNOWN, SIGNAL_YELLOW, LaneMap
 from rad2_core.observation import ObservationError, build_observation
 from rad2_core.tokens import MAP_FEATURES, signal_features, signal_state_of_features
-from rad2_planner.policy import observation_inputs
+from rad2_planner.candidates import observation_inputs
 from synthetic_scenes import make_map, make_signal_clip
 from tiny_models import randomised_model, tiny_config
 

@@ -156,6 +156,12 @@ def test_the_policy_applies_both_and_says_so():
     from rad2_planner.policy import Rad2Policy
     from rad2_planner.runtime.base import SCENE_INPUTS
     from rad2_planner.runtime.onnx_export import example_inputs
+    from rad2_planner.stages import CycleContext, CyclePlans
+
+    def recover(policy, candidates, inputs):
+        out = policy.pipeline.stage("stall_recovery").apply(CyclePlans.of(candidates, [0, 0]),
+                                                             CycleContext(inputs))
+        return list(out.executed), out.notes("stall_recovery")
 
     params = load_params("planner")
     on = {**params, "stall_recovery": {**params["stall_recovery"], "enabled": True}}
@@ -177,14 +183,14 @@ def test_the_policy_applies_both_and_says_so():
     waiting = np.array([[0.0, 0.0], [0.1, 0.0], [0.8, 0.0], [2.0, 0.0], [3.5, 0.0], [5.5, 0.0], [8.0, 0.0],
                         [11.0, 0.0]])
     candidates = np.stack([np.stack([backwards] * 4), np.stack([waiting] * 4)]).astype(np.float32)
-    executed, notes = policy._stall_recovery(candidates, [0, 0], inputs)
+    executed, notes = recover(policy, candidates, inputs)
     assert notes[0].startswith("plan asks for reversing") and executed[0][:, 0].min() > -1e-6
     assert notes[1].startswith("late acceleration") and executed[1][0, 0] > 5 * waiting[0, 0] + 0.1
     assert executed[1][-1, 0] <= waiting[-1, 0] + 1e-5
     # with the stage switched off, nothing changes
     off = Rad2Policy.from_params({**PARAMS, "stall_recovery": {**params["stall_recovery"], "enabled": False}},
                                  backend="pytorch")
-    assert off._stall_recovery(candidates, [0, 0], inputs) == ([None, None], ["", ""])
+    assert recover(off, candidates, inputs) == ([None, None], ["", ""])
 
 
 def test_impossible_ego_values_stay_within_the_vehicle():

@@ -51,7 +51,7 @@ class ObservationError(ValueError):
 
 _FLOAT_FIELDS = ("bev", "map_polylines", "agents", "route", "ego_state")
 BOOL_FIELDS = ("map_mask", "agents_mask", "route_mask")
-# unbatched rank of each field (also what :func:`rad2_planner.policy.observation_inputs` checks)
+# unbatched rank of each field (also what :func:`rad2_planner.candidates.observation_inputs` checks)
 FIELD_RANKS = {
     "bev": 3,
     "map_polylines": 3,

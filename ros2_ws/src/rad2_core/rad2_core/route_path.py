@@ -2,7 +2,7 @@
 
 One implementation for everything that measures along a route: the simulator's progress and EP
 (``bev_warp_sim``), the IDM reference policy, and the planner's route-aware candidate selection
-(:func:`rad2_planner.policy.safe_medoid_index`).
+(:func:`rad2_planner.candidates.safe_medoid_index`).
 
 :func:`check_route` is the one validity check of a clip's route: dataset conversion refuses a clip
 that fails it and the simulator refuses to drive one, with the same reason.

@@ -62,7 +62,7 @@ def parse_arm(text: str, il_checkpoint: str, discriminator_candidates: Sequence[
 
 
 def _is_weight(value: str) -> bool:
-    from rad2_planner.policy import MAX_PRIOR_WEIGHT
+    from rad2_planner.candidates import MAX_PRIOR_WEIGHT
 
     try:
         return 0.0 <= float(value) <= MAX_PRIOR_WEIGHT

@@ -133,7 +133,8 @@ def safety_layers(modes, planner_params: dict, threshold: float | None = None, m
     """mode -> SafetyLayerParams, unset values from params/planner.yaml (ValueError on a bad value). The
     closed-loop runs have no round budget: every mode gets its rounds, and the latency table measures
     the budget's effect separately."""
-    from rad2_planner.policy import SafetyLayerParams, resolve_path
+    from rad2_planner.policy import resolve_path
+    from rad2_planner.safety_layer import SafetyLayerParams
 
     sl = planner_params["safety_layer"]
     critic = str(critic or sl["critic_checkpoint"])
@@ -341,7 +342,8 @@ def evaluate_safety_layer(
     from bev_warp_sim.preflight import check_splits
     from bev_warp_sim.simulator import Simulator
     from rad2_core.machine import hardware_record
-    from rad2_planner.policy import Rad2Policy, SafetyLayerParams
+    from rad2_planner.policy import Rad2Policy
+    from rad2_planner.safety_layer import SafetyLayerParams
 
     sim_params = params
     sim = Simulator(sim_params)

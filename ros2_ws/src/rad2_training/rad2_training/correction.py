@@ -60,7 +60,7 @@ def mine_unsafe_proposals(model: PlannerModel, critic, cache, indices: np.ndarra
     ``unsafe`` holds up to L proposals with critic risk >= ``threshold`` (highest first), ``first_unsafe``
     whether the medoid proposal (the plain planner's fallback pick) was one of them.
     """
-    from rad2_planner.policy import medoid_index
+    from rad2_planner.candidates import medoid_index
     from tqdm import tqdm
 
     backend = TorchBackend(model)
@@ -116,7 +116,7 @@ def correction_check(model: PlannerModel, base: PlannerModel, critic, cache, ind
     """Critic acceptance of one corrected round vs one rejection-sampling round, on ``indices`` (rows
     of the cache whose medoid proposal is unsafe; ``unsafe[i, 0]`` is then among the mined ones and the
     trace is the highest-risk proposal)."""
-    from rad2_planner.policy import medoid_index
+    from rad2_planner.candidates import medoid_index
 
     if len(indices) == 0:
         return {"samples": 0}

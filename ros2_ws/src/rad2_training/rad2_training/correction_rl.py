@@ -128,7 +128,7 @@ def sample_batch(sim: Any, clips: dict[str, Any], samples: Sequence[CorrectionSa
     """Network inputs of ``samples``: each observation rendered again at its decision state
     (``Simulator.observation_at``), the target, the encoded trace, its mask and the sample weights."""
     from rad2_core.observation import stack_observations
-    from rad2_planner.policy import correction_inputs, observation_inputs
+    from rad2_planner.candidates import correction_inputs, observation_inputs
 
     obs = [sim.observation_at(clips[s.clip_id], s.step, s.ego_state, s.accel) for s in samples]
     batch = observation_inputs(stack_observations(obs), model_cfg, sim.observation_channels)
@@ -215,10 +215,12 @@ def finetune(dataset: str | Path, out_dir: str | Path, cfg: CorrectionRLConfig, 
     import torch
     from bev_warp_sim.rollout import BatchedPolicy, run_rollouts
     from bev_warp_sim.simulator import Simulator
+    from rad2_core.config import resource_path
     from rad2_planner.diffusion import NoiseSchedule
     from rad2_planner.networks import PlannerModel
     from rad2_planner.networks.model import same_scene_encoder
-    from rad2_planner.policy import Rad2Policy, SafetyLayerParams, resource_path
+    from rad2_planner.policy import Rad2Policy
+    from rad2_planner.safety_layer import SafetyLayerParams
     from tqdm import tqdm
 
     from rad2_training.imitation import start_run

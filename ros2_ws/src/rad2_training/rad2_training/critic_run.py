@@ -90,7 +90,8 @@ def load_or_build(sets: dict[str, tuple[str, int]], data_dir: Path, params: dict
     (the planner and simulator are made only when something must be driven; ``params``: every file of
     params/ as loaded, merged); returns (datasets, their paths)."""
     from bev_warp_sim.simulator import Simulator
-    from rad2_planner.policy import Rad2Policy, SafetyLayerParams
+    from rad2_planner.policy import Rad2Policy
+    from rad2_planner.safety_layer import SafetyLayerParams
 
     paths = {name: Path(data_dir) / f"{name}.npz" for name in sets}
     policy = None

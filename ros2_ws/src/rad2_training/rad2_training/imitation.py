@@ -331,7 +331,7 @@ def open_loop_eval(
 ) -> dict[str, float]:
     """Open-loop metrics of the medoid-selected plan (no discriminator yet) on ``indices`` (``params``:
     params/sim.yaml and vehicle.yaml as loaded, merged: the metrics' settings)."""
-    from rad2_planner.policy import medoid_index
+    from rad2_planner.candidates import medoid_index
 
     was_training = model.training
     model.eval()

@@ -295,7 +295,7 @@ def generator_batch(sim: Any, clips: dict[str, Any], targets: Sequence[OGOTarget
     state (``Simulator.observation_at``) with the re-timed segment as the trajectory to imitate.
     ``model_cfg`` (the generator's ModelConfig): feed it the BEV channels and map features it takes."""
     from rad2_core.observation import stack_observations
-    from rad2_planner.policy import observation_inputs
+    from rad2_planner.candidates import observation_inputs
 
     obs = [sim.observation_at(clips[t.clip_id], t.step, t.ego_state, t.accel) for t in targets]
     batch = observation_inputs(stack_observations(obs), model_cfg, sim.observation_channels)
@@ -324,7 +324,7 @@ def imitation_batch(sim: Any, clips: Sequence[Any], samples: Sequence[tuple[int,
     so the BEV is the one the rollouts warp) and the logged ego future after t in the ego frame of t."""
     from rad2_core.observation import stack_observations
     from rad2_core.open_loop_metrics import logged_future
-    from rad2_planner.policy import observation_inputs
+    from rad2_planner.candidates import observation_inputs
 
     obs = [sim.logged_observation(clips[i], t) for i, t in samples]
     batch = observation_inputs(stack_observations(obs), model_cfg, sim.observation_channels)

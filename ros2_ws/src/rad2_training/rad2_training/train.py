@@ -94,7 +94,7 @@ class RLConfig:
         if self.discriminator_candidates not in DISCRIMINATOR_CANDIDATES:
             raise ValueError(f"rl.discriminator_candidates: unknown value {self.discriminator_candidates!r} "
                              f"(choose from {DISCRIMINATOR_CANDIDATES})")
-        from rad2_planner.policy import MAX_PRIOR_WEIGHT
+        from rad2_planner.candidates import MAX_PRIOR_WEIGHT
 
         if not 0.0 <= self.discriminator_prior_weight <= MAX_PRIOR_WEIGHT:
             raise ValueError(f"rl.discriminator_prior_weight: must be in [0, {MAX_PRIOR_WEIGHT:g}] "

@@ -39,7 +39,7 @@ def _selection_scene(rng, m: int, n_agents: int, t_plan: int):
 
 def bench_selection(policy, ms, n_agents: int, repeats: int, seed: int = 0) -> dict:
     """Timings (ms) of the deployment fallback rule alone, per M, on synthetic scenes."""
-    from rad2_planner.policy import safe_medoid_index
+    from rad2_planner.candidates import safe_medoid_index
 
     rng = np.random.default_rng(seed)
     out = {}

@@ -1,0 +1,288 @@
+"""The planner's post-planning stages: one pipeline of stage objects between selection and execution.
+
+After the selection the cycle's plans (:class:`CyclePlans`: the candidates, their scores and logits,
+the selected index per row, the plan to execute where a stage changed it and what each stage reported)
+pass through a :class:`StagePipeline`, in order:
+
+1. ``safety_layer`` (:class:`rad2_planner.safety_layer.CriticStage`): the collision critic accepts,
+   re-selects or redraws the candidates (``safety_layer.mode``; deterministic selection only).
+2. ``stall_recovery`` (:class:`StallRecoveryStage`, :mod:`rad2_planner.stall_recovery`).
+3. ``traffic_rules`` (:class:`TrafficRuleStage`, :mod:`rad2_planner.traffic_rules`).
+4. ``safety_envelope`` (:class:`SafetyEnvelopeStage`, :mod:`rad2_planner.safety_envelope`).
+5. ``comfort_limits`` (:class:`ComfortLimitStage`, :mod:`rad2_planner.comfort_limits`).
+
+Every stage has the interface of :class:`Stage`: ``applies(context)`` (whether it runs this cycle) and
+``apply(plans, context) -> plans`` (a new :class:`CyclePlans`, the input untouched); the pipeline
+times each stage with a ``timing_key`` into the cycle's ``timings_ms``. Stages 2–5 re-time one row's
+plan along its own path (:class:`RetimingStage`: ``retime(plan, context, row) -> (plan or None, note)``);
+the maths is the named module's, the stage object reads the row's inputs and writes what it says into
+the row's ``info`` under its ``note_key``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+import numpy as np
+from rad2_core.lane_map import SIGNAL_STATE_NAMES
+from rad2_core.route_path import observation_route
+
+from rad2_planner.comfort_limits import ComfortLimitParams, limit_acceleration, limit_curve_speed
+from rad2_planner.safety_envelope import SafetyEnvelopeParams, apply_envelope
+from rad2_planner.stall_recovery import StallRecoveryParams, asks_for_reversing, even_start, recovery_plan
+from rad2_planner.traffic_rules import TrafficRuleParams, allowed_distance, limit_progress
+
+
+@dataclass(frozen=True)
+class CyclePlans:
+    """The plans of a planning cycle's ``B`` rows as the stages pass them on."""
+
+    candidates: np.ndarray  # [B, M, T, 2] ego-frame metres
+    scores: np.ndarray  # [B, M] the discriminator's (NaN when not run)
+    logits: np.ndarray  # [B, M] what the selection ranked
+    selected: tuple[int, ...]  # per row: the selected candidate
+    executed: tuple[np.ndarray | None, ...]  # per row: [T, 2] float32 where a stage changed it, else None
+    info: tuple[dict[str, Any], ...]  # per row: what the stages report (PlanResult.info)
+
+    @classmethod
+    def of(cls, candidates: np.ndarray, selected: Sequence[int], scores: np.ndarray | None = None,
+           logits: np.ndarray | None = None) -> CyclePlans:
+        """Plans before any stage: nothing executed yet, nothing reported (NaN scores and logits when
+        not given)."""
+        b, m = candidates.shape[:2]
+        nan = np.full((b, m), np.nan, dtype=np.float32)
+        return cls(candidates, nan if scores is None else scores, nan if logits is None else logits,
+                   tuple(int(s) for s in selected), (None,) * b, tuple({} for _ in range(b)))
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.selected)
+
+    def plan(self, i: int) -> np.ndarray:
+        """Row ``i``'s plan as it stands: what a stage made of it, else the selected candidate."""
+        return self.candidates[i, self.selected[i]] if self.executed[i] is None else self.executed[i]
+
+    def notes(self, key: str) -> list[str]:
+        """Per row, what the stage with ``note_key`` ``key`` reported ("" where nothing)."""
+        return [str(info.get(key, "")) for info in self.info]
+
+
+@dataclass
+class CycleContext:
+    """What the stages read of the planning cycle besides the plans."""
+
+    inputs: dict[str, np.ndarray]  # the model's inputs, batched (its BEV channels, in its order)
+    timings: dict[str, float] = field(default_factory=dict)  # the cycle's timings_ms, stages add theirs
+    signal_stop: Any = None  # the observation's next signal stop(s) ([B, 2] or [2]; None: no signal input)
+    selection: str = "deterministic"  # the cycle's selection mode
+    # the generator's state, for a stage that draws new candidates (the critic's rejection sampling)
+    scene: Any = None
+    num_steps: int = 0  # K
+    scored: bool = False  # whether the discriminator runs this cycle
+    seed: int | None = None  # the cycle's seed (None: per-row ``row_seeds``)
+    row_seeds: list[int] | None = None
+    t_start: float = 0.0  # time.perf_counter() at the start of the cycle (round budget)
+
+
+class Stage(Protocol):
+    """A post-planning stage."""
+
+    name: str
+    timing_key: str | None  # the key of its time in timings_ms (None: it records its own)
+
+    def applies(self, context: CycleContext) -> bool: ...
+
+    def apply(self, plans: CyclePlans, context: CycleContext) -> CyclePlans: ...
+
+
+class RetimingStage:
+    """A stage that re-times each row's plan along its path; subclasses give :meth:`retime`."""
+
+    name = ""
+    note_key: str | None = None  # the info key of its note (None: it reports nothing)
+
+    @property
+    def timing_key(self) -> str:
+        return self.name
+
+    @property
+    def enabled(self) -> bool:
+        raise NotImplementedError
+
+    def applies(self, context: CycleContext) -> bool:
+        # a disabled stage still reports its (empty) time, so every cycle's timings_ms has the same keys
+        return True
+
+    def rows(self, plans: CyclePlans, context: CycleContext) -> range:
+        """The rows this cycle re-times (all of them while enabled)."""
+        return range(plans.batch_size) if self.enabled else range(0)
+
+    def retime(self, plan: np.ndarray, context: CycleContext, i: int) -> tuple[np.ndarray | None, str]:
+        """Row ``i``'s ``plan`` re-timed (None: unchanged) and a note saying why ("" for none)."""
+        raise NotImplementedError
+
+    def apply(self, plans: CyclePlans, context: CycleContext) -> CyclePlans:
+        executed, info = list(plans.executed), list(plans.info)
+        for i in self.rows(plans, context):
+            new, note = self.retime(plans.plan(i), context, i)
+            if new is not None:
+                executed[i] = new.astype(np.float32)
+            if note and self.note_key:
+                info[i] = {**info[i], self.note_key: note}
+        return replace(plans, executed=tuple(executed), info=tuple(info))
+
+
+class StallRecoveryStage(RetimingStage):
+    """Below ``start_speed`` a selected plan that holds its speed and accelerates later is evened out
+    from now; a plan that asks for reversing (the vehicle has none) is replaced by the route followed
+    forwards where that stays on the BEV's drivable area (:mod:`rad2_planner.stall_recovery`).
+
+    ``channel_names``: the model's BEV channels in its order (``ModelConfig.input_channel_names``);
+    without a drivable area among them a reversing plan is kept as it is."""
+
+    name = "stall_recovery"
+    note_key = "stall_recovery"
+
+    def __init__(self, params: StallRecoveryParams, plan_dt: float, vehicle, bev_cfg,
+                 channel_names: list[str]):
+        self.params = params
+        self.plan_dt = float(plan_dt)
+        self.vehicle = vehicle
+        self.bev_cfg = bev_cfg
+        self.channel_names = list(channel_names)
+
+    @property
+    def enabled(self) -> bool:
+        return self.params.enabled
+
+    def _drivable(self, bev: np.ndarray) -> int | None:
+        """The drivable-area channel of the inputs' BEV ``[B, C, H, W]``, when it is the model's layout."""
+        names, cfg = self.channel_names, self.bev_cfg
+        if "drivable_area" in names and bev.shape[1:] == (len(names), cfg.height, cfg.width):
+            return names.index("drivable_area")
+        return None
+
+    def retime(self, plan, context, i):
+        inputs = context.inputs
+        speed, _, _, steer = (float(v) for v in inputs["ego_state"][i])
+        if not asks_for_reversing(plan, self.params):
+            started = even_start(plan, speed, self.plan_dt, self.params)
+            if started is None:
+                return None, ""
+            return started, "late acceleration: the plan's acceleration evened out from now"
+        channel = self._drivable(inputs["bev"])
+        if channel is None:
+            return None, ""
+        route = observation_route(inputs["route"][i], inputs["route_mask"][i])
+        bev = inputs["bev"][i, channel]
+        forward, straight, lookahead = recovery_plan(route, speed, steer, self.plan_dt, plan.shape[0],
+                                                     self.vehicle, self.params, bev, self.bev_cfg)
+        if forward is None:
+            return None, "plan asks for reversing; following the route would leave the drivable area"
+        return forward, (f"plan asks for reversing (x {float(plan[:, 0].min()):.1f} m): following the route "
+                         f"(straight {straight:g} m, look-ahead {lookahead:g} m)")
+
+
+class TrafficRuleStage(RetimingStage):
+    """The plan re-timed to stop before a red (or stoppable yellow) signal's stop line
+    (:mod:`rad2_planner.traffic_rules`), where the observation carries signal stops."""
+
+    name = "traffic_rules"
+    note_key = "traffic_rule"
+
+    def __init__(self, params: TrafficRuleParams, plan_dt: float, ego_length: float):
+        self.params = params
+        self.plan_dt = float(plan_dt)
+        self.ego_length = float(ego_length)
+
+    @property
+    def enabled(self) -> bool:
+        return self.params.enabled
+
+    def rows(self, plans, context):
+        # an observation without signal stops (a dict, a log without signals) leaves every plan as it is
+        return range(0) if context.signal_stop is None else super().rows(plans, context)
+
+    def retime(self, plan, context, i):
+        speed = float(context.inputs["ego_state"][i, 0])
+        stop = np.asarray(context.signal_stop, np.float64).reshape(len(context.inputs["ego_state"]), 2)[i]
+        limit = allowed_distance(stop, speed, self.ego_length, self.params)
+        if limit is None:
+            return None, ""
+        limited = limit_progress(plan, self.plan_dt, speed, limit, self.params.comfort_decel)
+        return limited, f"stop for {SIGNAL_STATE_NAMES[int(stop[1])]} signal in {limit:.1f} m"
+
+
+class SafetyEnvelopeStage(RetimingStage):
+    """The plan re-timed so that at every point the ego could still stop behind every agent in its
+    path if that agent braked hard (:mod:`rad2_planner.safety_envelope`), braking up to the vehicle's
+    emergency limit ``emergency_decel`` where needed."""
+
+    name = "safety_envelope"
+    note_key = "safety_envelope"
+
+    def __init__(self, params: SafetyEnvelopeParams, plan_dt: float, ego_size: tuple[float, float],
+                 emergency_decel: float, max_speed: float):
+        self.params = params
+        self.plan_dt = float(plan_dt)
+        self.ego_size = ego_size
+        self.emergency_decel = float(emergency_decel)
+        self.max_speed = float(max_speed)
+
+    @property
+    def enabled(self) -> bool:
+        return self.params.enabled
+
+    def retime(self, plan, context, i):
+        inputs = context.inputs
+        res = apply_envelope(plan, self.plan_dt, float(inputs["ego_state"][i, 0]), inputs["agents"][i],
+                             inputs["agents_mask"][i], self.ego_size, self.emergency_decel, self.params,
+                             max_speed=self.max_speed)
+        return (res.plan, res.note()) if res.fired else (None, "")
+
+
+class ComfortLimitStage(RetimingStage):
+    """The plan re-timed within ``comfort_limits`` (curve speed, then acceleration and jerk from the
+    ego's speed; :mod:`rad2_planner.comfort_limits`); unchanged where it already was within them."""
+
+    name = "comfort_limits"
+
+    def __init__(self, params: ComfortLimitParams, plan_dt: float):
+        self.params = params
+        self.plan_dt = float(plan_dt)
+
+    @property
+    def enabled(self) -> bool:
+        return self.params.enabled
+
+    def retime(self, plan, context, i):
+        speed, accel = (float(v) for v in context.inputs["ego_state"][i, :2])
+        limited = limit_curve_speed(plan, self.plan_dt, self.params)
+        limited = limit_acceleration(limited, self.plan_dt, speed, accel, self.params)
+        return (None, "") if np.array_equal(limited, plan) else (limited, "")
+
+
+class StagePipeline:
+    """Stages run in order on a cycle's plans, each timed into the cycle's ``timings_ms``."""
+
+    def __init__(self, stages: Sequence[Stage]):
+        self.stages = tuple(stages)
+
+    def stage(self, name: str) -> Stage:
+        for s in self.stages:
+            if s.name == name:
+                return s
+        raise KeyError(f"no stage {name!r} (have {[s.name for s in self.stages]})")
+
+    def run(self, plans: CyclePlans, context: CycleContext) -> CyclePlans:
+        for s in self.stages:
+            if not s.applies(context):
+                continue
+            t0 = time.perf_counter()
+            plans = s.apply(plans, context)
+            if s.timing_key is not None:
+                context.timings[s.timing_key] = (time.perf_counter() - t0) * 1e3
+        return plans
