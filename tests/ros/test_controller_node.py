@@ -25,10 +25,11 @@ DRIVER = textwrap.dedent("""
     from rclpy.qos import QoSProfile, ReliabilityPolicy
     from rad2_ros import conversions as rc
     from rad2_core.bicycle import VehicleParams, step
+    from rad2_core.config import load_params
 
     rclpy.init()
     node = rclpy.create_node("controller_test_driver")
-    veh = VehicleParams.from_params()
+    veh = VehicleParams.from_params(load_params("vehicle"))
     odom_pub = node.create_publisher(Odometry, "localization/odometry",
                                      QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT))
     traj_pub = node.create_publisher(Trajectory, "planning/trajectory",

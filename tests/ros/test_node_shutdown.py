@@ -116,7 +116,7 @@ def test_nodes_stop_when_the_process_that_started_them_is_killed(tmp_path):
     require_ros_build()
     launcher = (
         "import sys, time\n"
-        "from rad2_planner import bringup\n"
+        "from rad2_bringup import bringup\n"
         f"b = bringup.Bringup('vehicle', domain_id={unique_domain_id()}, log_dir={str(tmp_path)!r},"
         " only=['supervisor']).start()\n"
         "b.wait_ready(timeout=90)\n"
