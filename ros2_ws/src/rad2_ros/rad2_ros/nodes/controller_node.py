@@ -499,7 +499,7 @@ class ControllerNode(Node):
         # The command applies from `now`: the steering estimate ramps from here (SteeringRamp).
         self.estimator.commands.issue(now, accel, rate, steer_now)
         if reason:
-            kind = "minimal-risk stop" if emergency else "hard braking"
+            kind = "hard braking" if reason.startswith("braking") else "minimal-risk stop"
             self._warn(f"{kind}:" + reason.split(":")[0], f"{kind}: {reason}")
         try:
             cmd = rc.ControlCommandValues(
