@@ -92,8 +92,6 @@ def test_objects_and_features_out_of_range(clips):
     tokens = obs.copy()
     tokens.ego_state = np.array([1e6, 1e7, 0.0, 0.0], np.float32)
     assert _fields(val.check_tokens(tokens, LIMITS)) == {"ego_state.speed", "ego_state.accel"}
-
-
     # reversing at 30 m/s: beyond the reverse limit, named with it
     tokens = obs.copy()
     tokens.ego_state = np.array([-30.0, 0.0, 0.0, 0.0], np.float32)
@@ -113,6 +111,8 @@ def test_trajectory_point_limit():
     got = val.check_trajectory(pts, 0.1, LIMITS, veh)
     assert _fields(got) == {"trajectory.points"} and got[0].value == 10_000 and str(n) in got[0].bound
     assert val.check_trajectory(pts[:n], 0.1, LIMITS, veh) == []
+
+
 def _straight(v=10.0, dt=0.5, n=8):
     return np.stack([v * dt * np.arange(1, n + 1), np.zeros(n)], -1)
 
