@@ -349,7 +349,6 @@ class ControllerNode(Node):
 
     def on_timer(self) -> None:
         t0 = time.perf_counter()
-        now = self._now_ns()
         steady = self._steady_ns()
         last_watchdog = self._last_watchdog_ns
         if last_watchdog is None or steady - last_watchdog > 5 * self.watchdog_period_ns:
@@ -359,6 +358,11 @@ class ControllerNode(Node):
         self._drain_heartbeats(steady)
         self._drain(self.sub_odometry, self.on_odometry)  # the freshest state, even if starved
         self._drain(self.sub_trajectory, self.on_trajectory)  # and the newest plan
+        # the cycle's time once its inputs are in: a plan taken by the drains above is received at or
+        # before it (taken first, a plan received during a slow drain was "received after now", and
+        # its age came out negative: the ReferenceError "age must be >= 0" of a loaded host)
+        now = self._now_ns()
+        steady = self._steady_ns()
         stages: dict[str, float] = {}
         reason = ""
         emergency = fault_stop = False  # flagged; and a stop for a fault (opens the recovery window)
