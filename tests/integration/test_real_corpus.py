@@ -21,8 +21,10 @@ from rad2_datasets.corpus import (
     bundle_subset,
     convert_corpus,
     corpus_scenarios,
+    make_splits,
     read_splits,
     road_of,
+    scenario_groups,
 )
 
 PARAMS = load_merged()
@@ -35,8 +37,10 @@ EVAL_REAL = ROOT / "data" / "eval_real"
 NGSIM = Path(os.environ.get("RAD2_NGSIM", "/work/shared/data/ngsim"))
 needs_corpus = pytest.mark.skipif(not (NGSIM / "US101").is_dir() or not (NGSIM / "Lankershim").is_dir(),
                                   reason=f"the NGSIM corpus is not at {NGSIM} (set RAD2_NGSIM to its folder)")
-# one freeway scene with lane changes and an on-ramp, one arterial scene with turns at junctions
-SAMPLE = ["US101/USA_US101-10_1_T-1.xml", "Lankershim/USA_Lanker-2_22_T-1.xml"]
+# one freeway scene with lane changes and an on-ramp (and the same recording under a second name), one
+# arterial scene with turns at junctions
+SAMPLE = ["US101/USA_US101-10_1_T-1.xml", "US101/USA_US101-10_3_T-1.xml",
+          "Lankershim/USA_Lanker-2_22_T-1.xml"]
 
 
 def _simulator():
@@ -56,10 +60,36 @@ def test_split_lists_are_disjoint_test_is_a_fifth_and_every_split_has_both_roads
 
 
 @needs_corpus
-def test_split_lists_cover_every_scenario_file_of_the_corpus():
+def test_split_lists_cover_every_scenario_file_and_no_vehicle_is_in_two_splits():
+    """The corpus repeats recordings under several file names (USA_US101-10_1, -10_3, -10_4 log the
+    same traffic) and cuts windows that share vehicles; such files share a split."""
     scenarios = corpus_scenarios(NGSIM)
     lists = read_splits(SPLITS_DIR, "ngsim", scenarios)
     assert sorted(s for split in SPLITS for s in lists[split]) == sorted(scenarios)
+    split_of = {s: split for split in SPLITS for s in lists[split]}
+    groups = scenario_groups(NGSIM, scenarios)
+    assert any({"US101/USA_US101-10_1_T-1.xml", "US101/USA_US101-10_3_T-1.xml"} <= set(g) for g in groups)
+    for group in groups:
+        assert len({split_of[s] for s in group}) == 1, group
+    assert make_splits(scenarios, groups) == lists  # the committed lists are what make_splits gives
+
+
+def test_splits_keep_groups_together_and_repeated_vehicles_are_converted_once(tmp_path):
+    """make_splits on made-up groups: a group is never split, test holds at least a quarter of each
+    road, both roads in every split."""
+    files = [f"{road}/s{k:02d}.xml" for road in CORPORA["ngsim"] for k in range(20)]
+    groups = [files[i:i + 3] for i in range(0, 18, 3)] + [files[18:20]]
+    groups += [files[20 + i:20 + i + 2] for i in range(0, 20, 2)]
+    lists = make_splits(files, groups)
+    split_of = {s: split for split in SPLITS for s in lists[split]}
+    for g in groups:
+        assert len({split_of[s] for s in g}) == 1
+    for split in SPLITS:
+        assert {road_of(s) for s in lists[split]} == set(CORPORA["ngsim"])
+    for road in CORPORA["ngsim"]:
+        assert sum(road_of(s) == road for s in lists["test"]) >= 5
+    with pytest.raises(CorpusError, match="every scenario file exactly once"):
+        make_splits(files, groups[1:])
 
 
 def test_a_bad_split_list_is_named(tmp_path):
@@ -80,15 +110,16 @@ def test_a_bad_split_list_is_named(tmp_path):
 @needs_corpus
 def test_real_scenarios_convert_into_clips_the_simulator_accepts(tmp_path):
     """Every vehicle of two real scenes as the ego: the qualifying ones convert (the target is 99 %),
-    every clip's route follows its driver, and the simulator starts an episode of each and replays
-    the expert through its first steps."""
+    each once although one scene is in the corpus twice, every clip's route follows its driver, and the
+    simulator starts an episode of each and replays the expert through its first steps."""
     from bev_warp_sim.preflight import check_split
     from bev_warp_sim.reference_policies import make_policy
     from bev_warp_sim.rollout import PerRowPlanners, run_rollouts
 
     report = convert_corpus(NGSIM, SPLITS_DIR, tmp_path, only=SAMPLE, progress=False, params=LOG_PARAMS)
     assert report.qualifying > 50 and report.acceptance >= 0.99, report.lines()
-    assert sum(report.not_qualifying.values()) + report.qualifying == report.vehicles
+    assert sum(report.not_qualifying.values()) + report.duplicates + report.qualifying == report.vehicles
+    assert report.duplicates >= 20  # USA_US101-10_3 logs the vehicles of USA_US101-10_1 again
     written = {split: read_index(tmp_path / split)["num_clips"] for split in SPLITS}
     assert sum(written.values()) == report.converted
     sim = _simulator()
@@ -101,9 +132,13 @@ def test_real_scenarios_convert_into_clips_the_simulator_accepts(tmp_path):
     for clip in clips:
         assert clip.metadata["source"] == "commonroad" and clip.metadata["scenario_file"] in SAMPLE
         assert clip.duration_s >= 5.0 - 1e-9
-    rollouts, _ = run_rollouts(sim, PerRowPlanners(lambda: make_policy("expert", PARAMS)), clips[::10],
+    rollouts, _ = run_rollouts(sim, PerRowPlanners(lambda: make_policy("expert", PARAMS)), clips,
                                max_steps=20)
-    assert all(not r.trace.collided and not r.trace.offroad for r in rollouts)
+    assert len(rollouts) == len(clips) and not any(r.trace.offroad for r in rollouts)
+    # the tracked replay of a log leaves it by up to about a metre where NGSIM's heading jitters (10-15 deg
+    # between samples in Lankershim's junctions); two of these 62 egos then touch a car logged 0.8-1 m
+    # beside them, every other replay is collision-free
+    assert sum(r.trace.collided for r in rollouts) <= 0.05 * len(rollouts)
     # a subset drawn twice is the same subset
     a = bundle_subset(tmp_path / SPLITS[0] if written["train"] else tmp_path / "test", tmp_path / "a", 3,
                       progress=False)

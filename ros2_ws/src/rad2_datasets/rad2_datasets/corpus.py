@@ -104,31 +104,88 @@ def road_of(scenario: str) -> str:
     return scenario.split("/", 1)[0]
 
 
-def make_splits(scenarios: list[str], seed: int = SPLIT_SEED, test_fraction: float = TEST_FRACTION,
-                val_fraction: float = VAL_FRACTION) -> dict[str, list[str]]:
-    """Train / validation / test lists of scenario files: per road a shuffle seeded by ``seed`` and the
-    road's name, the first ceil(test_fraction x n) to test, the next ceil(val_fraction x n) to
-    validation, the rest to training (so each road is in every split and test holds at least
-    ``test_fraction`` of the scenarios). Each list is sorted."""
+def _logged_states(obstacle) -> set[tuple[int, float, float]]:
+    """(obstacle id, x, y to 0.1 m) of every logged state: the same vehicle logged at the same place."""
+    from rad2_datasets.adapters.commonroad import obstacle_states
+
+    return {(int(obstacle.obstacle_id), round(float(st.position[0]), 1), round(float(st.position[1]), 1))
+            for st in obstacle_states(obstacle).values()}
+
+
+def scenario_groups(root: str | os.PathLike, scenarios: list[str], progress: bool = False) -> list[list[str]]:
+    """The scenario files of one road that share traffic, as groups (each sorted, groups in order of
+    their first file): two files are in one group when they log the same vehicle at the same place
+    (connected through any chain of such files). The NGSIM release holds the same recording several
+    times (``USA_US101-10_1``, ``-10_3``, ``-10_4``; ``USA_Lanker-2_10`` and ``-2_22``) and windows
+    that share vehicles at their ends, so splitting by file alone would put one driver in two splits."""
+    from tqdm import tqdm
+
+    from rad2_datasets.adapters.commonroad import read_commonroad_file
+
+    root = Path(root)
+    owner: dict[tuple[int, float, float], dict[str, str]] = {}
+    parent = {name: name for name in scenarios}
+
+    def find(x: str) -> str:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for name in tqdm(sorted(scenarios), desc="grouping scenarios", unit="scenario", disable=not progress):
+        scenario, _ = read_commonroad_file(root / name)
+        road = road_of(name)
+        for obstacle in scenario.dynamic_obstacles:
+            for key in _logged_states(obstacle):
+                first = owner.setdefault(key, {}).setdefault(road, name)
+                if first != name:
+                    parent[find(name)] = find(first)
+    groups: dict[str, list[str]] = {}
+    for name in sorted(scenarios):
+        groups.setdefault(find(name), []).append(name)
+    return sorted(groups.values(), key=lambda g: g[0])
+
+
+def make_splits(scenarios: list[str], groups: list[list[str]] | None = None, seed: int = SPLIT_SEED,
+                test_fraction: float = TEST_FRACTION, val_fraction: float = VAL_FRACTION
+                ) -> dict[str, list[str]]:
+    """Train / validation / test lists of scenario files that keep each group of files sharing traffic
+    (:func:`scenario_groups`; None: every file alone) in one split: per road the groups in a shuffle
+    seeded by ``seed`` and the road's name go to test until it holds ceil(test_fraction x n) of the
+    road's n files, then to validation until ceil(val_fraction x n), the rest to training (so each road
+    is in every split and test holds at least ``test_fraction`` of the scenario files). Each list is
+    sorted."""
     if not 0.0 < test_fraction < 1.0 or not 0.0 < val_fraction < 1.0 or test_fraction + val_fraction >= 1.0:
         raise CorpusError(f"test_fraction {test_fraction}, val_fraction {val_fraction}: each must be in "
                           "(0, 1) and their sum below 1")
-    by_road: dict[str, list[str]] = {}
-    for s in sorted(set(scenarios)):
-        by_road.setdefault(road_of(s), []).append(s)
+    scenarios = sorted(set(scenarios))
+    groups = [[s] for s in scenarios] if groups is None else [sorted(g) for g in groups]
+    grouped = sorted(s for g in groups for s in g)
+    if grouped != scenarios:
+        raise CorpusError("groups: must hold every scenario file exactly once")
+    by_road: dict[str, list[list[str]]] = {}
+    for g in groups:
+        roads = {road_of(s) for s in g}
+        if len(roads) != 1:
+            raise CorpusError(f"groups: {g[:3]} mixes roads {sorted(roads)}")
+        by_road.setdefault(road_of(g[0]), []).append(g)
     out: dict[str, list[str]] = {split: [] for split in SPLITS}
-    for road, files in by_road.items():
-        if len(files) < 3:
-            raise CorpusError(f"road {road!r} has {len(files)} scenarios; every split needs one")
+    for road, road_groups in sorted(by_road.items()):
+        n = sum(len(g) for g in road_groups)
+        if len(road_groups) < 3:
+            raise CorpusError(f"road {road!r} has {len(road_groups)} groups of scenarios; every split needs "
+                              "one")
         rng = np.random.default_rng([seed, zlib.crc32(road.encode())])
-        order = [files[i] for i in rng.permutation(len(files))]
-        n_test = math.ceil(test_fraction * len(files))
-        n_val = math.ceil(val_fraction * len(files))
-        if n_test + n_val >= len(files):
-            raise CorpusError(f"road {road!r}: {len(files)} scenarios leave none for training")
-        out["test"] += order[:n_test]
-        out["val"] += order[n_test:n_test + n_val]
-        out["train"] += order[n_test + n_val:]
+        order = [road_groups[i] for i in rng.permutation(len(road_groups))]
+        quota = {"test": math.ceil(test_fraction * n), "val": math.ceil(val_fraction * n)}
+        taken = {"test": [], "val": [], "train": []}
+        for g in order:
+            split = next((k for k in ("test", "val") if len(taken[k]) < quota[k]), "train")
+            taken[split] += g
+        if not taken["train"]:
+            raise CorpusError(f"road {road!r}: {n} scenarios leave none for training")
+        for split in SPLITS:
+            out[split] += taken[split]
     return {split: sorted(files) for split, files in out.items()}
 
 
@@ -194,10 +251,11 @@ class EgoOutcome:
 
     scenario: str
     obstacle_id: int
-    status: str  # converted | not qualifying | refused
+    status: str  # converted | not qualifying | duplicate | refused
     reason: str = ""
     message: str = ""
     clip: Clip | None = None
+    same_as: str = ""  # a duplicate: the scenario file that logged the vehicle identically first
 
 
 def _drivable_area(lane_map, margin: float):
@@ -244,12 +302,14 @@ def _not_qualifying(obstacle, dt: float, area, criteria: EgoCriteria) -> tuple[s
 
 
 def scenario_egos(path: str | os.PathLike, params: dict[str, Any], criteria: EgoCriteria,
-                  scenario_name: str | None = None, metadata: dict[str, Any] | None = None
-                  ) -> Iterator[EgoOutcome]:
+                  scenario_name: str | None = None, metadata: dict[str, Any] | None = None,
+                  seen: dict[tuple, str] | None = None) -> Iterator[EgoOutcome]:
     """One :class:`EgoOutcome` per dynamic obstacle of the CommonRoad file ``path`` (in id order), the
     qualifying ones converted into clips (``metadata`` added to each clip's; ``params`` as for
-    :func:`convert_corpus`). A file that does not
-    open raises :class:`rad2_datasets.adapters.commonroad.CommonRoadAdapterError` naming it."""
+    :func:`convert_corpus`). ``seen``: the qualifying vehicles met before (their logged track -> the
+    scenario file), updated here; a vehicle logged identically in an earlier file (the corpus repeats
+    recordings) is a ``duplicate`` and not converted again. A file that does not open raises
+    :class:`rad2_datasets.adapters.commonroad.CommonRoadAdapterError` naming it."""
     from rad2_datasets.adapters.commonroad import (
         CommonRoadAdapterError,
         lanelet_map,
@@ -272,6 +332,13 @@ def scenario_egos(path: str | os.PathLike, params: dict[str, Any], criteria: Ego
         if why is not None:
             yield EgoOutcome(name, oid, "not qualifying", *why)
             continue
+        if seen is not None:
+            track = (road_of(name), frozenset(_logged_states(obstacle)))
+            if track in seen:
+                yield EgoOutcome(name, oid, "duplicate", "duplicate", f"logged identically in {seen[track]}",
+                                 same_as=seen[track])
+                continue
+            seen[track] = name
         try:
             clip = scenario_clip(scenario, planning, oid, params, lane_map)
             clip = plausible_clip(clip, f"{name}: ego {oid}", params)
@@ -311,6 +378,7 @@ class CorpusReport:
     corpus: str
     vehicles: int = 0
     not_qualifying: Counter = field(default_factory=Counter)
+    duplicates: int = 0
     qualifying: int = 0
     converted: int = 0
     refused: Counter = field(default_factory=Counter)
@@ -331,6 +399,9 @@ class CorpusReport:
         if outcome.status == "not qualifying":
             self.not_qualifying[outcome.reason] += 1
             return
+        if outcome.status == "duplicate":
+            self.duplicates += 1
+            return
         self.qualifying += 1
         if outcome.status == "refused":
             self.refused[outcome.reason] += 1
@@ -346,6 +417,7 @@ class CorpusReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {"corpus": self.corpus, "vehicles": self.vehicles, "not_qualifying": dict(self.not_qualifying),
+                "duplicates": self.duplicates,
                 "qualifying": self.qualifying, "converted": self.converted, "refused": dict(self.refused),
                 "acceptance": self.acceptance, "refusal_examples": self.refusal_examples,
                 "scenarios": self.scenarios, "clips": self.clips, "clips_by_road": self.clips_by_road,
@@ -358,6 +430,7 @@ class CorpusReport:
                f"converted ({100.0 * self.acceptance:.2f} %), {sum(self.refused.values())} refused"]
         out.append("  not qualifying: " + (", ".join(f"{k} {v}" for k, v in self.not_qualifying.most_common())
                                           or "none"))
+        out.append(f"  duplicates (logged identically in an earlier scenario file): {self.duplicates}")
         out.append("  refused: " + (", ".join(f"{k} {v}" for k, v in self.refused.most_common()) or "none"))
         for reason, examples in sorted(self.refusal_examples.items()):
             out += [f"    {reason}: {e}" for e in examples[:2]]
@@ -399,16 +472,27 @@ def convert_corpus(root: str | os.PathLike, splits_dir: str | os.PathLike, out: 
         if bad:
             raise CorpusError(f"only: {bad[0]!r} is not a scenario of the corpus at {root}")
     report = CorpusReport(corpus)
+    split_of = {name: split for split, files in lists.items() for name in files}
+    seen: dict[tuple, str] = {}
     for split in splits:
         files = [s for s in lists[split] if only is None or s in only]
         report.scenarios[split] = len(files)
         bar = tqdm(files, desc=f"{corpus} {split}", unit="scenario", disable=not progress)
 
-        def clips(files=files, split=split, bar=bar) -> Iterator[Clip]:
+        listed = split_path(splits_dir, corpus, split)
+
+        def clips(files=files, split=split, bar=bar, listed=listed) -> Iterator[Clip]:
             for name in bar:
                 meta = {"corpus": corpus, "road": road_of(name), "scenario_file": name, "split": split}
                 try:
-                    for outcome in scenario_egos(root / name, params, criteria, name, meta):
+                    for outcome in scenario_egos(root / name, params, criteria, name, meta, seen):
+                        other = split_of.get(outcome.same_as, split)
+                        if other != split:
+                            raise CorpusError(
+                                f"{listed}: {name} logs vehicle {outcome.obstacle_id} as "
+                                f"{outcome.same_as} of the {other} split does: files that share traffic must "
+                                "share a split "
+                                "(make_splits with scenario_groups)")
                         report.add(split, road_of(name), outcome)
                         if outcome.clip is not None:
                             yield outcome.clip
@@ -416,7 +500,6 @@ def convert_corpus(root: str | os.PathLike, splits_dir: str | os.PathLike, out: 
                     report.unreadable.append(f"{name}: {exc}")
                 bar.set_postfix(clips=report.clips.get(split, 0), refused=sum(report.refused.values()))
 
-        listed = split_path(splits_dir, corpus, split)
         _clear_dataset(out / split)
         save_dataset(clips(), out / split,
                      description=f"{corpus} {split} split: every qualifying vehicle as the ego "
@@ -474,4 +557,5 @@ def bundle_subset(split_dir: str | os.PathLike, out: str | os.PathLike, clips_pe
 
 __all__ = ["CORPORA", "SPLITS", "CorpusError", "CorpusReport", "EgoCriteria", "EgoOutcome", "bundle_subset",
            "convert_corpus", "corpus_scenarios", "make_splits", "read_splits", "road_of", "scenario_egos",
+           "scenario_groups",
            "write_splits"]

@@ -2,14 +2,16 @@
 qualifying vehicle as the ego into train / validation / test clip datasets, split by scenario file.
 
 The splits are the committed lists ``<splits>/<corpus>_{train,val,test}.txt`` (checked: disjoint, every
-scenario file of the corpus in one); --make-splits writes them first (a seeded shuffle per road, test
-25 %, validation 10 %; refused when they exist). Qualifying egos (params/bev.yaml adapters.corpus_ego and
-adapters.promoted_ego): cars of passenger-car size, logged at least 5 s without gaps, moving, on the
-lanelets, whose logged box overlaps no other road user's. A qualifying ego is refused when its clip
-fails the simulator's checks (route, plausibility); refusals are counted by reason. Output:
-<out>/{train,val,test} datasets (index.json, clips/, maps/) and <out>/corpus_report.json. --bundle
-writes a fixed subset of the test split (--bundle-clips per road) as one more dataset (how
-data/eval_real is made).
+scenario file of the corpus in one); --make-splits writes them first (files that log the same vehicles
+kept together, the groups in a seeded shuffle per road, test 25 %, validation 10 %; refused when the
+lists exist). A vehicle logged identically in an earlier file of its split (the corpus repeats
+recordings) is converted once; one shared across splits stops the conversion. Qualifying egos
+(params/bev.yaml adapters.corpus_ego and adapters.promoted_ego): cars of passenger-car size, logged at
+least 5 s without gaps, moving, on the lanelets, whose logged box overlaps no other road user's. A
+qualifying ego is refused when its clip fails the simulator's checks (route, plausibility); refusals are
+counted by reason. Output: <out>/{train,val,test} datasets (index.json, clips/, maps/) and
+<out>/corpus_report.json. --bundle writes a fixed subset of the test split (--bundle-clips per road) as
+one more dataset (how data/eval_real is made).
 
 examples:
   rad2 data corpus /work/shared/data/ngsim --splits data/splits --out out/ngsim
@@ -57,6 +59,7 @@ def main(argv: list[str]) -> int:
         convert_corpus,
         corpus_scenarios,
         make_splits,
+        scenario_groups,
         split_path,
         write_splits,
     )
@@ -75,8 +78,9 @@ def main(argv: list[str]) -> int:
             existing = [p for p in (split_path(args.splits, args.corpus, s) for s in SPLITS) if p.exists()]
             if existing:
                 ap.error(f"--make-splits: {existing[0]} exists; the committed lists stay fixed")
-            for p in write_splits(make_splits(corpus_scenarios(args.root, args.corpus)), args.splits,
-                                  args.corpus):
+            scenarios = corpus_scenarios(args.root, args.corpus)
+            groups = scenario_groups(args.root, scenarios, progress=not args.no_progress)
+            for p in write_splits(make_splits(scenarios, groups), args.splits, args.corpus):
                 print(f"wrote {p}")
         report = convert_corpus(args.root, args.splits, args.out, corpus=args.corpus, params=params,
                                 only=args.only, splits=splits, progress=not args.no_progress)
