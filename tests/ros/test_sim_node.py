@@ -4,7 +4,7 @@ The driver follows the simulated /clock from the first tick it hears (t0; DDS ma
 subscription a moment after the sim started holding the clip): valid commands (hold speed, straight)
 until t0 + 2.0 s, malformed ones (NaN acceleration) until t0 + 2.2 s (shorter than
 node.stale_command_s), valid again until t0 + 4.0 s (with an acceleration of -1e6 m/s^2 from 3.5 to
-3.7 s, and one steering angle of 1e9 rad: clamped to the vehicle's limits), then silence. The node
+3.7 s, and a steering angle of 1e9 rad for the step at 3.5 s: clamped to the vehicle's limits), then silence. The node
 must publish BEV features, scene tokens and odometry every step, survive the malformed commands
 (holding the last valid one), say once per field that it clamped a command (log, /diagnostics, the
 episode's command_clamps), brake once commands go stale, and report the episode and the final summary
@@ -66,7 +66,6 @@ DRIVER = textwrap.dedent("""
     node.create_subscription(DiagnosticArray, "/diagnostics", lambda m: seen["diag"].extend(
         (st.name, int.from_bytes(st.level, "little") if isinstance(st.level, bytes) else int(st.level),
          st.message) for st in m.status), rel)
-    steered = {"done": False}
     t0 = time.monotonic()
     while time.monotonic() - t0 < 60 and not any(r.get("done") for r in seen["results"]):
         rclpy.spin_once(node, timeout_sec=0.01)
@@ -76,8 +75,11 @@ DRIVER = textwrap.dedent("""
         if t < 4.0:
             cmd = ControlCommand()
             cmd.acceleration = float("nan") if 2.0 <= t < 2.2 else (-1e6 if 3.5 <= t < 3.7 else 0.0)
-            if 3.5 <= t and not steered["done"]:
-                cmd.steering_angle, steered["done"] = 1e9, True
+            if 3.5 <= t < 3.6:
+                # every command of one simulated step (the clock reads 3.5 s until the next): the
+                # simulator steps with the newest command, so a single message would usually be
+                # overtaken before a step applies it; one step of full lock keeps the ego on the road
+                cmd.steering_angle = 1e9
             cmd.target_speed = 10.0
             pub.publish(cmd)
     seen["t0"] = now["t0"]
@@ -127,7 +129,7 @@ def test_sim_node_closed_loop(tmp_path):
     assert "rejected control command" in sim_log[1]
     # the clamps: said once per field in the log and on /diagnostics, counted in the episode result
     clamps = episodes[0]["command_clamps"]
-    assert clamps.get("acceleration", 0) >= 3 and clamps.get("steering_angle") == 1, clamps
+    assert clamps.get("acceleration", 0) >= 3 and clamps.get("steering_angle", 0) >= 1, clamps
     assert summary["clamped_commands"] == sum(clamps.values())
     for field, value in (("acceleration", "-1e+06"), ("steering_angle", "1e+09")):
         line = f"control/command {field} = {value} beyond the vehicle's"
