@@ -381,3 +381,35 @@ def test_resuming_with_an_optimiser_over_other_parameters_names_the_setting():
     same = torch.optim.AdamW([*enc.parameters(), *den.parameters()], lr=1e-3)
     _restore_optimizer(same, "gen_opt", arrays, meta)
     assert same.state_dict()["state"][0]["step"] == 1
+
+
+def test_reference_arms_share_the_table_with_the_planner(tmp_path):
+    """ref:NAME arms drive a reference policy beside planner arms: parsed with their own options only,
+    driven once (they are deterministic) and counted under every seed, with the real-split columns
+    (off-road, score, plan-to-plan change, wall time per clip) in the table."""
+    import json
+
+    from rad2_evaluation.experiments import parse_arm, run_experiments
+
+    arm = parse_arm("ref:pdm_closed@H=2", str(CHECKPOINT), CANDIDATES)
+    assert (arm.reference, arm.h_reuse) == ("pdm_closed", 2)
+    for bad, match in (("ref:rad2", "ref:pdm_closed"), ("ref:nope", "ref:idm"), ("ref:idm@M=8", "only @H")):
+        with pytest.raises(ValueError, match=match):
+            parse_arm(bad, str(CHECKPOINT), CANDIDATES)
+    arms = [parse_arm("ref:idm", str(CHECKPOINT), CANDIDATES),
+            parse_arm("ref:expert", str(CHECKPOINT), CANDIDATES)]
+    run_experiments(arms, ["data/eval_real"], [0, 1], tmp_path, FILES, max_clips=2)
+    results = json.loads((tmp_path / "results.json").read_text())
+    first_two = [c.clip_id for c in load_dataset(resolve_path("data/eval_real"))[:2]]
+    for label in ("ref:idm", "ref:expert"):
+        (runs,) = results[label].values()
+        assert len(runs) == 2 and runs[0] == runs[1]  # one drive stands for both seeds
+        assert runs[0]["wall_s_per_clip"] > 0
+        assert [c["clip_id"] for c in runs[0]["clips"]] == first_two
+    (expert,) = results["ref:expert"].values()
+    assert expert[0]["EP-Mean"] == pytest.approx(1.0, abs=0.02)  # the log replayed
+    report = (tmp_path / "experiments.md").read_text()
+    header = next(line for line in report.splitlines() if line.startswith("| arm |"))
+    for column in ("offroad_rate", "score", "plan_speed_change_m_s", "wall_s_per_clip"):
+        assert column in header
+    assert (tmp_path / "summary_eval_real.png").is_file()

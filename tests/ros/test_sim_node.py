@@ -3,12 +3,12 @@
 The driver follows the simulated /clock from the first tick it hears (t0; DDS may match its /clock
 subscription a moment after the sim started holding the clip): valid commands (hold speed, straight)
 until t0 + 2.0 s, malformed ones (NaN acceleration) until t0 + 2.2 s (shorter than
-node.stale_command_s), valid again until t0 + 4.0 s (with an acceleration of -1e6 m/s^2 from 3.5 to
-3.7 s, and a steering angle of 1e9 rad for the step at 3.5 s: clamped to the vehicle's limits), then silence. The node
-must publish BEV features, scene tokens and odometry every step, survive the malformed commands
-(holding the last valid one), say once per field that it clamped a command (log, /diagnostics, the
-episode's command_clamps), brake once commands go stale, and report the episode and the final summary
-as JSON.
+node.stale_command_s), valid again until t0 + 4.0 s (with an acceleration of -1e6 m/s^2 from 3.5 to 3.7
+s, and a steering angle of 1e9 rad for the step at 3.5 s: clamped to the vehicle's limits), then
+silence. The node must publish BEV features, scene tokens and odometry every step, survive the malformed
+commands (holding the last valid one), say once per field that it clamped a command (log, /diagnostics,
+the episode's command_clamps), brake once commands go stale, and report the episode and the final
+summary as JSON.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""Experiment arms of rad2 eval experiments: each arm (IL generator with a selection rule, or a
-checkpoint) driven closed loop over splits and seeds (rad2_evaluation.closed_loop.evaluate_split, in this
-process or on Ray workers), the mean ± std table and the bar plot. No ROS.
+"""Experiment arms of rad2 eval experiments: each arm (IL generator with a selection rule, a checkpoint, or
+a reference policy such as PDM-Closed) driven closed loop over splits and seeds
+(rad2_evaluation.closed_loop.evaluate_split, in this process or on Ray workers), the mean ± std table
+and the bar plot. No ROS.
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ import numpy as np
 
 RULES = ("uniform", "medoid", "safe_medoid")
 # A mixed set (e.g. eval_rich: both kinds of clip) is judged on both CR and EP, so it gets both.
-COLUMNS = {"safety": ("CR", "AF-CR", "Safety@1", "comfort_violation_steps"),
-           "efficiency": ("EP-Mean", "EP@1.0", "CR", "comfort_violation_steps"),
-           "other": ("CR", "AF-CR", "EP-Mean", "EP@1.0", "comfort_violation_steps", "offroad_rate")}
+COLUMNS = {"safety": ("CR", "AF-CR", "Safety@1", "comfort_violation_steps", "plan_speed_change_m_s",
+                      "score", "wall_s_per_clip"),
+           "efficiency": ("EP-Mean", "EP@1.0", "CR", "comfort_violation_steps", "plan_speed_change_m_s",
+                          "score", "wall_s_per_clip"),
+           "other": ("CR", "AF-CR", "offroad_rate", "EP-Mean", "EP@1.0", "comfort_violation_steps",
+                     "plan_speed_change_m_s", "score", "wall_s_per_clip")}
 PLOTTED = {"safety": ("CR",), "efficiency": ("EP-Mean",), "other": ("CR", "EP-Mean")}
 
 
@@ -30,6 +34,7 @@ class Arm:
     h_reuse: int | None
     discriminator_candidates: str | None = None  # planner.discriminator_candidates (None: planner.yaml's)
     prior_weight: float | None = None  # planner.discriminator_prior_weight (None: planner.yaml's)
+    reference: str | None = None  # a reference policy (pdm_closed, idm, ...) instead of the planner
 
 
 def parse_arm(text: str, il_checkpoint: str, discriminator_candidates: Sequence[str]) -> Arm:
@@ -58,7 +63,21 @@ def parse_arm(text: str, il_checkpoint: str, discriminator_candidates: Sequence[
         if not (Path(arg) / "config.json").is_file():
             raise ValueError(f"arm {text!r}: {arg} is not a planner checkpoint (no config.json)")
         return Arm(text, arg, None, m, h, d, p)
-    raise ValueError(f"arm {text!r}: expected il:RULE or ckpt:PATH")
+    if kind == "ref":
+        names = reference_names()
+        if arg not in names:
+            raise ValueError(f"arm {text!r}: ref:{arg} is not one of ref:{'|ref:'.join(names)}")
+        if m is not None or d is not None or p is not None:
+            raise ValueError(f"arm {text!r}: a reference policy takes only @H=<int>")
+        return Arm(text, "", None, None, h, reference=arg)
+    raise ValueError(f"arm {text!r}: expected il:RULE, ckpt:PATH or ref:POLICY")
+
+
+def reference_names() -> list[str]:
+    """The reference policies an arm may name (every registered policy but the learned planner)."""
+    from bev_warp_sim.reference_policies import POLICIES
+
+    return [name for name in POLICIES if name != "rad2"]
 
 
 def _is_weight(value: str) -> bool:
@@ -75,6 +94,8 @@ def policy_spec(arm: Arm, threads: int | None, backend: str | None = None, devic
     (None: params/planner.yaml's)."""
     from rad2_training.workers import PolicySpec
 
+    if arm.reference:
+        return PolicySpec(name=arm.reference, threads=threads)
     overrides = {}
     if device:
         overrides["device"] = device
@@ -110,13 +131,17 @@ def arm_settings(arm: Arm, spec, files: dict, workers: int, max_clips: int | Non
     ev = sim.get("evaluation", {})
     for key in ("worst_clips_gif", "gif_fps", "h_reuse"):
         ev.pop(key, None)
+    h_reuse = int(arm.h_reuse or sim_params["evaluation"]["h_reuse"])
+    if arm.reference:  # deterministic: its own parameter file (if it has one) decides its plans
+        return {"sim": sim, "reference": arm.reference, "reference_params": files.get(arm.reference),
+                "h_reuse": h_reuse, "max_clips": max_clips}
     arm_params = spec.planner_params(merged(files, *files))
     planner = {block: arm_params[block] for block in files["planner"]}
     return {"sim": sim, "planner": planner, "checkpoint": arm.checkpoint,
             "checkpoint_weights": checkpoint_digest(arm.checkpoint), "selection": spec.selection,
             "distribution": spec.distribution, "ignore_discriminator": spec.ignore_discriminator,
             "backend": spec.backend or planner["planner"]["backend"],
-            "h_reuse": int(arm.h_reuse or sim_params["evaluation"]["h_reuse"]), "workers": int(workers),
+            "h_reuse": h_reuse, "workers": int(workers),
             "threads": spec.threads, "max_clips": max_clips}
 
 
@@ -147,8 +172,9 @@ def evaluate_arm(arm: Arm, splits: list, seeds: list[int], workers: int, max_cli
     def pending() -> bool:
         if log is None:
             return True
+        driven = seeds[:1] if arm.reference else seeds  # see the seed loop below
         return any(clip_key(c) not in log.done(arm.label, ch.split, seed)
-                   for ch in checked for seed in seeds for c in ch.clips)
+                   for ch in checked for seed in driven for c in ch.clips)
 
     if pending():  # a resumed run with every episode done loads no planner
         if workers > 0:
@@ -162,11 +188,21 @@ def evaluate_arm(arm: Arm, splits: list, seeds: list[int], workers: int, max_cli
     try:
         for ch in checked:
             out[ch.split] = []
-            for seed in seeds:
-                ev = evaluate_split("rad2", ch.split, params, h_reuse=arm.h_reuse, simulator=sim,
-                                    decider=decider, runner=runner, seed=seed, progress=True, checked=ch,
-                                    log=log, run=arm.label)
-                out[ch.split].append({**ev.metrics, "clips": [clip_record(r) for r in ev.results],
+            for i, seed in enumerate(seeds):
+                if arm.reference and i:
+                    # a reference policy draws no noise and the simulator none either: its episodes are
+                    # the same under every seed, so the first seed's stand for the others
+                    out[ch.split].append(dict(out[ch.split][0]))
+                    continue
+                t0 = time.perf_counter()
+                ev = evaluate_split(arm.reference or "rad2", ch.split, params, h_reuse=arm.h_reuse,
+                                    simulator=sim, decider=decider, runner=runner, seed=seed, progress=True,
+                                    checked=ch, log=log, run=arm.label)
+                # wall time of the split's rollouts per clip (the workers' in parallel); a resumed run
+                # read some episodes back, which took no time, so it has no such figure ("–")
+                wall = ({"wall_s_per_clip": (time.perf_counter() - t0) / len(ev.results)}
+                        if ev.results and not ev.resumed else {})
+                out[ch.split].append({**ev.metrics, **wall, "clips": [clip_record(r) for r in ev.results],
                                       "skipped": [r.as_dict() for r in ev.skipped]})
     finally:
         if pool is not None:

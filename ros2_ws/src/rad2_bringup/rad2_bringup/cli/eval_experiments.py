@@ -6,6 +6,9 @@ An arm is written ``KIND[:ARG][@M=..][@H=..]``:
   uniformly random candidate, or the named selection rule (the discriminator is not used);
 - ``ckpt:PATH``: a planner checkpoint (e.g. ``runs/rl_seed0/final``), executed candidate = argmax of its
   discriminator when it is trained, else the ``planner.fallback_selection`` rule;
+- ``ref:pdm_closed`` | ``ref:idm`` | ``ref:constant_velocity`` | ``ref:expert``: a reference policy
+  (``expert`` replays the log); deterministic, so it is driven under the first seed and that result stands for every
+  seed (its spread is 0 by construction); takes only ``@H=``;
 - ``@D=safe`` | ``@D=all``: ``planner.discriminator_candidates`` (a trained discriminator ranks the safe set
   of ``safe_medoid`` only, or every candidate; default: params/planner.yaml);
 - ``@P=4``: ``planner.discriminator_prior_weight`` κ (the consensus prior added to a trained
@@ -18,8 +21,9 @@ An arm is written ``KIND[:ARG][@M=..][@H=..]``:
 brakes for a slower ego instead of driving into it).
 
 Metrics (bev_warp_sim.metrics.aggregate): CR, AF-CR and Safety@1 on the safety split, EP-Mean and EP@1.0
-on the efficiency split, comfort-violating steps on both; summary_<split>.png draws every arm's metrics
-with the spread over the seeds.
+on the efficiency split, both kinds and off-road on any other split (e.g. data/eval_real); on all of them
+comfort-violating steps, plan-to-plan change (plan_speed_change_m_s), the nuPlan-style score and the wall
+time per clip; summary_<split>.png draws every arm's metrics with the spread over the seeds.
 
 Every clip is checked before the first rollout, as the simulator would check it: refused clips are
 listed with their reasons and the run stops (exit 2), or with --skip-bad runs without them and
@@ -30,6 +34,8 @@ examples:
   rad2 eval experiments --arms il:uniform il:medoid il:safe_medoid \\
       ckpt:runs/rl_seed0/final --seeds 0 1 2 --workers 2 --out out/rl_experiments
   rad2 eval experiments --arms il:safe_medoid@M=8 il:safe_medoid@M=128 --seeds 0 1 2
+  rad2 eval experiments --arms ckpt:checkpoints/rad2_rl ref:pdm_closed ref:idm ref:expert \
+      --splits data/eval_real --seeds 0 1 2 --workers 2 --sim-set sim.reactive_agents=true --out out/real
   rad2 eval experiments --merge out/e_s0/results.json out/e_s1/results.json --out out/experiments
   rad2 eval experiments --arms il:medoid il:safe_medoid --seeds 0 1 2 --out out/e --resume --skip-bad
 """
