@@ -7,8 +7,8 @@ An arm is written ``KIND[:ARG][@M=..][@H=..]``:
 - ``ckpt:PATH``: a planner checkpoint (e.g. ``runs/rl_seed0/final``), executed candidate = argmax of its
   discriminator when it is trained, else the ``planner.fallback_selection`` rule;
 - ``ref:pdm_closed`` | ``ref:idm`` | ``ref:constant_velocity`` | ``ref:expert``: a reference policy
-  (``expert`` replays the log); deterministic, so it is driven under the first seed and that result stands for every
-  seed (its spread is 0 by construction); takes only ``@H=``;
+  (``expert`` replays the log); deterministic, so it is driven under the first seed and that result
+  stands for every seed (its spread is 0 by construction); takes only ``@H=``;
 - ``@D=safe`` | ``@D=all``: ``planner.discriminator_candidates`` (a trained discriminator ranks the safe set
   of ``safe_medoid`` only, or every candidate; default: params/planner.yaml);
 - ``@P=4``: ``planner.discriminator_prior_weight`` κ (the consensus prior added to a trained
