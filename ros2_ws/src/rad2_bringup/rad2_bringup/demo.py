@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-DEFAULT_SPLITS = ["data/eval_efficiency", "data/eval_safety"]
+# recorded real traffic (NGSIM US-101 and Lankershim Blvd; the SUMO sets are stress tests, not the demo)
+DEFAULT_SPLITS = ["data/eval_real"]
 # what `make demo` drives first for the side-by-side table: the imitation generator with the hand rule
 # (planner.fallback_selection) that was the shipped planner before RL
 DEFAULT_BASELINE = "checkpoints/rad2_il_rich"
@@ -29,7 +30,9 @@ class DemoError(RuntimeError):
 
 
 def bundle_clips(splits: list[str], n: int, clip_ids: list[str] | None, out_dir: Path) -> list[str]:
-    """Write a dataset of ``n`` clips taken round-robin from ``splits`` (or the named ones)."""
+    """Write a dataset of ``n`` clips taken round-robin from ``splits`` (or the named ones). Within a
+    split the clips are spread evenly over its index, so a split sorted by road or scenario kind
+    shows each of them rather than its first few."""
     from rad2_core.config import resource_path
     from rad2_core.storage import load_clip, read_index, save_dataset
 
@@ -39,13 +42,17 @@ def bundle_clips(splits: list[str], n: int, clip_ids: list[str] | None, out_dir:
         index = read_index(path)
         entries = [e for e in index["clips"] if not clip_ids or e["clip_id"] in clip_ids]
         per_split.append((path, entries))
+    wanted = len(clip_ids) if clip_ids else n
+    quota = [0] * len(per_split)  # round-robin over the splits, none asked for more than it holds
+    while sum(quota) < wanted and any(q < len(e) for q, (_, e) in zip(quota, per_split)):
+        for i, (_, entries) in enumerate(per_split):
+            if quota[i] < len(entries) and sum(quota) < wanted:
+                quota[i] += 1
     chosen = []
-    k = 0
-    while len(chosen) < (n if not clip_ids else len(clip_ids)) and any(k < len(e) for _, e in per_split):
-        for path, entries in per_split:
-            if k < len(entries) and len(chosen) < (n if not clip_ids else len(clip_ids)):
-                chosen.append(load_clip(path / entries[k]["file"], maps_dir=path / "maps"))
-        k += 1
+    for q, (path, entries) in zip(quota, per_split):
+        for j in range(q):
+            entry = entries[j * len(entries) // q]  # evenly spaced: j * len / q
+            chosen.append(load_clip(path / entry["file"], maps_dir=path / "maps"))
     if not chosen:
         raise DemoError(f"no clips selected from {splits} (clip ids {clip_ids})")
     if out_dir.exists():
