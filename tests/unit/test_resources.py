@@ -25,7 +25,7 @@ SHIPPED = {  # what setup.py installs besides params/ (weights and config only: 
     "checkpoints/collision_critic": ("config.json", "critic.safetensors"),
     "checkpoints/self_correction": ("config.json", "generator.safetensors", "discriminator.safetensors"),
 }
-SPLITS = ("data/eval_real", "data/eval_efficiency", "data/eval_safety")  # the demo's and the default evaluation's
+SPLITS = ("data/eval_real", "data/eval_efficiency", "data/eval_safety")  # installed: demo, evaluation
 
 
 @pytest.fixture(scope="module")
