@@ -248,6 +248,11 @@ def test_experiment_arms_parse_the_discriminator_candidates_option():
     for bad in ("P=-1", "P=nan", "P=strong", "P=1e6"):
         with pytest.raises(ValueError, match=r"P=<float in \[0, 1000\]>"):
             parse_arm(f"il:safe_medoid@{bad}", str(CHECKPOINT), CANDIDATES)
+    noise_modes = load_schema("planner")["planner.initial_noise"].choices
+    arm = parse_arm(f"ckpt:{CHECKPOINT}@N=per_episode", str(CHECKPOINT), CANDIDATES, noise_modes)
+    assert policy_spec(arm, threads=1).planner_overrides == {"initial_noise": "per_episode"}
+    with pytest.raises(ValueError, match="N=per_cycle|per_episode"):
+        parse_arm(f"ckpt:{CHECKPOINT}@N=per_day", str(CHECKPOINT), CANDIDATES, noise_modes)
 
 
 def test_rule_arms_on_an_rl_checkpoint_never_select_by_its_discriminator():

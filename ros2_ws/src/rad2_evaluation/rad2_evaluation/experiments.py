@@ -35,39 +35,46 @@ class Arm:
     discriminator_candidates: str | None = None  # planner.discriminator_candidates (None: planner.yaml's)
     prior_weight: float | None = None  # planner.discriminator_prior_weight (None: planner.yaml's)
     reference: str | None = None  # a reference policy (pdm_closed, idm, ...) instead of the planner
+    initial_noise: str | None = None  # planner.initial_noise (None: planner.yaml's)
 
 
-def parse_arm(text: str, il_checkpoint: str, discriminator_candidates: Sequence[str]) -> Arm:
-    """The arm ``text`` names; ``discriminator_candidates``: the values ``D=`` may take (the choices of
-    planner.discriminator_candidates in its schema, read by the entry point)."""
+def parse_arm(text: str, il_checkpoint: str, discriminator_candidates: Sequence[str],
+              noise_modes: Sequence[str] = ()) -> Arm:
+    """The arm ``text`` names; ``discriminator_candidates``: the values ``D=`` may take, ``noise_modes``
+    those of ``N=`` (the choices of planner.discriminator_candidates and planner.initial_noise in their
+    schema, read by the entry point)."""
     head, *opts = text.split("@")
     kind, _, arg = head.partition(":")
-    m = h = d = p = None
+    m = h = d = p = n = None
     for opt in opts:
         key, _, value = opt.partition("=")
         if key == "D" and value in discriminator_candidates:
             d = value
+            continue
+        if key == "N" and value in noise_modes:
+            n = value
             continue
         if key == "P" and _is_weight(value):
             p = float(value)
             continue
         if key not in ("M", "H") or not value.isdigit() or int(value) < 1:
             raise ValueError(f"arm {text!r}: option {opt!r} is not M=<int >= 1>, H=<int >= 1>, "
-                             f"D={'|'.join(discriminator_candidates)} or P=<float in [0, 1000]>")
+                             f"D={'|'.join(discriminator_candidates)}, N={'|'.join(noise_modes)} "
+                             "or P=<float in [0, 1000]>")
         m, h = (int(value), h) if key == "M" else (m, int(value))
     if kind == "il":
         if arg not in RULES:
             raise ValueError(f"arm {text!r}: il:{arg} is not one of il:{'|il:'.join(RULES)}")
-        return Arm(text, il_checkpoint, arg, m, h, d, p)
+        return Arm(text, il_checkpoint, arg, m, h, d, p, initial_noise=n)
     if kind == "ckpt":
         if not (Path(arg) / "config.json").is_file():
             raise ValueError(f"arm {text!r}: {arg} is not a planner checkpoint (no config.json)")
-        return Arm(text, arg, None, m, h, d, p)
+        return Arm(text, arg, None, m, h, d, p, initial_noise=n)
     if kind == "ref":
         names = reference_names()
         if arg not in names:
             raise ValueError(f"arm {text!r}: ref:{arg} is not one of ref:{'|ref:'.join(names)}")
-        if m is not None or d is not None or p is not None:
+        if m is not None or d is not None or p is not None or n is not None:
             raise ValueError(f"arm {text!r}: a reference policy takes only @H=<int>")
         return Arm(text, "", None, None, h, reference=arg)
     raise ValueError(f"arm {text!r}: expected il:RULE, ckpt:PATH or ref:POLICY")
@@ -105,6 +112,8 @@ def policy_spec(arm: Arm, threads: int | None, backend: str | None = None, devic
         overrides["discriminator_candidates"] = arm.discriminator_candidates
     if arm.prior_weight is not None:
         overrides["discriminator_prior_weight"] = arm.prior_weight
+    if arm.initial_noise:
+        overrides["initial_noise"] = arm.initial_noise
     if arm.rule == "uniform":
         return PolicySpec(checkpoint_dir=arm.checkpoint, selection="sample", distribution="uniform",
                           planner_overrides=overrides, threads=threads, backend=backend)

@@ -13,6 +13,8 @@ An arm is written ``KIND[:ARG][@M=..][@H=..]``:
   of ``safe_medoid`` only, or every candidate; default: params/planner.yaml);
 - ``@P=4``: ``planner.discriminator_prior_weight`` κ (the consensus prior added to a trained
   discriminator's logits; evaluate an RL discriminator with the κ it was trained with);
+- ``@N=per_episode`` | ``@N=per_cycle``: ``planner.initial_noise`` (one noise draw for the whole episode, so
+  consecutive plans change only as the scene does, or a new draw every cycle);
 - ``@M=64``: candidates per cycle (inference-time scaling, RAD-2 Table 10); ``@H=4``: replanning period
   in steps (latched execution, RAD-2 Table 5; evaluation default ``evaluation.h_reuse``).
 
@@ -134,8 +136,9 @@ def main(argv: list[str]) -> int:
 
     il_checkpoint = args.il_checkpoint or files["planner"]["planner"]["checkpoint_dir"]
     candidates = schema_choices("planner", "planner.discriminator_candidates")
+    noise_modes = schema_choices("planner", "planner.initial_noise")
     try:
-        arms = [parse_arm(a, str(resolve_path(il_checkpoint)), candidates) for a in args.arms]
+        arms = [parse_arm(a, str(resolve_path(il_checkpoint)), candidates, noise_modes) for a in args.arms]
     except ValueError as exc:
         ap.error(f"--arms: {exc}")
     for split in args.splits:
