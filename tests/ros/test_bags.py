@@ -402,7 +402,7 @@ def test_a_killed_writers_bag_opens_as_it_is_and_old_bags_are_repaired_on_open(t
     package's. A bag without metadata.yaml or cut mid-chunk (another writer, or a kill inside the
     write of a chunk) is repaired on open, or refused with the repair command when asked not to."""
     clock = [0.0]  # the writer's chunk clock, driven here: message i is written at i * 0.1 s
-    monkeypatch.setattr(bags, "_monotonic", lambda: clock[0])
+    monkeypatch.setattr(bags.writer, "_monotonic", lambda: clock[0])
     bag = tmp_path / "live"
     written: list[tuple[str, int, bytes]] = []
     writer = bags.BagWriter(bag, chunk_duration_s=0.95)
