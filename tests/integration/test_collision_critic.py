@@ -454,7 +454,7 @@ def test_planner_node_reports_the_safety_layer_in_its_diagnostics(planner_node):
 
     diag, values = cycle()
     for stage in ("encode", "score", "select", "critic", "corrections", "traffic_rules", "comfort_limits",
-                  "publish"):
+                  "drivable_area", "publish"):
         assert stage in diag["stages"], (stage, list(diag["stages"]))
     assert diag["stages"]["critic"] > 0.0 and diag["stages"]["corrections"] > 0.0
     assert values["safety_layer"] == "rejection_sampling"
@@ -483,3 +483,5 @@ def test_planner_node_reports_the_safety_layer_in_its_diagnostics(planner_node):
     assert "critic" not in diag["stages"] and "corrections" not in diag["stages"]
     assert "comfort_limits" in diag["stages"]
     assert not {"safety_layer", "corrections", "critic_p", "critic_accepted"} & set(values)
+    # the drivable-area check reports on every cycle's diagnostics, fired or not
+    assert int(values["drivable_area_cycle_count"]) >= 0 and "drivable_area_last" in values

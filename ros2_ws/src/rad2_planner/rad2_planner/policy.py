@@ -75,6 +75,7 @@ from rad2_planner.candidates import (
 )
 from rad2_planner.comfort_limits import ComfortLimitParams
 from rad2_planner.diffusion import NoiseSchedule, SamplerSpec, initial_noise
+from rad2_planner.drivable_area import DrivableAreaParams
 from rad2_planner.runtime.base import DISCRIMINATOR_INPUTS, SCENE_INPUTS, make_backend
 from rad2_planner.safety_envelope import SafetyEnvelopeParams
 from rad2_planner.safety_layer import CriticStage, SafetyLayerParams
@@ -84,6 +85,7 @@ from rad2_planner.stages import (
     ComfortLimitStage,
     CycleContext,
     CyclePlans,
+    DrivableAreaStage,
     SafetyEnvelopeStage,
     StagePipeline,
     StallRecoveryStage,
@@ -153,7 +155,8 @@ class Rad2Policy:
         from rad2_core.bicycle import VehicleParams, slip_and_curvature
 
         p = require(params, "planner", "planner.yaml")
-        for block in ("traffic_rules", "comfort_limits", "safety_envelope", "stall_recovery", "safety_layer"):
+        for block in ("traffic_rules", "comfort_limits", "safety_envelope", "stall_recovery", "safety_layer",
+                      "drivable_area"):
             require(params, block, "planner.yaml")
         # the ego box and its tightest turn for safe_medoid come from vehicle.yaml (``vehicle_params``:
         # that file when ``params`` holds no vehicle block)
@@ -230,6 +233,8 @@ class Rad2Policy:
             SafetyEnvelopeStage(envelope, self.plan_dt, self.ego_size, -float(vehicle.min_accel),
                                 float(vehicle.max_speed)),
             ComfortLimitStage(comfort, self.plan_dt),
+            DrivableAreaStage(DrivableAreaParams.from_params(params), self.plan_dt, self.ego_size,
+                              self.bev_cfg, self.cfg.input_channel_names(self.bev_cfg.channels)),
         ))
         self.set_safety_layer(safety_layer or SafetyLayerParams.from_params(params))
 

@@ -10,10 +10,12 @@ pass through a :class:`StagePipeline`, in order:
 3. ``traffic_rules`` (:class:`TrafficRuleStage`, :mod:`rad2_planner.traffic_rules`).
 4. ``safety_envelope`` (:class:`SafetyEnvelopeStage`, :mod:`rad2_planner.safety_envelope`).
 5. ``comfort_limits`` (:class:`ComfortLimitStage`, :mod:`rad2_planner.comfort_limits`).
+6. ``drivable_area`` (:class:`DrivableAreaStage`, :mod:`rad2_planner.drivable_area`): the plan as it
+   will be executed, checked against the BEV's drivable area; reported, or also stopped before the exit.
 
 Every stage has the interface of :class:`Stage`: ``applies(context)`` (whether it runs this cycle) and
 ``apply(plans, context) -> plans`` (a new :class:`CyclePlans`, the input untouched); the pipeline
-times each stage with a ``timing_key`` into the cycle's ``timings_ms``. Stages 2–5 re-time one row's
+times each stage with a ``timing_key`` into the cycle's ``timings_ms``. Stages 2–6 re-time one row's
 plan along its own path (:class:`RetimingStage`: ``retime(plan, context, row) -> (plan or None, note)``);
 the maths is the named module's, the stage object reads the row's inputs and writes what it says into
 the row's ``info`` under its ``note_key``.
@@ -31,6 +33,7 @@ from rad2_core.lane_map import SIGNAL_STATE_NAMES
 from rad2_core.route_path import observation_route
 
 from rad2_planner.comfort_limits import ComfortLimitParams, limit_acceleration, limit_curve_speed
+from rad2_planner.drivable_area import DrivableAreaParams, first_exit
 from rad2_planner.safety_envelope import SafetyEnvelopeParams, apply_envelope
 from rad2_planner.stall_recovery import StallRecoveryParams, asks_for_reversing, even_start, recovery_plan
 from rad2_planner.traffic_rules import TrafficRuleParams, allowed_distance, limit_progress
@@ -158,13 +161,6 @@ class StallRecoveryStage(RetimingStage):
     def enabled(self) -> bool:
         return self.params.enabled
 
-    def _drivable(self, bev: np.ndarray) -> int | None:
-        """The drivable-area channel of the inputs' BEV ``[B, C, H, W]``, when it is the model's layout."""
-        names, cfg = self.channel_names, self.bev_cfg
-        if "drivable_area" in names and bev.shape[1:] == (len(names), cfg.height, cfg.width):
-            return names.index("drivable_area")
-        return None
-
     def retime(self, plan, context, i):
         inputs = context.inputs
         speed, _, _, steer = (float(v) for v in inputs["ego_state"][i])
@@ -173,7 +169,7 @@ class StallRecoveryStage(RetimingStage):
             if started is None:
                 return None, ""
             return started, "late acceleration: the plan's acceleration evened out from now"
-        channel = self._drivable(inputs["bev"])
+        channel = drivable_channel(inputs["bev"], self.channel_names, self.bev_cfg)
         if channel is None:
             return None, ""
         route = observation_route(inputs["route"][i], inputs["route_mask"][i])
@@ -184,6 +180,14 @@ class StallRecoveryStage(RetimingStage):
             return None, "plan asks for reversing; following the route would leave the drivable area"
         return forward, (f"plan asks for reversing (x {float(plan[:, 0].min()):.1f} m): following the route "
                          f"(straight {straight:g} m, look-ahead {lookahead:g} m)")
+
+
+def drivable_channel(bev: np.ndarray, channel_names: list[str], cfg) -> int | None:
+    """The drivable-area channel of the inputs' BEV ``[B, C, H, W]`` when it has the model's layout
+    (``channel_names`` in its order, grid ``cfg``); None when the model takes no drivable area."""
+    if "drivable_area" in channel_names and bev.shape[1:] == (len(channel_names), cfg.height, cfg.width):
+        return channel_names.index("drivable_area")
+    return None
 
 
 class TrafficRuleStage(RetimingStage):
@@ -263,6 +267,44 @@ class ComfortLimitStage(RetimingStage):
         limited = limit_curve_speed(plan, self.plan_dt, self.params)
         limited = limit_acceleration(limited, self.plan_dt, speed, accel, self.params)
         return (None, "") if np.array_equal(limited, plan) else (limited, "")
+
+
+class DrivableAreaStage(RetimingStage):
+    """The plan as it will be executed, its ego box swept along the path, checked against the BEV's
+    drivable area (:mod:`rad2_planner.drivable_area`); where it leaves it, the note says where, and with
+    ``action: stop`` the plan is re-timed to stop before it. A model without a drivable-area channel
+    leaves every plan unchecked."""
+
+    name = "drivable_area"
+    note_key = "drivable_area"
+
+    def __init__(self, params: DrivableAreaParams, plan_dt: float, ego_size: tuple[float, float], bev_cfg,
+                 channel_names: list[str]):
+        self.params = params
+        self.plan_dt = float(plan_dt)
+        self.ego_size = ego_size
+        self.bev_cfg = bev_cfg
+        self.channel_names = list(channel_names)
+
+    @property
+    def enabled(self) -> bool:
+        return self.params.enabled
+
+    def retime(self, plan, context, i):
+        inputs = context.inputs
+        channel = drivable_channel(inputs["bev"], self.channel_names, self.bev_cfg)
+        if channel is None:
+            return None, ""
+        found = first_exit(plan, self.plan_dt, self.ego_size, inputs["bev"][i, channel], self.bev_cfg,
+                           self.params)
+        if found is None:
+            return None, ""
+        if self.params.action != "stop":
+            return None, found.note()
+        stop_at = max(found.inside_m - self.params.stop_margin_m, 0.0)
+        limited = limit_progress(plan, self.plan_dt, float(inputs["ego_state"][i, 0]), stop_at,
+                                 self.params.comfort_decel)
+        return limited, f"{found.note()}: stopping in {stop_at:.1f} m"
 
 
 class StagePipeline:

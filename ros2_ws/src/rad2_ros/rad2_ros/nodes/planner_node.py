@@ -89,11 +89,11 @@ from rad2_ros.nodes.common import (
 
 PARAM_FILES = ["bev", "vehicle", "planner", "nodes", "validators"]
 PREFIXES = ("bev", "tokens", "vehicle", "planner", "traffic_rules", "safety_envelope", "comfort_limits",
-            "stall_recovery", "safety_layer", "model", "diffusion", "runtime", "planner_node", "heartbeat",
-            "validators")
+            "drivable_area", "stall_recovery", "safety_layer", "model", "diffusion", "runtime",
+            "planner_node", "heartbeat", "validators")
 # Rad2Policy.timings_ms keys reported as stages besides encode and the denoising steps, in pipeline order
 POLICY_STAGES = ("encode", "score", "select", "critic", "corrections", "stall_recovery", "traffic_rules",
-                 "safety_envelope", "comfort_limits")
+                 "safety_envelope", "comfort_limits", "drivable_area")
 # PlanResult.info keys of the safety layer reported on /diagnostics
 SAFETY_INFO = ("safety_layer", "corrections", "critic_p", "critic_accepted", "safety_stopped_by_budget")
 
@@ -158,6 +158,8 @@ class PlannerNode(Node):
         self._safety_budget_stops = 0  # cycles whose rejection sampling the round budget stopped
         self._envelope_cycles = 0  # cycles whose plan the longitudinal safety envelope slowed down
         self._envelope_note = ""  # why, the last time it did
+        self._drivable_cycles = 0  # cycles whose executed plan left the BEV's drivable area
+        self._drivable_note = ""  # where, the last time it did
         self.create_subscription(BevFeatures, "perception/bev_features", self._on_bev, sensor_qos())
         self.create_subscription(SceneTokens, "perception/scene_tokens", self._on_tokens, sensor_qos())
         self.create_timer(float(n["input_period_s"]), self._watchdog)
@@ -370,6 +372,9 @@ class PlannerNode(Node):
         if info.get("safety_envelope"):
             self._envelope_cycles += 1
             self._envelope_note = str(info["safety_envelope"])
+        if info.get("drivable_area"):
+            self._drivable_cycles += 1
+            self._drivable_note = str(info["drivable_area"])
         if info.get("safety_layer", "off") == "off":
             return
         self._safety = {key: info[key] for key in SAFETY_INFO if key in info}
@@ -492,6 +497,8 @@ class PlannerNode(Node):
                 "end_to_end_ms": f"{rep.end_to_end_ms:.1f}", "last_fault": self._last_fault[:300],
                 "safety_envelope_cycle_count": self._envelope_cycles,
                 "safety_envelope_last": self._envelope_note[:300],
+                "drivable_area_cycle_count": self._drivable_cycles,
+                "drivable_area_last": self._drivable_note[:300],
                 **self._safety_values()})
         if rep.deadline_missed and self.throttle("deadline"):
             self.get_logger().warning(f"deadline missed: {rep.end_to_end_ms:.1f} ms end-to-end "

@@ -1,0 +1,140 @@
+"""Drivable-area check of the executed plan (a post-planning stage, rad2_planner.stages).
+
+The ego's box is swept along the plan for the first ``horizon_s`` seconds: every ``sample_step_m`` of
+the path (the plan's points are seconds apart) the box is placed with the heading of the path there,
+and its four corners are looked up in the drivable-area
+channel of the observation's BEV. The first point whose corner falls on a cell covered less than
+``coverage_threshold`` is where the plan leaves the drivable area. Corners outside the BEV's extent are
+unknown, not off-road: the check never fires on what it cannot see.
+
+``action``:
+- ``report``: the plan is executed as it is; the exit (distance along the path, time) is said in the
+  cycle's ``PlanResult.info`` and on the planner node's ``/diagnostics``.
+- ``stop``: the plan is also re-timed along its own path to stop ``stop_margin_m`` before the last
+  sample whose whole box is on the drivable area, braking at ``comfort_decel`` or harder where the
+  distance asks for it (traffic_rules.limit_progress).
+
+Why a check after the stages and not a selection rule: the candidates are already filtered by the
+learned discriminator and the safe set, and the stages before this one (stall recovery, traffic rules,
+safety envelope, comfort limits) only re-time a plan along its path, so the path that is checked here
+is the one the controller will track.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from rad2_core.bev import BevConfig, ego_to_pixel_affine
+
+
+@dataclass(frozen=True)
+class DrivableAreaParams:
+    enabled: bool
+    action: str  # report | stop (the choices of drivable_area.action in params/planner.schema.yaml)
+    horizon_s: float  # s of the plan checked
+    coverage_threshold: float  # a corner's cell needs at least this drivable-area coverage
+    sample_step_m: float  # m, the box is checked this often along the path (between plan points too)
+    stop_margin_m: float  # m, action stop: the plan stops this far before the exit
+    comfort_decel: float  # m/s^2, action stop: braking used when the distance allows it
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> DrivableAreaParams:
+        from rad2_core.config import require
+
+        c = require(params, "drivable_area")
+        return cls(bool(c["enabled"]), str(c["action"]), float(c["horizon_s"]),
+                   float(c["coverage_threshold"]), float(c["sample_step_m"]), float(c["stop_margin_m"]),
+                   float(c["comfort_decel"]))
+
+
+@dataclass(frozen=True)
+class DrivableExit:
+    """Where a plan first leaves the drivable area."""
+
+    index: int  # the plan point that ends the path segment where it happens (0: the point at plan_dt)
+    time_s: float  # s from now
+    distance_m: float  # m along the plan's path from the ego to that point
+    inside_m: float  # m along the path to the sample before it, the last with the whole box on the area
+
+    def note(self) -> str:
+        return (f"plan leaves the drivable area in {self.distance_m:.1f} m "
+                f"({self.time_s:.1f} s, point {self.index})")
+
+
+def path_headings(plan: np.ndarray) -> np.ndarray:
+    """Heading of the path at each point of ``plan`` [T, 2] (ego frame, points at (k+1)·dt): the
+    direction from the previous point (the ego at the origin for the first); a point that has not
+    moved keeps the heading before it."""
+    path = np.vstack([np.zeros((1, 2)), np.asarray(plan, np.float64)])
+    step = np.diff(path, axis=0)
+    moved = np.hypot(step[:, 0], step[:, 1]) > 1e-3
+    heading = np.arctan2(step[:, 1], step[:, 0])
+    out = np.empty(len(step))
+    last = 0.0  # the ego's own heading in its frame
+    for k in range(len(step)):
+        last = heading[k] if moved[k] else last
+        out[k] = last
+    return out
+
+
+def footprint_corners(points: np.ndarray, yaw: np.ndarray, ego_size: tuple[float, float]) -> np.ndarray:
+    """[N, 4, 2] corners of the ego box (length, width) centred on each of ``points`` [N, 2], heading
+    ``yaw`` [N]."""
+    length, width = ego_size
+    c, s = np.cos(yaw)[:, None], np.sin(yaw)[:, None]
+    dx = np.array([1, 1, -1, -1]) * 0.5 * length
+    dy = np.array([1, -1, -1, 1]) * 0.5 * width
+    pts = np.asarray(points, np.float64)
+    return np.stack([pts[:, :1] + c * dx - s * dy, pts[:, 1:2] + s * dx + c * dy], axis=-1)
+
+
+def swept_samples(plan: np.ndarray, plan_dt: float, step_m: float) -> tuple[np.ndarray, ...]:
+    """The plan's path from the ego (the origin) through ``plan`` [T, 2], sampled at most ``step_m``
+    apart: points [N, 2], headings [N], arc lengths [N], times [N] and the plan point each sample's
+    segment ends at [N]. The plan's points are a plan_dt apart in time, metres apart in space; the box
+    is checked between them as well."""
+    path = np.vstack([np.zeros((1, 2)), np.asarray(plan, np.float64)])
+    yaw = path_headings(plan)
+    pts, hdg, arc, times, seg = [], [], [], [], []
+    s0 = 0.0
+    for k in range(len(path) - 1):
+        a, b = path[k], path[k + 1]
+        length = float(np.hypot(*(b - a)))
+        n = max(int(np.ceil(length / step_m)), 1)
+        f = np.arange(1, n + 1) / n
+        pts.append(a + f[:, None] * (b - a))
+        hdg.append(np.full(n, yaw[k]))
+        arc.append(s0 + f * length)
+        times.append((k + f) * plan_dt)
+        seg.append(np.full(n, k))
+        s0 += length
+    return (np.concatenate(pts), np.concatenate(hdg), np.concatenate(arc), np.concatenate(times),
+            np.concatenate(seg))
+
+
+def first_exit(plan: np.ndarray, plan_dt: float, ego_size: tuple[float, float], drivable: np.ndarray,
+               cfg: BevConfig, p: DrivableAreaParams) -> DrivableExit | None:
+    """Where, within ``p.horizon_s``, the ego box swept along ``plan`` [T, 2] first has a corner on a
+    cell of ``drivable`` [H, W] (grid ``cfg``) covered less than ``p.coverage_threshold``; None when it
+    never does (corners outside the grid are not looked at)."""
+    n = min(len(plan), max(int(np.ceil(p.horizon_s / plan_dt - 1e-9)), 1))
+    pts, yaw, arc, times, seg = swept_samples(np.asarray(plan, np.float64)[:n], plan_dt, p.sample_step_m)
+    corners = footprint_corners(pts, yaw, ego_size)  # [N, 4, 2]
+    affine = ego_to_pixel_affine(cfg)
+    pix = corners @ affine[:, :2].T + affine[:, 2]
+    cols, rows = np.round(pix[..., 0]).astype(np.int64), np.round(pix[..., 1]).astype(np.int64)
+    h, w = drivable.shape
+    inside = (rows >= 0) & (rows < h) & (cols >= 0) & (cols < w)
+    covered = np.ones(rows.shape, dtype=bool)
+    covered[inside] = drivable[rows[inside], cols[inside]] >= p.coverage_threshold
+    bad = ~covered.all(axis=1)
+    if not bad.any():
+        return None
+    j = int(np.argmax(bad))
+    return DrivableExit(int(seg[j]), float(times[j]), float(arc[j]), float(arc[j - 1]) if j else 0.0)
+
+
+__all__ = ["DrivableAreaParams", "DrivableExit", "first_exit", "footprint_corners",
+           "path_headings", "swept_samples"]
