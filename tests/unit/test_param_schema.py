@@ -153,24 +153,24 @@ def _ros():
 
     require_ros_build()
     import_ros_messages()
-    from rad2_ros.nodes import common
+    from rad2_ros.nodes import parameters
 
-    return common
+    return parameters
 
 
 def test_every_node_parameter_has_a_description_and_a_range_where_numeric():
-    common = _ros()
+    node_params = _ros()
     for module_name in NODE_MODULES:
         module = importlib.import_module(module_name)
         prefixes = getattr(module, "PREFIXES", None)
-        table = common.node_parameters(module.PARAM_FILES, prefixes=prefixes)
+        table = node_params.node_parameters(module.PARAM_FILES, prefixes=prefixes)
         if prefixes is not None:  # every prefix a node lists still names some parameter
             assert {name.split(".")[0] for name in table} == set(prefixes), module_name
         declared = [p for p in table.values() if p.declarable]
         assert declared, module_name
         for param in declared:
             where = (module_name, param.name)
-            desc = common._descriptor(param)
+            desc = node_params._descriptor(param)
             assert desc.description.strip() and desc.description.startswith(param.spec.description), where
             assert desc.read_only == param.spec.read_only, where
             if not param.spec.numeric:
@@ -186,10 +186,11 @@ def test_every_node_parameter_has_a_description_and_a_range_where_numeric():
 
 def test_descriptors_keep_what_the_nodes_declared_before():
     """The ranges and read-only flags the nodes' own tables gave (now in the schemas)."""
-    common = _ros()
-    table = {**common.node_parameters(["controller", "vehicle"]), **common.node_parameters(["nodes"])}
+    node_params = _ros()
+    table = {**node_params.node_parameters(["controller", "vehicle"]),
+             **node_params.node_parameters(["nodes"])}
     def described(name):
-        d = common._descriptor(table[name])
+        d = node_params._descriptor(table[name])
         (r,) = d.floating_point_range or d.integer_range
         return d.read_only, (r.from_value, r.to_value)
 
@@ -197,9 +198,9 @@ def test_descriptors_keep_what_the_nodes_declared_before():
     assert described("controller.ilqr.max_iterations") == (False, (1, 1000))
     assert described("planner_node.torch_threads") == (True, (1, 256))
     for name in ("perception.map_file", "perception.clip_id", "perception.route", "vehicle.length"):
-        assert common._descriptor(table[name]).read_only, name
-    assert not common._descriptor(table["planner_node.markers"]).read_only
-    assert "Unit: s." in common._descriptor(table["supervisor.timeout_s"]).description
+        assert node_params._descriptor(table[name]).read_only, name
+    assert not node_params._descriptor(table["planner_node.markers"]).read_only
+    assert "Unit: s." in node_params._descriptor(table["supervisor.timeout_s"]).description
 
 
 @pytest.fixture
@@ -229,9 +230,9 @@ def probe_node(monkeypatch):
 
 
 def test_declared_parameters_carry_the_schema_and_bad_overrides_fail(probe_node):
-    common = _ros()
+    node_params = _ros()
     node = probe_node("supervisor.timeout_s:=0.5")
-    values = common.declare_parameters(node, ["nodes"], prefixes=("supervisor",))
+    values = node_params.declare_parameters(node, ["nodes"], prefixes=("supervisor",))
     assert values["supervisor"]["timeout_s"] == 0.5
     spec = load_schema("nodes")["supervisor.timeout_s"]
     desc = node.describe_parameter("supervisor.timeout_s")
@@ -242,12 +243,12 @@ def test_declared_parameters_carry_the_schema_and_bad_overrides_fail(probe_node)
     out_of_range = (rf"params/nodes.yaml \(override\): supervisor.timeout_s = {spec.max * 2} "
                     r"is above its maximum")
     with pytest.raises(ParameterError, match=out_of_range):
-        common.declare_parameters(node, ["nodes"], prefixes=("supervisor",))
+        node_params.declare_parameters(node, ["nodes"], prefixes=("supervisor",))
     # what ROS cannot check (choices): the schema check names file, key and value
     node = probe_node("planner.backend:=tensorflow")
     bad_choice = r"params/planner.yaml \(override\): planner.backend = 'tensorflow' is not one of"
     with pytest.raises(ParameterError, match=bad_choice):
-        common.declare_parameters(node, ["planner"], prefixes=("planner",))
+        node_params.declare_parameters(node, ["planner"], prefixes=("planner",))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -111,7 +111,6 @@ from rad2_ros.nodes.common import (
     Throttle,
     cdr_header_stamp_ns,
     command_qos,
-    declare_parameters,
     heartbeat_qos,
     heartbeat_topic,
     report_qos,
@@ -120,6 +119,7 @@ from rad2_ros.nodes.common import (
     stop_heartbeat,
     use_udp_transport,
 )
+from rad2_ros.nodes.parameters import declare_parameters
 
 NODE_NAME = "controller"
 

@@ -75,11 +75,11 @@ from rad2_ros.nodes.common import (
     Throttle,
     cdr_header_stamp_ns,
     command_qos,
-    declare_parameters,
     run_node,
     sensor_qos,
     stop_heartbeat,
 )
+from rad2_ros.nodes.parameters import declare_parameters
 
 PARAM_FILES = ["bev", "vehicle", "nodes", "validators"]
 PREFIXES = ("bev", "tokens", "vehicle", "perception", "heartbeat", "validators")

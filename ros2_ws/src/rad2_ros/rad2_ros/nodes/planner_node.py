@@ -80,12 +80,12 @@ from rad2_ros.nodes.common import (
     Heartbeat,
     Throttle,
     command_qos,
-    declare_parameters,
     report_qos,
     run_node,
     sensor_qos,
     stop_heartbeat,
 )
+from rad2_ros.nodes.parameters import declare_parameters
 
 PARAM_FILES = ["bev", "vehicle", "planner", "nodes", "validators"]
 PREFIXES = ("bev", "tokens", "vehicle", "planner", "traffic_rules", "safety_envelope", "comfort_limits",

@@ -52,11 +52,11 @@ from rad2_ros.nodes.common import (
     DiagnosticsReporter,
     Throttle,
     command_qos,
-    declare_parameters,
     report_qos,
     run_node,
     sensor_qos,
 )
+from rad2_ros.nodes.parameters import declare_parameters
 
 NODE_NAME = "bev_warp_sim"
 PARAM_FILES = ["sim"]

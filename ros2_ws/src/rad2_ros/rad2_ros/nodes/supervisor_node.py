@@ -28,13 +28,13 @@ from std_msgs.msg import Header
 
 from rad2_ros.nodes.common import (
     DiagnosticsReporter,
-    declare_parameters,
     diagnostic_status,
     heartbeat_qos,
     heartbeat_topic,
     run_node,
     use_udp_transport,
 )
+from rad2_ros.nodes.parameters import declare_parameters
 
 PARAM_FILES = ["nodes"]
 PREFIXES = ("supervisor",)
