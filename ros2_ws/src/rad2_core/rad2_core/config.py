@@ -9,7 +9,7 @@ against its schema (a wrong type, an out-of-range value, an unknown or a missing
 naming file, key and value): every file of params/ must have one, a file elsewhere is checked when a
 schema of its name exists. ``validate_overrides`` checks ``--set`` / ROS overrides the same way, and
 the ROS nodes take their parameter descriptors (description, unit, range, choices, read-only) from
-the same schemas (``nodes.common.declare_parameters``).
+the same schemas (``rad2_ros.nodes.parameters.declare_parameters``).
 
 ``params_dir`` finds the directory: ``$RAD2_PARAMS_DIR``, else the ``params/`` of the source tree this
 module lives in (a checkout, or a ``--symlink-install`` build, whose modules are the checkout's), else
