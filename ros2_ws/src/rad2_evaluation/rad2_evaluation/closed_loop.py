@@ -7,6 +7,9 @@ loaded once and plans every clip of a step in one batched call; the policy repla
 fires. The paper's Table 1 layout takes the safety
 columns (CR, AF-CR, Safety@1, Safety@2) from the safety-oriented split and the efficiency columns
 (EP-Mean, EP@1.0, EP@0.9) from the efficiency-oriented split.
+
+One module, a little over 600 lines: the split evaluation, its tables and its figures read the same
+SplitEvaluation records; rollouts, metrics and the score live in bev_warp_sim.
 """
 
 from __future__ import annotations

@@ -16,6 +16,9 @@ index, the BEV/token/planner geometry and the sampling/augmentation settings, so
 Loss: the denoiser predicts the clean normalised trajectory x0 (see ``networks/generator.py``);
 ``MSE(x0_hat, x0)`` with ``t ~ U[0, N−1]``, ``noise_draws`` noisy copies per scene (the scene is
 encoded once per sample and shared by its draws).
+
+One module, a little over 600 lines: the feature cache, the sampler and the training loop share the
+cache layout and the augmentation; the networks live in rad2_planner.networks.
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ short way before a junction on its route and pulls away through it, mostly into 
 Each controller: ``setup(ctx)`` is called every step of the prologue until it has placed its actors
 (they are inserted before the first logged step); ``control(ctx, k)`` runs after every logged step
 ``k``; ``triggered()`` says whether the event fired; ``info()`` goes into the clip metadata.
+
+One module, a little over 600 lines: one controller class per scenario kind, each short, all with the
+interface above.
 """
 
 from __future__ import annotations
