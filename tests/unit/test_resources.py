@@ -22,6 +22,7 @@ SHIPPED = {  # what setup.py installs besides params/ (weights and config only: 
     "checkpoints/rad2_rl": ("config.json", "generator.safetensors", "discriminator.safetensors"),
     "checkpoints/rad2_il": ("config.json", "generator.safetensors", "discriminator.safetensors"),
     "checkpoints/rad2_il_rich": ("config.json", "generator.safetensors", "discriminator.safetensors"),
+    "checkpoints/rad2_il_real": ("config.json", "generator.safetensors", "discriminator.safetensors"),
     "checkpoints/collision_critic": ("config.json", "critic.safetensors"),
     "checkpoints/self_correction": ("config.json", "generator.safetensors", "discriminator.safetensors"),
 }
