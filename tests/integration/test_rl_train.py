@@ -339,7 +339,8 @@ def test_a_mixed_split_is_reported_on_both_collisions_and_progress(tmp_path):
             for cr, ep in ((0.1, 0.8), (0.2, 0.9))]
     text = "\n".join(experiments_table({"il:uniform": {split: runs}}, [split], [0, 1], None, 0.0))
     assert "| arm | CR | AF-CR | offroad_rate | EP-Mean | EP@1.0 | comfort_violation_steps |" in text
-    row = "| il:uniform | 0.150 ± 0.050 | 0.000 ± 0.000 | – | 0.850 ± 0.050 | 0.400 ± 0.000 | 0.200 ± 0.000 | – |"
+    row = ("| il:uniform | 0.150 ± 0.050 | 0.000 ± 0.000 | – | 0.850 ± 0.050 | 0.400 ± 0.000 "
+           "| 0.200 ± 0.000 | – |")
     assert row in text
     plot_experiments({"il:uniform": {split: runs}}, [split], tmp_path / "p.png", lambda s: s)
     import matplotlib.image
