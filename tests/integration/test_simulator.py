@@ -435,3 +435,22 @@ def test_a_lagging_ego_sees_a_rendered_bev_where_a_warp_would_be_blank(clip):
     assert not np.array_equal(rendered.bev[agents], logged_there.bev[agents])
     with pytest.raises(SimulationError, match="sim.warp_max_uncovered: 1.5"):
         Simulator({**PARAMS, "sim": {**PARAMS["sim"], "warp_max_uncovered": 1.5}})
+
+
+def test_an_ego_at_the_end_of_its_route_completes_it_rather_than_leaving_the_road():
+    """A recorded route ends where the map does; the clip's log runs on past it (here off the map).
+    Reaching the route's end ends the episode as completed (route_end, full progress, not off-road);
+    without that rule the same drive goes on beyond the mapped road."""
+    clip = make_clip(num_steps=220)
+    out = {}
+    for flag in (True, False):
+        params = load_merged()
+        params["sim"]["terminate_at_route_end"] = flag
+        [ro], _ = run_rollouts(Simulator(params), PerRowPlanners(lambda p=params: make_policy("expert", p)),
+                               [clip], start_steps=[150], h_reuse=1)
+        out[flag] = ro.result
+    done = out[True]
+    assert done.termination == "route_end" and not done.offroad and not done.collided
+    assert done.rho == pytest.approx(1.0, abs=0.01)
+    assert done.end_step < clip.num_steps - 1
+    assert out[False].termination != "route_end" and out[False].end_step > done.end_step

@@ -48,7 +48,7 @@ class EpisodeResult:
     start_step: int
     end_step: int
     num_steps: int
-    termination: str  # clip_end | collision | offroad | max_steps
+    termination: str  # clip_end | route_end | collision | offroad | max_steps
     collided: bool
     at_fault: bool
     offroad: bool

@@ -9,8 +9,11 @@ which ends the latch so the next step is a decision point. Every step integrates
 for ``sim.dt`` (:func:`bev_warp_sim.state.drive_latched`), advances the agents
 (:mod:`bev_warp_sim.agents`), checks collisions (with at-fault attribution), time to collision
 (Eq. 12) and the drivable area (:mod:`bev_warp_sim.checks`), and records the ego track. An episode ends
-at the end of the clip (or after ``sim.max_steps``), on a collision (``sim.terminate_on_collision``) or
-off-road (``sim.terminate_on_offroad``).
+at the end of the clip (or after ``sim.max_steps``), on a collision (``sim.terminate_on_collision``),
+off-road (``sim.terminate_on_offroad``), or at the end of the route (``sim.terminate_at_route_end``):
+a logged route ends where the recorded map does, and an ego that drives faster than the logged driver
+reaches that end before the clip does; past it there is no road in the map, which is not the ego
+leaving the road (termination ``route_end`` when the ego's centre reaches it: the route completed).
 
 **Purity.** :class:`~bev_warp_sim.state.SimState` is a frozen value naming its clips by a content key
 (:mod:`bev_warp_sim.clip_registry`); :meth:`Simulator.commit` and :meth:`Simulator.step` return new
@@ -51,6 +54,9 @@ from bev_warp_sim.state import (
     with_row,
 )
 from bev_warp_sim.trace import DecisionPoint, EpisodeTrace, frozen_array
+
+# arc length short of the route's end that counts as the end (projections past the end stop at it)
+ROUTE_END_TOLERANCE_M = 0.05
 
 
 class Simulator:
@@ -241,6 +247,8 @@ class Simulator:
         hits, collided, at_fault, collisions = self.checks.collisions(moved, rows)
         on_road = self.checks.on_road(moved, rows)
         cfg = self.params["sim"]
+        at_route_end = (self._at_route_end(moved, rows) if cfg["terminate_at_route_end"]
+                        else np.zeros(len(rows), bool))
         ttc_break = float(self.params["latch"]["ttc_break_s"])
         needs_plan, offroad, done = state.needs_plan.copy(), state.offroad.copy(), state.done.copy()
         break_reason, termination = list(state.break_reason), list(state.termination)
@@ -252,11 +260,13 @@ class Simulator:
             elif latch_pos[b] >= state.latch_len[b]:
                 needs_plan[b] = True
                 break_reason[b] = "latch_done"
-            if not on_road[k]:
+            if not on_road[k] and not at_route_end[k]:
                 offroad[b] = True
             term = ""
             if hits[k] and cfg["terminate_on_collision"]:
                 term = "collision"
+            elif at_route_end[k]:
+                term = "route_end"
             elif not on_road[k] and cfg["terminate_on_offroad"]:
                 term = "offroad"
             elif t[b] >= state.end[b]:
@@ -277,6 +287,19 @@ class Simulator:
             steps_taken=state.steps_taken + 1,
         )
         return new, {"ttc": ttc, "collided": collided.copy(), "finished": finished}
+
+    def _at_route_end(self, state: SimState, rows) -> np.ndarray:
+        """Per row: the ego's centre has reached the end of its clip's route (the lane's end, still on
+        the mapped road; projections past the end stop there, so progress is the route's full length,
+        as the log's is), close beside it (``sim.route_end_lateral_m``): an ego far beside the route's
+        last point has left the road."""
+        out = np.zeros(len(rows), bool)
+        lateral = float(self.params["sim"]["route_end_lateral_m"])
+        for k, b in enumerate(rows):
+            d = self.clips.clip_data(state.clip_keys[b])
+            s, lat, _ = d.route.project(state.ego[b, :2][None])
+            out[k] = s[0] >= d.route.length - ROUTE_END_TOLERANCE_M and abs(lat[0]) <= lateral
+        return out
 
     # -- finished rollouts ----------------------------------------------------------------------------
     def trace(self, state: SimState, b: int) -> EpisodeTrace:

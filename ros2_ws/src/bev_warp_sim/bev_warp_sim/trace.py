@@ -71,7 +71,7 @@ class EpisodeTrace:
     start_step: int
     end_step: int  # last simulated log step
     window_end: int  # last log step of the planned window (clip end or max_steps)
-    termination: str  # clip_end | max_steps | collision | offroad
+    termination: str  # clip_end | route_end | max_steps | collision | offroad
     ego: np.ndarray  # [n, 6] x, y, yaw, v, delta, accel
     ttc: np.ndarray  # [n] T_t
     rear_ttc: np.ndarray  # [n] T^rear_t: the follower's time to collision (safety module)
