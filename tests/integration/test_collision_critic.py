@@ -414,6 +414,8 @@ def planner_node(monkeypatch):
         "planner.backend": "pytorch",  # no ONNX export: the test is about the node's reports
         "planner.num_candidates": 8,
         "planner.num_denoise_steps": 2,
+        # the planner the shipped self-correcting generator was fine-tuned from (it shares its encoder)
+        "planner.checkpoint_dir": "checkpoints/rad2_rl",
         "safety_layer.mode": "rejection_sampling",
         "safety_layer.threshold": 0.0,  # every proposal rejected: each cycle runs its rounds
         "safety_layer.max_rounds": 1,

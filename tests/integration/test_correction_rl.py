@@ -16,6 +16,8 @@ from rad2_training.correction_rl import CorrectionRLConfig, correction_samples, 
 from rad2_training.ogo import OGOConfig, raw_segment, retime
 
 PARAMS = load_merged()
+# the planner the shipped self-correcting generator was fine-tuned from (it shares its scene encoder)
+PARAMS["planner"]["checkpoint_dir"] = "checkpoints/rad2_rl"
 
 T, PLAN_DT = 8, 0.5
 OGO = OGOConfig(gamma_safe_s=2.0, decel_ratio=0.8, accel_ratio=1.15, lag_m=2.0, segment="executed")

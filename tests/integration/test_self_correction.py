@@ -210,14 +210,23 @@ def test_safety_layer_table_reports_self_correction_and_both_latencies():
 
 
 def test_shipped_self_correcting_generator_fits_the_shipped_planner(tmp_path):
-    """The two shipped checkpoints share their scene encoder, so the planner can use the mode as is."""
-    policy = Rad2Policy.from_params(PARAMS, backend="pytorch", onnx_dir=tmp_path,
+    """The shipped self-correcting generator shares its scene encoder with the planner it was fine-tuned
+    from (checkpoints/rad2_rl), which can use the mode as is; the default planner, whose encoder learned
+    from recorded traffic, refuses it by name."""
+    import copy
+
+    params = copy.deepcopy(PARAMS)
+    params["planner"]["checkpoint_dir"] = "checkpoints/rad2_rl"
+    policy = Rad2Policy.from_params(params, backend="pytorch", onnx_dir=tmp_path,
                                     safety_layer=replace(LAYER, mode="self_correction"))
     assert policy.critic_stage.corrector_trace_len >= 1
     info = policy.critic_stage.corrector.model.training_info
     # imitation with correction, then (optionally) the closed-loop fine-tuning on top of it
     imitation = info.get("previous_training", {}) if "held_out_check" not in info else info
     assert imitation["held_out_check"]["samples"] > 0
+    with pytest.raises(ValueError, match="correction_checkpoint.*not fine-tuned from this planner"):
+        Rad2Policy.from_params(PARAMS, backend="pytorch", onnx_dir=tmp_path,
+                               safety_layer=replace(LAYER, mode="self_correction"))
 
 
 def test_safety_layer_runs_split_by_mode_merge_into_one_table(tmp_path):

@@ -14,7 +14,8 @@ latency of single-observation cycles (B = 1, M candidates) on this CPU with the 
 round budget and with safety_layer.round_budget_ms (the closed-loop runs use no budget, so their
 metrics do not depend on the machine's speed).
 
-Self-correction uses safety_layer.correction_checkpoint (rad2 train self-correction).
+Self-correction uses safety_layer.correction_checkpoint (rad2 train self-correction), which must share
+its scene encoder with the planner (--checkpoint): the shipped one belongs to checkpoints/rad2_rl.
 
 Every picked clip is checked before the first rollout, as the simulator would check it: refused clips
 are listed with their reasons and the run stops (exit 2), or with --skip-bad runs without them and the
@@ -25,7 +26,7 @@ rad2_evaluation.safety_layer.evaluate_safety_layer.
 
 examples (the first about 10 minutes on 2 shared cores; then the full splits, three seeds; then one
 process per core, merged into one table):
-  rad2 eval safety-layer --max-clips 12 --seeds 0
+  rad2 eval safety-layer --max-clips 12 --seeds 0 --checkpoint checkpoints/rad2_rl
   rad2 eval safety-layer --seeds 0 1 2
   rad2 eval safety-layer --modes off self_correction --out out/sl_a &
   rad2 eval safety-layer --modes rejection_sampling candidate_selection --out out/sl_b
@@ -74,6 +75,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--critic", default=None, help="critic checkpoint (default: safety_layer.critic_checkpoint)"
     )
+    ap.add_argument("--checkpoint", default=None,
+                    help="planner checkpoint (default: planner.checkpoint_dir; the shipped self-correcting "
+                         "generator belongs to checkpoints/rad2_rl)")
     ap.add_argument("--correction", default=None,
                     help="self-correcting generator (default: safety_layer.correction_checkpoint)")
     ap.add_argument("--num-candidates", type=schema_value("planner", "planner.num_candidates"),
@@ -126,6 +130,8 @@ def main(argv: list[str]) -> int:
     from rad2_evaluation.safety_layer import evaluate_safety_layer, safety_layers
 
     params = load_merged()
+    if args.checkpoint:
+        params["planner"]["checkpoint_dir"] = str(args.checkpoint)
     try:
         layers = safety_layers(args.modes, params, args.threshold, args.max_rounds, args.critic,
                                args.correction)

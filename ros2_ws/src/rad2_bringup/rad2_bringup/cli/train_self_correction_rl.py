@@ -2,7 +2,8 @@
 RL stage on RAD-2's diffusion generator; see ros2_ws/src/rad2_training/rad2_training/correction_rl.py).
 
 Starts from the imitation corrector (safety_layer.correction_checkpoint of params/planner.yaml, or
---start), drives training clips with the self-correction planner, and fine-tunes the corrector on the
+--start), drives training clips with the self-correction planner (--checkpoint, whose scene encoder the
+corrector shares: the shipped corrector belongs to checkpoints/rad2_rl), and fine-tunes the corrector on the
 decisions it took part in. Writes <out>/iter_<k>/, <out>/final/, history.json and history.png.
 
 Hyper-parameters come from params/training.yaml (self_correction_rl.*); --set key=value overrides one.
@@ -11,7 +12,7 @@ Evaluate the result against the other safety layers with
 
 example (the shipped checkpoint's command is recorded in its config.json under training.command):
   rad2 train self-correction-rl --data data/train --out out/self_correction_rl \\
-      --export-to checkpoints/self_correction
+      --checkpoint checkpoints/rad2_rl --export-to checkpoints/self_correction
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ def _parser() -> argparse.ArgumentParser:
     ap = verb_parser("train self-correction-rl", __doc__)
     ap.add_argument("--data", default="data/train", help="dataset directory of the training clips")
     ap.add_argument("--out", default="out/self_correction_rl", help="run directory")
+    ap.add_argument("--checkpoint", default=None,
+                    help="planner checkpoint that drives the clips (default: planner.checkpoint_dir)")
     ap.add_argument("--start", default=None,
                     help="corrector to start from (default: safety_layer.correction_checkpoint)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -60,6 +63,8 @@ def main(argv: list[str]) -> int:
     try:
         overrides = parse_block_overrides("training", "self_correction_rl", args.set)
         params = load_merged()
+        if args.checkpoint:
+            params["planner"]["checkpoint_dir"] = str(args.checkpoint)
         cfg = CorrectionRLConfig.from_params(params["self_correction_rl"], **overrides)
         model, history = finetune(
             args.data, args.out, cfg, params, command=shlex.join(["rad2", "train", "self-correction-rl",
