@@ -423,10 +423,25 @@ def test_a_killed_writers_bag_opens_as_it_is_and_old_bags_are_repaired_on_open(t
     _snapshot_as_killed(bag, tmp_path / "killed")
     _snapshot_as_killed(bag, tmp_path / "old_writer", metadata=False)
     _snapshot_as_killed(bag, tmp_path / "killed_again", metadata=False)
+    metadata_after_5_chunks = (bag / "metadata.yaml").read_text()
     clock[0] = 6.0
     assert writer.flush_if_due() and writer.synced_chunks == 6  # idle: synced without a new write
     writer.close()
     assert _raw_messages(bag) == written  # the finished bag holds everything
+
+    # killed between a chunk reaching the MCAP and metadata.yaml being replaced: metadata.yaml is one
+    # chunk behind the file; counts and time range follow the file, which is what the reader yields
+    between = tmp_path / "between"
+    _snapshot_as_killed(bag, between, metadata=False)
+    (between / "metadata.yaml").write_text(metadata_after_5_chunks)
+    with bags.BagReader(between, repair=False) as reader:
+        msgs = list(reader.messages(raw=True))
+        assert len(msgs) == reader.message_count == len(written) == 57
+        assert sum(i.count for i in reader.topics.values()) == 57
+        assert (reader.start_time_ns, reader.end_time_ns - 1) == (10**9, 10**9 + 56 * 10**7)
+    assert bags.recover_bag(between).repaired  # the stale metadata.yaml is rewritten on request
+    with bags.BagReader(between, repair=False) as reader:
+        assert reader.message_count == 57
 
     # as a SIGKILL left it: complete up to the last chunk written, no repair needed, in either reader
     killed = tmp_path / "killed"

@@ -132,6 +132,7 @@ class BagReader(_OpenedInWith):
             raise BagError(f"cannot read bag {self.path} (bad metadata.yaml?): {exc}"
                            f"{_repair_hint(self.path)}") from exc
         self._opened = False
+        self._mcap_stats: tuple[dict[str, int], int, int, int] | None = None
 
     def open(self) -> None:
         try:
@@ -142,9 +143,38 @@ class BagReader(_OpenedInWith):
                 f"{_repair_hint(self.path)}"
             ) from exc
         self._opened = True
+        self._mcap_stats = self._mcap_statistics()
         for conn in self._reader.connections:
             if conn.msgtype not in self.store.fielddefs:
                 self._register_from_bag(conn)
+
+    def _mcap_statistics(self) -> tuple[dict[str, int], int, int, int] | None:
+        """(messages per topic, total, first and last log time) from the summary of the bag's one
+        finished MCAP file, or None (SQLite storage, several files, no statistics).
+
+        Why: metadata.yaml is replaced just after each chunk reaches the MCAP; a recorder killed between
+        the two leaves a metadata.yaml one chunk behind the file. The file's own statistics describe
+        exactly the messages ``messages()`` yields, so counts and time range are taken from them."""
+        mcaps = ([self.path] if self.path.is_file() else sorted(c for c in self.path.glob("*.mcap")
+                                                                  if c.is_file()))
+        if len(mcaps) != 1 or mcaps[0].suffix != ".mcap" or not mcap_is_complete(mcaps[0]):
+            return None
+        try:
+            from mcap.reader import make_reader
+
+            with mcaps[0].open("rb") as f:
+                summary = make_reader(f).get_summary()
+        except Exception:  # an unreadable summary: metadata.yaml stays the answer
+            return None
+        stats = summary.statistics if summary is not None else None
+        if stats is None:
+            return None
+        per_topic: dict[str, int] = {}
+        for cid, n in stats.channel_message_counts.items():
+            channel = summary.channels.get(cid)
+            if channel is not None:
+                per_topic[channel.topic] = per_topic.get(channel.topic, 0) + n
+        return per_topic, stats.message_count, stats.message_start_time, stats.message_end_time
 
     def close(self) -> None:
         if self._opened:
@@ -170,6 +200,9 @@ class BagReader(_OpenedInWith):
         for conn in self._reader.connections:
             prev = out.get(conn.topic)
             out[conn.topic] = TopicInfo(conn.msgtype, conn.msgcount + (prev.count if prev else 0))
+        stats = self._mcap_stats
+        if stats is not None:
+            out = {t: TopicInfo(i.msgtype, stats[0].get(t, 0)) for t, i in out.items()}
         return out
 
     @property
@@ -181,15 +214,19 @@ class BagReader(_OpenedInWith):
 
     @property
     def message_count(self) -> int:
-        return self._reader.message_count
+        stats = self._mcap_stats
+        return stats[1] if stats is not None else self._reader.message_count
 
     @property
     def start_time_ns(self) -> int:
-        return self._reader.start_time
+        stats = self._mcap_stats
+        return stats[2] if stats is not None and stats[1] else self._reader.start_time
 
     @property
     def end_time_ns(self) -> int:
-        return self._reader.end_time
+        """One past the last message's log time (rosbags' convention)."""
+        stats = self._mcap_stats
+        return stats[3] + 1 if stats is not None and stats[1] else self._reader.end_time
 
     def check_topics(self, topics: Iterable[str]) -> list[str]:
         """The topics, checked to exist in the bag (BagError listing what the bag holds)."""

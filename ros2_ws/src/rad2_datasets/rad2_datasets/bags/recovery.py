@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rosbags.rosbag2 import Reader
 from rosbags.rosbag2.metadata import parse_qos
 from rosbags.typesys.store import Typestore
 
@@ -193,11 +194,13 @@ def recover_bag(path: str | os.PathLike, *, store: Typestore | None = None) -> R
         from mcap.reader import make_reader
 
         try:
-            from rad2_datasets.bags.reader import BagReader  # the reader repairs through this module
-
-            with BagReader(bag_dir, store=store) as reader:
-                counts = {t: i.count for t, i in reader.topics.items()}
-                first, last = reader.start_time_ns, reader.end_time_ns - 1
+            # what metadata.yaml says (rosbags' Reader reads it as written; rad2's BagReader would
+            # answer from the MCAP's own statistics instead)
+            with Reader(bag_dir) as reader:
+                counts = {}
+                for conn in reader.connections:
+                    counts[conn.topic] = counts.get(conn.topic, 0) + conn.msgcount
+                first, last = reader.start_time, reader.end_time - 1
                 total = reader.message_count
             with src.open("rb") as f:
                 summary = make_reader(f).get_summary()
