@@ -343,11 +343,29 @@ def test_hard_braking_always_carries_a_reason(controller):
     drive = _Drive(node)
     drive.run(25)
     # a plan that stops at 6 m/s^2 from 10 m/s: the tracker brakes beyond comfort, the plan asked for it
+    # (an emergency stop for the command's jerk limit: not delayed by it)
     cmds = drive.run(10, plan=_stop_plan(10.0, 6.0))
     hard = [c for c in cmds if c.acceleration < -node.comfort_decel]
     assert hard, [round(c.acceleration, 2) for c in cmds]
     assert all("demands it" in c.reason and not c.emergency_stop for c in hard), [c.reason for c in hard]
     _no_unexplained_hard_braking(cmds, node.comfort_decel)
+
+
+def test_commands_change_acceleration_within_the_jerk_limits(controller):
+    """Tracking a plan that slows at 1.5 m/s^2 and then one that holds the speed: the commanded
+    acceleration moves from command to command (20 ms apart) by at most controller.command's jerk
+    limits, both into the braking and out of it, and reaches the plan's demand."""
+    node = controller
+    drive = _Drive(node)
+    drive.run(25)
+    before = drive.sent[-1].acceleration
+    cmds = drive.run(40, plan=_stop_plan(10.0, 1.5)) + drive.run(40)
+    acc = np.array([before] + [c.acceleration for c in cmds])
+    assert acc.min() < -1.0, acc.round(2)  # it did brake
+    steps = np.diff(acc) / 0.020
+    assert steps.min() >= -node.tracker.max_jerk_down - 1e-3, steps.round(1)  # float32 in the message
+    assert steps.max() <= node.tracker.max_jerk_up + 1e-3, steps.round(1)
+    assert not any(c.emergency_stop for c in cmds)
 
 
 def test_braking_after_a_rejected_burst_is_flagged_with_the_fault(controller):
@@ -360,7 +378,9 @@ def test_braking_after_a_rejected_burst_is_flagged_with_the_fault(controller):
     stop = _stop_plan(10.0, 6.0)
     burst = drive.run(25, speed=1e6, plan=stop)  # 0.5 s of impossible odometry: minimal-risk stop
     assert all(c.emergency_stop and "speed = 1e+06" in c.reason for c in burst)
-    after = drive.run(4, send_plan=False)  # odometry back, the fallback made during the fault tracked
+    # odometry back, the fallback made during the fault tracked (braking builds up from the stop's
+    # -2.5 m/s^2 at the command's jerk limit)
+    after = drive.run(12, send_plan=False)
     hard = [c for c in after if c.acceleration < -node.comfort_decel]
     assert hard and all(c.emergency_stop and "recovering" in c.reason and "speed = 1e+06" in c.reason
                         for c in hard), [(round(c.acceleration, 2), c.reason[:80]) for c in after]

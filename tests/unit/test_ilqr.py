@@ -288,6 +288,40 @@ def test_stop_controls_brake_comfortably(tc):
     assert xs[0, -1, 3] == pytest.approx(0.0, abs=1e-9)
 
 
+def test_command_jerk_limit_bounds_every_change_of_acceleration():
+    """limit_jerk: from the last command and from input to input the acceleration moves by at most
+    max_jerk_up * dt (rising) and max_jerk_down * dt (falling); steering inputs are untouched; in-bounds
+    sequences come back unchanged; an emergency stop (the first 0.5 s averaging braking beyond
+    emergency_decel) and the way back from such braking are not limited."""
+    import copy
+
+    cfg = copy.deepcopy(load_params("controller"))
+    cfg["controller"]["command"].update(max_jerk_up=4.0, max_jerk_down=8.0, emergency_decel=3.0,
+                                        emergency_window_s=0.5)
+    tc = TrackingController(cfg, VEHICLE)
+    u = np.zeros((5, 6, 2))
+    u[0, :, 0] = 3.0  # a throttle step
+    u[1, :, 0] = -2.0  # a brake step within the comfortable range
+    u[2, :, 0] = -6.0  # an emergency stop
+    u[3, :, 0] = 0.5  # released after braking at 5 m/s^2
+    u[4, :, 0] = [0.05, 0.1, 0.15, 0.2, 0.25, 0.3]  # a gentle ramp: within both limits
+    u[:, :, 1] = 0.3
+    out = tc.limit_jerk(u, prev_accel=[0.0, 0.0, 1.0, -5.0, 0.0])
+    assert np.allclose(out[0, :, 0], [0.4, 0.8, 1.2, 1.6, 2.0, 2.4])
+    assert np.allclose(out[1, :, 0], [-0.8, -1.6, -2.0, -2.0, -2.0, -2.0])
+    assert np.array_equal(out[2:], u[2:]) and np.array_equal(out[:, :, 1], u[:, :, 1])
+    steps = np.diff(np.concatenate([np.zeros((2, 1)), out[:2, :, 0]], axis=1), axis=1)
+    assert steps.max() <= 0.4 + 1e-12 and steps.min() >= -0.8 - 1e-12
+    slow = tc.limit_jerk(u[0], prev_accel=0.0, elapsed_s=0.05)  # the node: 50 ms since the last command
+    assert slow[0, 0] == pytest.approx(0.2) and slow[1, 0] == pytest.approx(0.6)
+    cfg["controller"]["command"].update(max_jerk_up=0.0, max_jerk_down=0.0)  # off
+    assert np.array_equal(TrackingController(cfg, VEHICLE).limit_jerk(u, np.zeros(5)), u)
+    for bad in (-1.0, float("nan"), "4", True):
+        cfg["controller"]["command"]["max_jerk_up"] = bad
+        with pytest.raises(Exception, match="controller.command.max_jerk_up"):
+            TrackingController(cfg, VEHICLE)
+
+
 def _stop_and_go_plan(v, plan_dt=PLAN_DT, points=T_PLAN):
     """Brake from v to a standstill over 1.5 s, wait 1 s, drive off at 2 m/s² (ego frame)."""
     t = plan_dt * np.arange(1, points + 1)

@@ -232,7 +232,8 @@ class Simulator:
             pts = np.stack([plans[k][1] for k in ks])
             ego = np.asarray(state.ego[rows])
             ref = self.controller.reference(pts, pdt, ego[:, :3], frame="ego")
-            controls[rows] = self.controller.solve(ego, ref).controls
+            solved = self.controller.solve(ego, ref).controls
+            controls[rows] = self.controller.limit_jerk(solved, np.asarray(state.accel)[rows])
         return replace(state, controls=controls, latch_len=latch_len, latch_pos=latch_pos,
                        needs_plan=needs_plan, decisions=decisions)
 

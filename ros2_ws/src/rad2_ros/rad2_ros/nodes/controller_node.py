@@ -58,6 +58,9 @@ Braking: a command that decelerates harder than ``comfort_decel`` always carries
 (the minimal-risk stop itself brakes at ``stop_decel``), the plan's own demand (reason set, emergency
 flag off), or, within ``recovery_window_s`` after a fault cleared, the fault it follows (reason names
 it, emergency flag set): the transition back to tracking after a rejected burst is never unexplained.
+While tracking, the commanded acceleration changes from the last command at most at the jerk limits
+of ``controller.command`` (``TrackingController.limit_jerk``, as the simulator applies them); the
+minimal-risk stop is not limited.
 
 Transport: the node runs on UDP only (``common.use_udp_transport``): with Fast DDS's shared memory, a
 process killed while pushing into a reader's port leaves that port locked for a second, and any other
@@ -185,6 +188,8 @@ class ControllerNode(Node):
         self._fault_now_ns = 0  # node clock of the last cycle that stopped for a fault
         self.hard_brake_count = 0  # commands braking beyond comfort_decel (each with its reason)
         self._last_cmd_steady_ns: int | None = None  # steady time of the last command published
+        self._last_accel: float | None = None  # acceleration of the last command (the jerk limit's start)
+        self._last_accel_ns = 0  # and its node-clock time
         self._last_watchdog_ns: int | None = None
         self._odom_rx_steady_ns: int | None = None  # steady receive time of the last accepted odometry
         self._traj_rx_steady_ns: int | None = None  # ... and of the last accepted trajectory
@@ -406,6 +411,13 @@ class ControllerNode(Node):
                 accel, rate = float(sol.controls[0, 0, 0]), float(sol.controls[0, 0, 1])
                 steer_next = float(sol.states[0, 1, 4])
                 speed_next = float(sol.states[0, 1, 3])
+                if self._last_accel is not None:  # the command's jerk limits (controller.command)
+                    elapsed = max(0.0, (now - self._last_accel_ns) / 1e9)
+                    limited = float(self.tracker.limit_jerk(sol.controls[0, :1], self._last_accel,
+                                                            elapsed_s=elapsed)[0, 0])
+                    if limited != accel:
+                        accel = limited
+                        speed_next = max(0.0, float(state[3]) + accel * self.tracker.dt)
                 reason, emergency = self._hard_braking_reason(accel, steady)
         except Exception as exc:  # noqa: BLE001 -- any failure ends in the stop manoeuvre
             reason = f"controller failure: {type(exc).__name__}: {exc}"
@@ -502,6 +514,7 @@ class ControllerNode(Node):
                          stages: dict[str, float]) -> None:
         # The command applies from `now`: the steering estimate ramps from here (SteeringRamp).
         self.estimator.commands.issue(now, accel, rate, steer_now)
+        self._last_accel, self._last_accel_ns = float(accel), now
         if reason:
             kind = "hard braking" if reason.startswith("braking") else "minimal-risk stop"
             self._warn(f"{kind}:" + reason.split(":")[0], f"{kind}: {reason}")
