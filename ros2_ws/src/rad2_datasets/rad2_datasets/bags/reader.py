@@ -23,7 +23,7 @@ from rad2_datasets.bags.messages import (
     ensure_type,
     typestore,
 )
-from rad2_datasets.bags.recovery import RecoveryReport, recover_bag
+from rad2_datasets.bags.recovery import McapStatistics, RecoveryReport, mcap_statistics, recover_bag
 from rad2_datasets.bags.writer import _OpenedInWith
 
 # --------------------------------------------------------------------------------------------------
@@ -132,7 +132,7 @@ class BagReader(_OpenedInWith):
             raise BagError(f"cannot read bag {self.path} (bad metadata.yaml?): {exc}"
                            f"{_repair_hint(self.path)}") from exc
         self._opened = False
-        self._mcap_stats: tuple[dict[str, int], int, int, int] | None = None
+        self._mcap_stats: McapStatistics | None = None
 
     def open(self) -> None:
         try:
@@ -148,9 +148,9 @@ class BagReader(_OpenedInWith):
             if conn.msgtype not in self.store.fielddefs:
                 self._register_from_bag(conn)
 
-    def _mcap_statistics(self) -> tuple[dict[str, int], int, int, int] | None:
-        """(messages per topic, total, first and last log time) from the summary of the bag's one
-        finished MCAP file, or None (SQLite storage, several files, no statistics).
+    def _mcap_statistics(self) -> McapStatistics | None:
+        """The summary statistics of the bag's one finished MCAP file, or None (SQLite storage, several
+        files, no statistics, an unreadable summary: metadata.yaml stays the answer).
 
         Why: metadata.yaml is replaced just after each chunk reaches the MCAP; a recorder killed between
         the two leaves a metadata.yaml one chunk behind the file. The file's own statistics describe
@@ -160,21 +160,9 @@ class BagReader(_OpenedInWith):
         if len(mcaps) != 1 or mcaps[0].suffix != ".mcap" or not mcap_is_complete(mcaps[0]):
             return None
         try:
-            from mcap.reader import make_reader
-
-            with mcaps[0].open("rb") as f:
-                summary = make_reader(f).get_summary()
-        except Exception:  # an unreadable summary: metadata.yaml stays the answer
+            return mcap_statistics(mcaps[0])
+        except Exception:
             return None
-        stats = summary.statistics if summary is not None else None
-        if stats is None:
-            return None
-        per_topic: dict[str, int] = {}
-        for cid, n in stats.channel_message_counts.items():
-            channel = summary.channels.get(cid)
-            if channel is not None:
-                per_topic[channel.topic] = per_topic.get(channel.topic, 0) + n
-        return per_topic, stats.message_count, stats.message_start_time, stats.message_end_time
 
     def close(self) -> None:
         if self._opened:
@@ -202,7 +190,7 @@ class BagReader(_OpenedInWith):
             out[conn.topic] = TopicInfo(conn.msgtype, conn.msgcount + (prev.count if prev else 0))
         stats = self._mcap_stats
         if stats is not None:
-            out = {t: TopicInfo(i.msgtype, stats[0].get(t, 0)) for t, i in out.items()}
+            out = {t: TopicInfo(i.msgtype, stats.per_topic.get(t, 0)) for t, i in out.items()}
         return out
 
     @property
@@ -215,18 +203,18 @@ class BagReader(_OpenedInWith):
     @property
     def message_count(self) -> int:
         stats = self._mcap_stats
-        return stats[1] if stats is not None else self._reader.message_count
+        return stats.message_count if stats is not None else self._reader.message_count
 
     @property
     def start_time_ns(self) -> int:
         stats = self._mcap_stats
-        return stats[2] if stats is not None and stats[1] else self._reader.start_time
+        return stats.start_ns if stats is not None and stats.message_count else self._reader.start_time
 
     @property
     def end_time_ns(self) -> int:
         """One past the last message's log time (rosbags' convention)."""
         stats = self._mcap_stats
-        return stats[3] + 1 if stats is not None and stats[1] else self._reader.end_time
+        return stats.end_ns + 1 if stats is not None and stats.message_count else self._reader.end_time
 
     def check_topics(self, topics: Iterable[str]) -> list[str]:
         """The topics, checked to exist in the bag (BagError listing what the bag holds)."""

@@ -142,6 +142,35 @@ def _unique_beside(path: Path) -> Path:
     return cand
 
 
+@dataclass(frozen=True)
+class McapStatistics:
+    """What a finished MCAP file's summary says it holds."""
+
+    per_topic: dict[str, int]  # messages per topic (topics without messages left out)
+    message_count: int
+    start_ns: int  # log time of the first message
+    end_ns: int  # log time of the last message
+
+
+def mcap_statistics(path: str | os.PathLike) -> McapStatistics | None:
+    """The summary statistics of the MCAP file ``path`` (None when its summary has none); errors of the
+    mcap reader (no summary, a damaged one) propagate."""
+    from mcap.reader import make_reader
+
+    with Path(path).open("rb") as f:
+        summary = make_reader(f).get_summary()
+    stats = summary.statistics if summary is not None else None
+    if stats is None:
+        return None
+    per_topic: dict[str, int] = {}
+    for cid, n in stats.channel_message_counts.items():
+        if n:
+            topic = summary.channels[cid].topic
+            per_topic[topic] = per_topic.get(topic, 0) + n
+    return McapStatistics(per_topic, int(stats.message_count), int(stats.message_start_time),
+                          int(stats.message_end_time))
+
+
 def _stale_metadata(meta: Path) -> tuple[dict[str, str], int | None]:
     """custom_data and end time (ns) of an existing metadata.yaml; ({}, None) when unreadable."""
     from ruamel.yaml import YAML
@@ -191,8 +220,6 @@ def recover_bag(path: str | os.PathLike, *, store: Typestore | None = None) -> R
 
     if had_footer and meta.is_file():
         # complete MCAP: repair only when metadata.yaml disagrees with the MCAP's own statistics
-        from mcap.reader import make_reader
-
         try:
             # what metadata.yaml says (rosbags' Reader reads it as written; rad2's BagReader would
             # answer from the MCAP's own statistics instead)
@@ -202,16 +229,9 @@ def recover_bag(path: str | os.PathLike, *, store: Typestore | None = None) -> R
                     counts[conn.topic] = counts.get(conn.topic, 0) + conn.msgcount
                 first, last = reader.start_time, reader.end_time - 1
                 total = reader.message_count
-            with src.open("rb") as f:
-                summary = make_reader(f).get_summary()
-            stats = summary.statistics if summary is not None else None
-            in_file: dict[str, int] = {}
-            if stats is not None:
-                for cid, n in stats.channel_message_counts.items():
-                    topic = summary.channels[cid].topic
-                    in_file[topic] = in_file.get(topic, 0) + n
+            stats = mcap_statistics(src)
             consistent = (stats is not None and stats.message_count == total == sum(counts.values())
-                          and in_file == {t: n for t, n in counts.items() if n})
+                          and stats.per_topic == {t: n for t, n in counts.items() if n})
         except Exception:  # BagError, or an MCAP summary the mcap reader rejects: rewrite it
             consistent = False
         if consistent:
