@@ -413,7 +413,10 @@ class ControllerNode(Node):
                 speed_next = float(sol.states[0, 1, 3])
                 if self._last_accel is not None:  # the command's jerk limits (controller.command)
                     elapsed = max(0.0, (now - self._last_accel_ns) / 1e9)
-                    limited = float(self.tracker.limit_jerk(sol.controls[0, :1], self._last_accel,
+                    # the inputs of the emergency test are passed too (the first one alone would
+                    # never count as an emergency stop the way the simulator judges it)
+                    window = sol.controls[0, : self.tracker.emergency_window]
+                    limited = float(self.tracker.limit_jerk(window, self._last_accel,
                                                             elapsed_s=elapsed)[0, 0])
                     if limited != accel:
                         accel = limited
