@@ -58,6 +58,21 @@ def test_a_stop_in_the_plan_is_kept_and_braking_is_not_prolonged():
     assert _progress(out)[1] > 8.0 * DT  # it did not keep braking
 
 
+def test_an_even_acceleration_within_the_limits_is_followed_not_lagged():
+    """A plan accelerating at 1.5 m/s^2 (within max_accel) from an ego already accelerating so is
+    executed as planned: the limiter follows the plan's speed between the intervals' means instead of
+    chasing a step at every knot (which rebuilt the acceleration from zero each 0.5 s)."""
+    plan = _plan_from_speeds(2.0, [1.5] * 8)
+    out = limit_acceleration(plan, DT, 2.0, 1.5, LIMITS)
+    s_plan, s_out = _progress(plan), _progress(out)
+    assert np.all(s_out <= s_plan + 1e-9)
+    np.testing.assert_allclose(s_out, s_plan, atol=0.05)
+    # from standstill and no acceleration yet, only the jerk build-up is lost (j = 3: 0.5 s to 1.5 m/s^2)
+    start = _plan_from_speeds(0.0, [1.5] * 8)
+    lost = _progress(start)[-1] - _progress(limit_acceleration(start, DT, 0.0, 0.0, LIMITS))[-1]
+    assert 0.0 < lost < 1.5 * 0.25 * 4.0  # less than the 0.25 s build-up delay costs at 1.5 m/s^2 over 4 s
+
+
 def test_params_come_from_the_planner_file_and_bad_values_are_named():
     p = ComfortLimitParams.from_params(load_params("planner"))
     assert p.max_accel > 0 and p.max_jerk > 0

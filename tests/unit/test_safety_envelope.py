@@ -14,7 +14,8 @@ T = 8
 EGO = (4.8, 1.9)
 EMERGENCY = 8.0
 P = SafetyEnvelopeParams(enabled=True, reaction_time_s=0.5, ego_decel=4.0, agent_decel=4.0, margin_m=2.0,
-                         lateral_margin_m=0.2, station_step_m=1.0, crossing_angle_deg=45.0)
+                         lateral_margin_m=0.2, station_step_m=1.0, crossing_angle_deg=45.0,
+                         crossing_horizon_s=1.0)
 
 
 def straight_plan(speed: float, lateral: float = 0.0) -> np.ndarray:
@@ -170,16 +171,31 @@ def test_policy_applies_the_envelope_with_the_vehicle_emergency_limit(tmp_path):
 
 
 def test_crossing_agent_stopped_for_only_where_the_ego_can_stop_before_its_path():
-    crosser = np.array([30.0, 12.0, 0.0, -1.0, 0.0, -8.0, 4.5, 1.8, 0.0, 0.0])  # crosses 30 m ahead at 1.5 s
+    crosser = np.array([20.0, 6.0, 0.0, -1.0, 0.0, -8.0, 4.5, 1.8, 0.0, 0.0])  # crosses 20 m ahead at 0.5 s
     res = run(straight_plan(10.0), 10.0, [crosser])
     assert res.fired  # room to stop: yield
-    assert np.all(ego_front_progress(res.plan)[:4] <= 30.0 - 0.9 + 1e-6)
+    assert np.all(ego_front_progress(res.plan)[:2] <= 20.0 - 0.9 + 1e-6)
     # one sweeping over the ego's front now: it cannot stop short of it, so it keeps its plan
     over_front = np.array([4.0, 4.0, 0.0, -1.0, 0.0, -8.0, 4.5, 1.8, 0.0, 0.0])
     plan = straight_plan(7.0)
     res = run(plan, 7.0, [over_front])
     assert not res.fired
     np.testing.assert_array_equal(res.plan, plan)
+
+
+def test_cross_traffic_counts_only_within_the_crossing_horizon():
+    """A crossing car 2.5 s from the ego's path (extrapolated at constant velocity) holds the ego back
+    only when the horizon reaches that far; within the horizon it is yielded to."""
+    crosser = np.array([30.0, 22.0, 0.0, -1.0, 0.0, -8.0, 4.5, 1.8, 0.0, 0.0])  # on the path at ~2.5 s
+    plan = straight_plan(10.0)  # the ego's front is there at ~2.8 s
+    far = run(plan, 10.0, [crosser], P)
+    assert not far.fired
+    np.testing.assert_array_equal(far.plan, plan)
+    long = SafetyEnvelopeParams(**{**P.__dict__, "crossing_horizon_s": 4.0})
+    assert run(plan, 10.0, [crosser], long).fired
+    # the same car 1 s later in its approach (0.5 s from the path) is within the horizon: yield
+    near = crosser + np.array([0, -16.0, 0, 0, 0, 0, 0, 0, 0, 0])
+    assert run(plan, 10.0, [near], P).fired
 
 
 def test_impossible_ego_speed_keeps_the_sweep_bounded_and_nan_is_named():

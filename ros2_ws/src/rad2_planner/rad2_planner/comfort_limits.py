@@ -131,13 +131,26 @@ def limit_acceleration(plan: np.ndarray, plan_dt: float, ego_speed: float, ego_a
     n_per = max(1, int(round(plan_dt / p.step_s)))
     h = plan_dt / n_per
     # the plan's own speed: constant over each interval, so its integral meets every knot exactly
-    v_plan = np.repeat(np.diff(cum) / plan_dt, n_per)
+    v_mean = np.diff(cum) / plan_dt
+    v_plan = np.repeat(v_mean, n_per)
+    # the speed the limiter follows: the interval means placed at the intervals' middles, joined by
+    # straight lines and extended along the first and last of them to the plan's start and end (exact
+    # for a plan of constant acceleration). Chasing the steps of the piecewise-constant speed instead
+    # drops the acceleration to zero at every knot and rebuilds it at max_jerk, so a plan that
+    # accelerates evenly was executed at about half its acceleration.
+    t_knots = (np.arange(len(v_mean)) + 0.5) * plan_dt
+    v_knots = v_mean
+    if len(v_mean) >= 2:
+        t_knots = np.concatenate([[0.0], t_knots, [len(v_mean) * plan_dt]])
+        v_knots = np.concatenate([[v_mean[0] - 0.5 * (v_mean[1] - v_mean[0])], v_mean,
+                                  [v_mean[-1] + 0.5 * (v_mean[-1] - v_mean[-2])]])
+    v_follow = np.interp((np.arange(len(v_plan)) + 1.0) * h, t_knots, np.maximum(v_knots, 0.0))
     v = max(float(ego_speed), 0.0)
     a = min(max(float(ego_accel), 0.0), p.max_accel)
     s = np.empty(len(v_plan))
     travelled = 0.0
     changed = False
-    for i, v_target in enumerate(v_plan):
+    for i, v_target in enumerate(v_follow):
         a_allowed = min(p.max_accel, a + p.max_jerk * h)
         v_next = v + a_allowed * h
         if v_target <= v_next:

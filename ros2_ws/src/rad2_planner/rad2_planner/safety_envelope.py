@@ -53,6 +53,7 @@ class SafetyEnvelopeParams:
     lateral_margin_m: float  # m, the ego's box is widened by this on each side for the in-path test
     station_step_m: float  # m, spacing of the ego boxes swept along the path
     crossing_angle_deg: float  # deg, an agent whose heading differs more from the path's is crossing it
+    crossing_horizon_s: float = 1.0  # s, a crossing agent counts only where it meets the path this soon
 
     def __post_init__(self):
         for name in ("ego_decel", "agent_decel", "station_step_m"):
@@ -62,7 +63,7 @@ class SafetyEnvelopeParams:
         if not 0.0 < self.crossing_angle_deg <= 90.0:
             raise ValueError(f"safety_envelope.crossing_angle_deg: must be in (0, 90], got "
                              f"{self.crossing_angle_deg!r}")
-        for name in ("reaction_time_s", "margin_m", "lateral_margin_m"):
+        for name in ("reaction_time_s", "margin_m", "lateral_margin_m", "crossing_horizon_s"):
             value = getattr(self, name)
             if not np.isfinite(value) or value < 0.0:
                 raise ValueError(f"safety_envelope.{name}: must be a number >= 0, got {value!r}")
@@ -74,7 +75,8 @@ class SafetyEnvelopeParams:
         c = require(params, "safety_envelope")
         return cls(bool(c["enabled"]), float(c["reaction_time_s"]), float(c["ego_decel"]),
                    float(c["agent_decel"]), float(c["margin_m"]), float(c["lateral_margin_m"]),
-                   float(c["station_step_m"]), float(c["crossing_angle_deg"]))
+                   float(c["station_step_m"]), float(c["crossing_angle_deg"]),
+                   float(c["crossing_horizon_s"]))
 
 
 def constant_velocity_boxes(agents: np.ndarray, times: np.ndarray) -> np.ndarray:
@@ -181,6 +183,9 @@ def apply_envelope(plan: np.ndarray, plan_dt: float, ego_speed: float, agents: n
     crossing = np.abs(np.cos(np.arctan2(a[:, 3], a[:, 2])[:, None] - yaw[first])) < np.cos(
         np.radians(p.crossing_angle_deg))
     limit = np.where(crossing & (v0**2 / (2.0 * emergency_decel) > s_hit), np.inf, limit)
+    # nor where it would meet the path later than crossing_horizon_s: extrapolated at constant velocity
+    # that far, cross traffic (which may stop at its own signal or turn) held the ego back at junctions
+    limit = np.where(crossing & (times[None, :] > p.crossing_horizon_s + 1e-9), np.inf, limit)
     # the middle of the stations touching the agent: where it is along the path
     last = hit.shape[-1] - 1 - hit[..., ::-1].argmax(-1)
     middle = np.where(any_hit, 0.5 * (s[first] + s[last]), -np.inf)  # N T+1
