@@ -59,18 +59,19 @@ def test_a_stop_in_the_plan_is_kept_and_braking_is_not_prolonged():
 
 
 def test_an_even_acceleration_within_the_limits_is_followed_not_lagged():
-    """A plan accelerating at 1.5 m/s^2 (within max_accel) from an ego already accelerating so is
-    executed as planned: the limiter follows the plan's speed between the intervals' means instead of
-    chasing a step at every knot (which rebuilt the acceleration from zero each 0.5 s)."""
-    plan = _plan_from_speeds(2.0, [1.5] * 8)
-    out = limit_acceleration(plan, DT, 2.0, 1.5, LIMITS)
-    s_plan, s_out = _progress(plan), _progress(out)
-    assert np.all(s_out <= s_plan + 1e-9)
-    np.testing.assert_allclose(s_out, s_plan, atol=0.05)
-    # from standstill and no acceleration yet, only the jerk build-up is lost (j = 3: 0.5 s to 1.5 m/s^2)
-    start = _plan_from_speeds(0.0, [1.5] * 8)
-    lost = _progress(start)[-1] - _progress(limit_acceleration(start, DT, 0.0, 0.0, LIMITS))[-1]
-    assert 0.0 < lost < 1.5 * 0.25 * 4.0  # less than the 0.25 s build-up delay costs at 1.5 m/s^2 over 4 s
+    """A plan accelerating at 1.5 m/s^2 (within max_accel) is executed at that acceleration: the
+    limiter follows the plan's speed between the intervals' means instead of chasing a step at every
+    knot, which rebuilt the acceleration from zero each 0.5 s and lost about 1.9 m over these 4 s."""
+    for v0, a0 in ((2.0, 1.5), (0.0, 0.0), (5.0, 0.0)):
+        plan = _plan_from_speeds(v0, [1.5] * 8)
+        s_plan = _progress(plan)
+        s_out = _progress(limit_acceleration(plan, DT, v0, a0, LIMITS))
+        assert np.all(s_out <= s_plan + 1e-9)
+        # only the first interval's catch-up (and the jerk build-up from rest) is lost, never more
+        assert s_plan[-1] - s_out[-1] < 0.4, (v0, a0, s_plan[-1] - s_out[-1])
+        # from the second interval on, each interval's speed is within 0.35 m/s of the plan's
+        lag = np.diff(s_plan)[1:] / DT - np.diff(s_out)[1:] / DT
+        assert lag.max() < 0.35, (v0, a0, lag)
 
 
 def test_params_come_from_the_planner_file_and_bad_values_are_named():

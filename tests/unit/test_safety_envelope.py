@@ -15,7 +15,7 @@ EGO = (4.8, 1.9)
 EMERGENCY = 8.0
 P = SafetyEnvelopeParams(enabled=True, reaction_time_s=0.5, ego_decel=4.0, agent_decel=4.0, margin_m=2.0,
                          lateral_margin_m=0.2, station_step_m=1.0, crossing_angle_deg=45.0,
-                         crossing_horizon_s=1.0)
+                         crossing_horizon_s=1.0, cut_in_horizon_s=2.0)
 
 
 def straight_plan(speed: float, lateral: float = 0.0) -> np.ndarray:
@@ -196,6 +196,19 @@ def test_cross_traffic_counts_only_within_the_crossing_horizon():
     # the same car 1 s later in its approach (0.5 s from the path) is within the horizon: yield
     near = crosser + np.array([0, -16.0, 0, 0, 0, 0, 0, 0, 0, 0])
     assert run(plan, 10.0, [near], P).fired
+
+
+def test_a_drift_into_the_path_counts_only_within_the_cut_in_horizon():
+    """A slower car two lanes over drifting sideways at 1.2 m/s enters the ego's path only after about
+    3.5 s (extrapolated at constant velocity): with a 2 s cut-in horizon the ego keeps its plan, with
+    the whole plan as the horizon it brakes now; the same car 1.5 s into the path is braked for."""
+    drifter = agent(7.0, -6.5, vx=15.7, vy=1.2)
+    plan = straight_plan(18.8)
+    assert not run(plan, 18.8, [drifter], P).fired
+    whole = SafetyEnvelopeParams(**{**P.__dict__, "cut_in_horizon_s": 4.0})
+    assert run(plan, 18.8, [drifter], whole).fired
+    close = agent(7.0, -4.0, vx=15.7, vy=1.2)  # enters the path at about 1.4 s
+    assert run(plan, 18.8, [close], P).fired
 
 
 def test_impossible_ego_speed_keeps_the_sweep_bounded_and_nan_is_named():

@@ -22,6 +22,11 @@ form of the RSS longitudinal distance):
   ``crossing_angle_deg`` from the path's) where the ego could not stop before it even at the emergency
   limit is not stopped for either: the ego is already in its way, and braking would leave it standing
   there (like a red light in the dilemma zone, ``traffic_rules``).
+- constant velocity is trusted only so far for agents that are not in the path now: one crossing it
+  counts only at plan times up to ``crossing_horizon_s``, one beside it moving into it (a cut-in) only
+  up to ``cut_in_horizon_s``. Over the whole plan, cross traffic that stops at its own signal and
+  lateral drift within a lane two lanes over (recorded traffic) forced stops for conflicts that never
+  came; within the horizons a real cut-in or crossing still finds the ego braking at the emergency limit.
 - the plan's speed on each interval is lowered to the largest speed that satisfies the bound at the
   interval's end; it never drops faster than the vehicle's emergency deceleration (``vehicle.min_accel``
   of params/vehicle.yaml): when the bound asks for more, the plan brakes at that limit. When the bound
@@ -54,6 +59,7 @@ class SafetyEnvelopeParams:
     station_step_m: float  # m, spacing of the ego boxes swept along the path
     crossing_angle_deg: float  # deg, an agent whose heading differs more from the path's is crossing it
     crossing_horizon_s: float = 1.0  # s, a crossing agent counts only where it meets the path this soon
+    cut_in_horizon_s: float = 2.0  # s, an agent moving into the path from beside it counts only this soon
 
     def __post_init__(self):
         for name in ("ego_decel", "agent_decel", "station_step_m"):
@@ -63,7 +69,8 @@ class SafetyEnvelopeParams:
         if not 0.0 < self.crossing_angle_deg <= 90.0:
             raise ValueError(f"safety_envelope.crossing_angle_deg: must be in (0, 90], got "
                              f"{self.crossing_angle_deg!r}")
-        for name in ("reaction_time_s", "margin_m", "lateral_margin_m", "crossing_horizon_s"):
+        for name in ("reaction_time_s", "margin_m", "lateral_margin_m", "crossing_horizon_s",
+                     "cut_in_horizon_s"):
             value = getattr(self, name)
             if not np.isfinite(value) or value < 0.0:
                 raise ValueError(f"safety_envelope.{name}: must be a number >= 0, got {value!r}")
@@ -76,7 +83,7 @@ class SafetyEnvelopeParams:
         return cls(bool(c["enabled"]), float(c["reaction_time_s"]), float(c["ego_decel"]),
                    float(c["agent_decel"]), float(c["margin_m"]), float(c["lateral_margin_m"]),
                    float(c["station_step_m"]), float(c["crossing_angle_deg"]),
-                   float(c["crossing_horizon_s"]))
+                   float(c["crossing_horizon_s"]), float(c["cut_in_horizon_s"]))
 
 
 def constant_velocity_boxes(agents: np.ndarray, times: np.ndarray) -> np.ndarray:
@@ -186,6 +193,11 @@ def apply_envelope(plan: np.ndarray, plan_dt: float, ego_speed: float, agents: n
     # nor where it would meet the path later than crossing_horizon_s: extrapolated at constant velocity
     # that far, cross traffic (which may stop at its own signal or turn) held the ego back at junctions
     limit = np.where(crossing & (times[None, :] > p.crossing_horizon_s + 1e-9), np.inf, limit)
+    # an agent beside the path now, moving into it, counts only where it gets there within
+    # cut_in_horizon_s: a lateral drift extrapolated over the whole plan (a car two lanes over, drifting
+    # within its lane) forced emergency stops for cut-ins that never came
+    entering = ~any_hit[:, :1] & ~crossing
+    limit = np.where(entering & (times[None, :] > p.cut_in_horizon_s + 1e-9), np.inf, limit)
     # the middle of the stations touching the agent: where it is along the path
     last = hit.shape[-1] - 1 - hit[..., ::-1].argmax(-1)
     middle = np.where(any_hit, 0.5 * (s[first] + s[last]), -np.inf)  # N T+1
