@@ -9,7 +9,9 @@ own path (the path is kept, only the timing changes) so that, starting from the 
 - the acceleration never exceeds ``max_accel``;
 - the acceleration builds up at most at ``max_jerk`` from the ego's present acceleration (from zero
   when the ego is braking, so the limiter never prolongs a braking manoeuvre);
-- braking is never limited: where the plan is slower, the re-timed plan is as slow (safety first).
+- braking is never limited: where the plan is slower, the re-timed plan is as slow (safety first);
+- the plan's speed it follows is the plan's interval means joined by straight lines through the
+  intervals' middles, not a step at every point (see :func:`limit_acceleration`).
 
 The re-timed speed is therefore never above the plan's, so the ego is never further along its path
 than the plan was at any time: a plan that stops before an obstacle or a stop line still does. The
