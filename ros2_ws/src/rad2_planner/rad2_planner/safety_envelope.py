@@ -58,8 +58,8 @@ class SafetyEnvelopeParams:
     lateral_margin_m: float  # m, the ego's box is widened by this on each side for the in-path test
     station_step_m: float  # m, spacing of the ego boxes swept along the path
     crossing_angle_deg: float  # deg, an agent whose heading differs more from the path's is crossing it
-    crossing_horizon_s: float = 1.0  # s, a crossing agent counts only where it meets the path this soon
-    cut_in_horizon_s: float = 2.0  # s, an agent moving into the path from beside it counts only this soon
+    crossing_horizon_s: float  # s, a crossing agent counts only where it meets the path this soon
+    cut_in_horizon_s: float  # s, an agent moving into the path from beside it counts only this soon
 
     def __post_init__(self):
         for name in ("ego_decel", "agent_decel", "station_step_m"):
@@ -190,14 +190,11 @@ def apply_envelope(plan: np.ndarray, plan_dt: float, ego_speed: float, agents: n
     crossing = np.abs(np.cos(np.arctan2(a[:, 3], a[:, 2])[:, None] - yaw[first])) < np.cos(
         np.radians(p.crossing_angle_deg))
     limit = np.where(crossing & (v0**2 / (2.0 * emergency_decel) > s_hit), np.inf, limit)
-    # nor where it would meet the path later than crossing_horizon_s: extrapolated at constant velocity
-    # that far, cross traffic (which may stop at its own signal or turn) held the ego back at junctions
-    limit = np.where(crossing & (times[None, :] > p.crossing_horizon_s + 1e-9), np.inf, limit)
-    # an agent beside the path now, moving into it, counts only where it gets there within
-    # cut_in_horizon_s: a lateral drift extrapolated over the whole plan (a car two lanes over, drifting
-    # within its lane) forced emergency stops for cut-ins that never came
-    entering = ~any_hit[:, :1] & ~crossing
-    limit = np.where(entering & (times[None, :] > p.cut_in_horizon_s + 1e-9), np.inf, limit)
+    # constant velocity is trusted only so far for an agent not in the path now: a crossing one counts up
+    # to crossing_horizon_s (cross traffic may stop at its own signal), one beside the path moving into
+    # it up to cut_in_horizon_s (lateral drift within a lane two lanes over is not a cut-in)
+    horizon = np.where(crossing, p.crossing_horizon_s, np.where(any_hit[:, :1], np.inf, p.cut_in_horizon_s))
+    limit = np.where(times[None, :] > horizon + 1e-9, np.inf, limit)
     # the middle of the stations touching the agent: where it is along the path
     last = hit.shape[-1] - 1 - hit[..., ::-1].argmax(-1)
     middle = np.where(any_hit, 0.5 * (s[first] + s[last]), -np.inf)  # N T+1
