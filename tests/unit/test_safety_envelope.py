@@ -15,7 +15,8 @@ EGO = (4.8, 1.9)
 EMERGENCY = 8.0
 P = SafetyEnvelopeParams(enabled=True, reaction_time_s=0.5, ego_decel=4.0, agent_decel=4.0, margin_m=2.0,
                          lateral_margin_m=0.2, station_step_m=1.0, crossing_angle_deg=45.0,
-                         crossing_horizon_s=1.0, cut_in_horizon_s=2.0)
+                         crossing_horizon_s=1.0, cut_in_horizon_s=2.0,
+                         alongside_horizon_s=1.0)
 
 
 def straight_plan(speed: float, lateral: float = 0.0) -> np.ndarray:
@@ -132,6 +133,21 @@ def test_cut_in_from_alongside_brakes_at_once():
     assert res.fired
     first_speed = res.plan[0, 0] / DT
     assert first_speed == pytest.approx(25.0 - EMERGENCY * DT)  # emergency braking from the first interval
+
+
+def test_a_car_alongside_moving_in_counts_only_within_the_alongside_horizon():
+    # a car in the next lane, 3 m/s slower, moving towards the ego's lane at 0.9 m/s: it enters the
+    # path after about 1.4 s. Alongside the ego (its rear behind the ego's front) it counts only within
+    # 1 s, so the plan is kept (it would meet the ego's side); pulled ahead by 8 m the same move is a
+    # cut-in in front of the ego (2 s), and the ego brakes at its emergency limit at once
+    plan = straight_plan(20.0)
+    assert not run(plan, 20.0, [agent(1.0, -3.2, vx=17.0, vy=0.9)]).fired
+    whole = SafetyEnvelopeParams(**{**P.__dict__, "alongside_horizon_s": 2.0})
+    assert run(plan, 20.0, [agent(1.0, -3.2, vx=17.0, vy=0.9)], whole).fired
+    ahead = run(plan, 20.0, [agent(9.0, -3.2, vx=17.0, vy=0.9)])
+    assert ahead.fired and ahead.plan[0, 0] / DT == pytest.approx(20.0 - EMERGENCY * DT)
+    # a decisive move in from alongside (within the horizon) is still braked for
+    assert run(plan, 20.0, [agent(1.0, -2.6, vx=17.0, vy=1.5)]).fired
 
 
 def test_agent_crossing_behind_the_ego_ignored():

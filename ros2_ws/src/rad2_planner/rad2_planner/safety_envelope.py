@@ -27,6 +27,10 @@ form of the RSS longitudinal distance):
   up to ``cut_in_horizon_s``. Over the whole plan, cross traffic that stops at its own signal and
   lateral drift within a lane two lanes over (recorded traffic) forced stops for conflicts that never
   came; within the horizons a real cut-in or crossing still finds the ego braking at the emergency limit.
+- a car beside the path still alongside the ego (its rear not yet ahead of the ego's front) counts
+  only up to ``alongside_horizon_s``: moving in, it would meet the ego's side, not its front, and in
+  recorded traffic the extrapolated lateral wobble of cars in the next lane forced emergency stops beside
+  them, each handing the hazard to the follower. A decisive cut-in from alongside still counts.
 - the plan's speed on each interval is lowered to the largest speed that satisfies the bound at the
   interval's end; it never drops faster than the vehicle's emergency deceleration (``vehicle.min_accel``
   of params/vehicle.yaml): when the bound asks for more, the plan brakes at that limit. When the bound
@@ -60,6 +64,7 @@ class SafetyEnvelopeParams:
     crossing_angle_deg: float  # deg, an agent whose heading differs more from the path's is crossing it
     crossing_horizon_s: float  # s, a crossing agent counts only where it meets the path this soon
     cut_in_horizon_s: float  # s, an agent moving into the path from beside it counts only this soon
+    alongside_horizon_s: float  # s, ... and one doing so while alongside the ego only this soon
 
     def __post_init__(self):
         for name in ("ego_decel", "agent_decel", "station_step_m"):
@@ -70,7 +75,7 @@ class SafetyEnvelopeParams:
             raise ValueError(f"safety_envelope.crossing_angle_deg: must be in (0, 90], got "
                              f"{self.crossing_angle_deg!r}")
         for name in ("reaction_time_s", "margin_m", "lateral_margin_m", "crossing_horizon_s",
-                     "cut_in_horizon_s"):
+                     "cut_in_horizon_s", "alongside_horizon_s"):
             value = getattr(self, name)
             if not np.isfinite(value) or value < 0.0:
                 raise ValueError(f"safety_envelope.{name}: must be a number >= 0, got {value!r}")
@@ -83,7 +88,8 @@ class SafetyEnvelopeParams:
         return cls(bool(c["enabled"]), float(c["reaction_time_s"]), float(c["ego_decel"]),
                    float(c["agent_decel"]), float(c["margin_m"]), float(c["lateral_margin_m"]),
                    float(c["station_step_m"]), float(c["crossing_angle_deg"]),
-                   float(c["crossing_horizon_s"]), float(c["cut_in_horizon_s"]))
+                   float(c["crossing_horizon_s"]), float(c["cut_in_horizon_s"]),
+                   float(c["alongside_horizon_s"]))
 
 
 def constant_velocity_boxes(agents: np.ndarray, times: np.ndarray) -> np.ndarray:
@@ -192,8 +198,12 @@ def apply_envelope(plan: np.ndarray, plan_dt: float, ego_speed: float, agents: n
     limit = np.where(crossing & (v0**2 / (2.0 * emergency_decel) > s_hit), np.inf, limit)
     # constant velocity is trusted only so far for an agent not in the path now: a crossing one counts up
     # to crossing_horizon_s (cross traffic may stop at its own signal), one beside the path moving into
-    # it up to cut_in_horizon_s (lateral drift within a lane two lanes over is not a cut-in)
-    horizon = np.where(crossing, p.crossing_horizon_s, np.where(any_hit[:, :1], np.inf, p.cut_in_horizon_s))
+    # it up to cut_in_horizon_s (lateral drift within a lane two lanes over is not a cut-in), and one
+    # still alongside the ego (its rear not yet ahead of the ego's front) up to alongside_horizon_s (the
+    # lateral wobble of a car in the next lane is not one either; moving in, it meets the ego's side)
+    alongside = ~any_hit[:, 0] & (a[:, 0] - 0.5 * a[:, 6] < 0.5 * ego_size[0])
+    beside = np.where(alongside, p.alongside_horizon_s, p.cut_in_horizon_s)
+    horizon = np.where(crossing, p.crossing_horizon_s, np.where(any_hit[:, :1], np.inf, beside[:, None]))
     limit = np.where(times[None, :] > horizon + 1e-9, np.inf, limit)
     # the middle of the stations touching the agent: where it is along the path
     last = hit.shape[-1] - 1 - hit[..., ::-1].argmax(-1)
