@@ -369,6 +369,9 @@ def test_experiment_results_keep_each_clips_outcome(tmp_path):
     report = (tmp_path / "experiments.md").read_text()
     hits = sum(c["collided"] for c in clips)
     assert f"| {arm.label} | {hits} / 2 |" in report  # the collision table counts the same episodes
+    # the cycle timed alone after the rollouts: H=8 over two clips leaves fewer than the 200 asked for
+    assert 0 < runs[0]["cycle_count"] < 200
+    assert 0 < runs[0]["cycle_median_ms"] <= runs[0]["cycle_p99_ms"]
 
 
 def test_resuming_with_an_optimiser_over_other_parameters_names_the_setting():
@@ -416,6 +419,9 @@ def test_reference_arms_share_the_table_with_the_planner(tmp_path):
     assert expert[0]["EP-Mean"] == pytest.approx(1.0, abs=0.02)  # the log replayed
     report = (tmp_path / "experiments.md").read_text()
     header = next(line for line in report.splitlines() if line.startswith("| arm |"))
-    for column in ("offroad_rate", "score", "plan_speed_change_m_s", "wall_s_per_clip"):
+    for column in ("offroad_rate", "score", "plan_speed_change_m_s", "cycle_p99_ms", "wall_s_per_clip"):
         assert column in header
+    for label in ("ref:idm", "ref:expert"):  # every seed's cell shows the one timing of the arm
+        (runs,) = results[label].values()
+        assert runs[0]["cycle_p99_ms"] == runs[1]["cycle_p99_ms"] > 0
     assert (tmp_path / "summary_eval_real.png").is_file()

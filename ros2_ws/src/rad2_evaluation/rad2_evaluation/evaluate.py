@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 # evaluation.* keys that change the pictures, not the results
-_PRESENTATION_KEYS = ("worst_clips_gif", "gif_fps")
+# evaluation.* settings that change no episode (what is drawn and timed afterwards): not part of the
+# settings a resumed run must share
+PRESENTATION_KEYS = ("worst_clips_gif", "gif_fps", "latency_cycles")
 
 
 def _runner(policy: str, params: dict, workers: int, checkpoint: str | None, decider_kwargs: dict):
@@ -57,7 +59,7 @@ def policy_settings(policy: str, files: dict, *, batch_size: int | None, h_reuse
     params = files["sim"]
     sim = copy.deepcopy(params)
     ev = sim.get("evaluation", {})
-    for key in (*_PRESENTATION_KEYS, "batch_size", "h_reuse"):
+    for key in (*PRESENTATION_KEYS, "batch_size", "h_reuse"):
         ev.pop(key, None)
     settings: dict[str, Any] = {"sim": sim, "h_reuse": int(h_reuse if h_reuse is not None
                                                            else params["evaluation"]["h_reuse"])}

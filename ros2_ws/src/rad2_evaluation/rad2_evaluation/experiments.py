@@ -16,12 +16,14 @@ import numpy as np
 
 RULES = ("uniform", "medoid", "safe_medoid")
 # A mixed set (e.g. eval_rich: both kinds of clip) is judged on both CR and EP, so it gets both.
+# cycle_p99_ms: the arm's planning cycle timed alone at one row per call (cycle_latency), not the
+# batched rollouts of the table's episodes
 COLUMNS = {"safety": ("CR", "AF-CR", "Safety@1", "comfort_violation_steps", "plan_speed_change_m_s",
-                      "score", "wall_s_per_clip"),
+                      "score", "cycle_p99_ms", "wall_s_per_clip"),
            "efficiency": ("EP-Mean", "EP@1.0", "CR", "comfort_violation_steps", "plan_speed_change_m_s",
-                          "score", "wall_s_per_clip"),
+                          "score", "cycle_p99_ms", "wall_s_per_clip"),
            "other": ("CR", "AF-CR", "offroad_rate", "EP-Mean", "EP@1.0", "comfort_violation_steps",
-                     "plan_speed_change_m_s", "score", "wall_s_per_clip")}
+                     "plan_speed_change_m_s", "score", "cycle_p99_ms", "wall_s_per_clip")}
 PLOTTED = {"safety": ("CR",), "efficiency": ("EP-Mean",), "other": ("CR", "EP-Mean")}
 
 
@@ -134,11 +136,12 @@ def arm_settings(arm: Arm, spec, files: dict, workers: int, max_clips: int | Non
     from rad2_core.config import merged
 
     from rad2_evaluation.episode_log import checkpoint_digest
+    from rad2_evaluation.evaluate import PRESENTATION_KEYS
 
     sim_params = files["sim"]
     sim = copy.deepcopy(sim_params)
     ev = sim.get("evaluation", {})
-    for key in ("worst_clips_gif", "gif_fps", "h_reuse"):
+    for key in (*PRESENTATION_KEYS, "h_reuse"):
         ev.pop(key, None)
     h_reuse = int(arm.h_reuse or sim_params["evaluation"]["h_reuse"])
     if arm.reference:  # deterministic: its own parameter file (if it has one) decides its plans
@@ -217,6 +220,52 @@ def evaluate_arm(arm: Arm, splits: list, seeds: list[int], workers: int, max_cli
         if pool is not None:
             pool.close()
     return out
+
+
+class TimedDecider:
+    """A decision maker whose every ``decide`` call is timed on the wall clock (milliseconds in ``ms``)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.ms: list[float] = []
+
+    def start_chunk(self, sim, state, rows, seeds) -> None:
+        self.inner.start_chunk(sim, state, rows, seeds)
+
+    def decide(self, sim, state, indices, observations, seeds):
+        t0 = time.perf_counter()
+        plans = self.inner.decide(sim, state, indices, observations, seeds)
+        self.ms.append(1e3 * (time.perf_counter() - t0))
+        return plans
+
+
+# decisions left out of the latency figures: the first calls build sessions and caches
+LATENCY_WARMUP = 5
+
+
+def cycle_latency(arm: Arm, split, params: dict, cycles: int, threads: int | None = None,
+                  backend: str | None = None, device: str | None = None, simulator=None) -> dict[str, float]:
+    """The arm's planning cycle as a vehicle runs it: one clip at a time, one row per call (M candidates
+    in one batch for the learned planner), in this process with ``threads`` network threads (None:
+    params/planner.yaml's), over the clips of ``split`` (a :class:`bev_warp_sim.preflight.CheckedSplit`)
+    in order until ``cycles`` decisions after :data:`LATENCY_WARMUP` were timed. Each decision is the
+    decision maker's whole call: observation to plan, every stage included; the simulator's observation
+    and step are not. ``{"cycle_median_ms", "cycle_p99_ms", "cycle_count"}``; empty when ``cycles`` is
+    0 or the split has no clip."""
+    from bev_warp_sim.rollout import RowSpec, run_chunk
+    from bev_warp_sim.simulator import Simulator
+
+    if cycles <= 0 or not split.clips:
+        return {}
+    sim = simulator if simulator is not None else Simulator(params)
+    timed = TimedDecider(policy_spec(arm, threads=threads, backend=backend, device=device).build(params))
+    for clip, position in zip(split.clips, split.positions):
+        run_chunk(sim, timed, [RowSpec(clip, 0, position, 0)], seed=0, h_reuse=arm.h_reuse)
+        if len(timed.ms) >= cycles + LATENCY_WARMUP:
+            break
+    ms = np.asarray(timed.ms[LATENCY_WARMUP:LATENCY_WARMUP + cycles] or timed.ms, np.float64)
+    return {"cycle_median_ms": float(np.median(ms)), "cycle_p99_ms": float(np.percentile(ms, 99)),
+            "cycle_count": int(len(ms))}
 
 
 def clip_record(result) -> dict:
@@ -374,6 +423,7 @@ def run_experiments(arms: list[Arm], splits: list[str], seeds: list[int], out: P
 
     sim_overrides = dict(sim_overrides or {})
     params = merged(files, *files)
+    latency_cycles = int(params["evaluation"]["latency_cycles"])
     sim = Simulator(params)
     checked = check_splits([str(resolve_path(s)) for s in splits], sim, max_clips=max_clips,
                            skip_bad=skip_bad, progress=progress)
@@ -392,6 +442,13 @@ def run_experiments(arms: list[Arm], splits: list[str], seeds: list[int], out: P
             results[arm.label] = evaluate_arm(arm, checked, seeds, workers, max_clips, params,
                                               threads=threads, backend=backend, device=device, log=log,
                                               simulator=sim)
+            # timed after the rollouts (the workers are idle then), on the first split's clips, once per
+            # arm: every seed's and split's cell shows the same figure
+            latency = cycle_latency(arm, checked[0], params, latency_cycles, threads=threads,
+                                    backend=backend, device=device, simulator=sim)
+            for runs in results[arm.label].values():
+                for run in runs:
+                    run.update(latency)
             (out / "results.json").write_text(json.dumps(results, indent=1))
     write_report(results, splits, seeds, out, max_clips, time.time() - t0, sim_overrides)
     return results
