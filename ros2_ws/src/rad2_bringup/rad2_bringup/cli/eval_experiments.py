@@ -24,8 +24,10 @@ brakes for a slower ego instead of driving into it).
 
 Metrics (bev_warp_sim.metrics.aggregate): CR, AF-CR and Safety@1 on the safety split, EP-Mean and EP@1.0
 on the efficiency split, both kinds and off-road on any other split (e.g. data/eval_real); on all of them
-comfort-violating steps, plan-to-plan change (plan_speed_change_m_s), the nuPlan-style score and the wall
-time per clip; summary_<split>.png draws every arm's metrics with the spread over the seeds.
+comfort-violating steps, plan-to-plan change (plan_speed_change_m_s), the nuPlan-style score, the cycle
+p99 (cycle_p99_ms: after its rollouts each arm's decisions are timed alone, one clip at a time and one call
+per cycle, over evaluation.latency_cycles cycles of params/sim.yaml; a resumed run times them again) and
+the wall time per clip; summary_<split>.png draws every arm's metrics with the spread over the seeds.
 
 Every clip is checked before the first rollout, as the simulator would check it: refused clips are
 listed with their reasons and the run stops (exit 2), or with --skip-bad runs without them and
