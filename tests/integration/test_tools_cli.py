@@ -23,7 +23,7 @@ RAD2 = [sys.executable, "-m", "rad2_bringup.cli"]
 @pytest.mark.parametrize("tool", ["bench all", "bench planner", "bench ilqr", "bench sim",
                                   "bench rollouts", "train rl", "eval experiments",
                                   "eval policy", "train self-correction", "eval safety-layer",
-                                  "train self-correction-rl", "data merge", "bench graph"])
+                                  "train self-correction-rl", "data merge", "data mirror", "bench graph"])
 def test_help(tool, tmp_path):
     res = subprocess.run([*RAD2, *tool.split(), "--help"], capture_output=True, text=True,
                          timeout=120, cwd=tmp_path)
@@ -134,6 +134,35 @@ def test_merge_datasets_keeps_every_clip_and_refuses_repeated_ids(tmp_path):
     bad.write_bytes(b"not an npz")
     res = subprocess.run([*merge, str(data / "eval_rich"), "bad", "--out", "f"], capture_output=True,
                          text=True, timeout=300, cwd=tmp_path)
+    assert res.returncode == 1 and bad.name in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert not (tmp_path / "f").exists() and not (tmp_path / "f.partial").exists()
+
+
+def test_mirror_dataset_writes_every_clip_and_leaves_nothing_on_a_bad_one(tmp_path):
+    from rad2_core.storage import iter_dataset, read_index
+
+    data = ROOT / "data"
+    mirror = [*RAD2, "data", "mirror"]
+    res = subprocess.run([*mirror, str(data / "eval_signals"), "--out", "m"], capture_output=True, text=True,
+                         timeout=300, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    want = [e["clip_id"] + "_mirrored" for e in read_index(data / "eval_signals")["clips"]]
+    assert [e["clip_id"] for e in read_index(tmp_path / "m")["clips"]] == want
+    first = next(iter_dataset(tmp_path / "m"))
+    assert first.metadata["mirrored"] is True
+    # mirrored back: the original ids again
+    res = subprocess.run([*mirror, "m", "--out", "back"], capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert [e["clip_id"] for e in read_index(tmp_path / "back")["clips"]] == [w[:-9] for w in want]
+    res = subprocess.run([*mirror, str(data / "eval_signals"), "--out", "m"], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert res.returncode == 2 and "--out" in res.stderr, res.stderr  # never over an existing directory
+    shutil.copytree(data / "eval_signals", tmp_path / "bad")
+    bad = tmp_path / "bad" / read_index(tmp_path / "bad")["clips"][-1]["file"]
+    bad.write_bytes(b"not an npz")
+    res = subprocess.run([*mirror, "bad", "--out", "f"], capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path)
     assert res.returncode == 1 and bad.name in res.stderr and "Traceback" not in res.stderr, res.stderr
     assert not (tmp_path / "f").exists() and not (tmp_path / "f.partial").exists()
 

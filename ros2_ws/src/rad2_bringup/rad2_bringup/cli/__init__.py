@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, dict[str, tuple[str, str]] | None]] = {
         "curate": ("data_curate", "curate the RL training sets (elevated collision risk, poor progress)"),
         "render": ("data_render", "render a clip or a log to PNG (one frame) and/or GIF"),
         "merge": ("data_merge", "merge clip datasets into a new one (clip ids must be unique)"),
+        "mirror": ("data_mirror", "mirror a clip dataset left-right (right-hand traffic as left-hand)"),
         "to-bag": ("data_to_bag", "write a clip as a rosbag2 MCAP bag of perception inputs"),
         "repair-bag": ("data_repair_bag", "make the MCAP bag of a killed recorder readable again"),
     }),
