@@ -347,24 +347,6 @@ def test_reward_registry_hand_computed():
         rw.compute_rewards(tr, PARAMS, ["made_up"])
 
 
-def test_comfort_reward_charges_the_share_of_steps_breaking_a_limit():
-    """rad2_comfort = rad2 - w * (share of comfort-violating steps): a steady drive pays nothing, a drive
-    that brakes at 6 m/s^2 (beyond min_lon_accel) over part of the rollout pays for each such step."""
-    steady = _trace()
-    assert rw.reward_rad2_comfort(steady, PARAMS) == pytest.approx(rw.reward_rad2(steady, PARAMS))
-    n = 21
-    speed = np.concatenate([np.full(8, 9.0), 9.0 - 6.0 * 0.1 * np.arange(1, 6), np.full(n - 13, 6.0)])
-    braking = _trace(n=n)
-    braking.ego[:, 3] = speed
-    braking.ego[1:, 0] = np.cumsum(speed[:-1] * 0.1)
-    braking.route_s[:] = braking.ego[:, 0]
-    any_step, _ = rw.episode_comfort(braking, PARAMS)
-    assert 0 < any_step.sum() < n
-    w = PARAMS["rewards"]["rad2_comfort"]["weight_comfort"]
-    assert rw.reward_rad2_comfort(braking, PARAMS) == pytest.approx(
-        rw.reward_rad2(braking, PARAMS) - w * any_step.mean())
-
-
 def test_observation_at_a_decision_is_what_the_policy_saw(sim):
     """A trainer re-renders a decision's observation from what the decision point records."""
     clip = make_clip(num_steps=200)

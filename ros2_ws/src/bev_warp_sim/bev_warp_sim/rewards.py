@@ -282,15 +282,6 @@ def plan_r1_terms(trace: EpisodeTrace, params: dict[str, Any]) -> dict[str, floa
         rho=episode_progress(trace, params)[2], dt=trace.dt, params=params)
 
 
-def reward_rad2_comfort(trace: EpisodeTrace, params: dict[str, Any]) -> float:
-    """RAD-2's reward minus ``w_comfort ·`` the share of the rollout's steps that break a comfort limit
-    (the episode's comfort_violation_steps metric): a candidate that drives on into a late hard brake
-    scores below one that eases off in time."""
-    w = float(params["rewards"]["rad2_comfort"]["weight_comfort"])
-    any_step, _ = episode_comfort(trace, params)
-    return reward_rad2(trace, params) - w * (float(any_step.mean()) if len(any_step) else 0.0)
-
-
 def reward_plan_r1(trace: EpisodeTrace, params: dict[str, Any]) -> float:
     return plan_r1_terms(trace, params)["total"]
 
@@ -317,7 +308,6 @@ REWARDS: dict[str, RewardFn] = {
     "follower_margin": reward_follower_margin,
     "rad2": reward_rad2,
     "rad2_follow": reward_rad2_follow,
-    "rad2_comfort": reward_rad2_comfort,
     "plan_r1": reward_plan_r1,
     "correction_planner": reward_correction_planner,
     "laviplan": reward_laviplan,
