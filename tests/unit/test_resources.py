@@ -20,6 +20,7 @@ from rad2_core.config import ResourceNotFoundError, resource_path, writable_dir
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = {  # what setup.py installs besides params/ (weights and config only: no onnx/ caches)
     "checkpoints/rad2_rl_real": ("config.json", "generator.safetensors", "discriminator.safetensors"),
+    "checkpoints/rad2_rl_real_sym": ("config.json", "generator.safetensors", "discriminator.safetensors"),
     "checkpoints/rad2_rl": ("config.json", "generator.safetensors", "discriminator.safetensors"),
     "checkpoints/rad2_il": ("config.json", "generator.safetensors", "discriminator.safetensors"),
     "checkpoints/rad2_il_rich": ("config.json", "generator.safetensors", "discriminator.safetensors"),

@@ -13,8 +13,8 @@ PACKAGE = "rad2_bringup"
 # and the default evaluation: the shipped checkpoints (weights and config only; exports, TensorRT
 # engines and training runs are caches or outputs) and the bundled splits the demo, the perception
 # node's default map and the evaluation tools read (data/train and data/eval_signals stay in the checkout).
-CHECKPOINTS = ("rad2_rl_real", "rad2_rl", "rad2_il", "rad2_il_rich", "rad2_il_real", "collision_critic",
-               "self_correction")
+CHECKPOINTS = ("rad2_rl_real", "rad2_rl_real_sym", "rad2_rl", "rad2_il", "rad2_il_rich", "rad2_il_real",
+               "collision_critic", "self_correction")
 CHECKPOINT_FILES = ("config.json", "*.safetensors")
 DATA_SPLITS = ("eval_efficiency", "eval_safety", "eval_real")
 DATA_FILES = ("index.json", "clips/*.npz", "maps/*.npz")
