@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-# evaluation.* keys that change the pictures, not the results
 # evaluation.* settings that change no episode (what is drawn and timed afterwards): not part of the
 # settings a resumed run must share
 PRESENTATION_KEYS = ("worst_clips_gif", "gif_fps", "latency_cycles")
