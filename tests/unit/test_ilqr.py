@@ -314,6 +314,11 @@ def test_command_jerk_limit_bounds_every_change_of_acceleration():
     assert steps.max() <= 0.4 + 1e-12 and steps.min() >= -0.8 - 1e-12
     slow = tc.limit_jerk(u[0], prev_accel=0.0, elapsed_s=0.05)  # the node: 50 ms since the last command
     assert slow[0, 0] == pytest.approx(0.2) and slow[1, 0] == pytest.approx(0.6)
+    # a measured acceleration the vehicle cannot produce (a logged finite difference of 12 m/s^2) is not
+    # ramped from: the first input is the solve's own; the next ones are limited from it
+    spiky = tc.limit_jerk(u[4], prev_accel=12.0)
+    assert np.allclose(spiky[:, 0], u[4, :, 0])
+    assert tc.limit_jerk(u[0], prev_accel=VEHICLE["vehicle"]["max_accel"])[0, 0] == pytest.approx(3.0)
     cfg["controller"]["command"].update(max_jerk_up=0.0, max_jerk_down=0.0)  # off
     assert np.array_equal(TrackingController(cfg, VEHICLE).limit_jerk(u, np.zeros(5)), u)
     for bad in (-1.0, float("nan"), "4", True):

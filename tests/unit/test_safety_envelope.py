@@ -16,7 +16,7 @@ EMERGENCY = 8.0
 P = SafetyEnvelopeParams(enabled=True, reaction_time_s=0.5, ego_decel=4.0, agent_decel=4.0, margin_m=2.0,
                          lateral_margin_m=0.2, station_step_m=1.0, crossing_angle_deg=45.0,
                          crossing_horizon_s=1.0, cut_in_horizon_s=2.0,
-                         alongside_horizon_s=1.0)
+                         alongside_horizon_s=1.0, ease_above_decel=100.0)
 
 
 def straight_plan(speed: float, lateral: float = 0.0) -> np.ndarray:
@@ -234,3 +234,58 @@ def test_impossible_ego_speed_keeps_the_sweep_bounded_and_nan_is_named():
     assert res.fired and np.all(np.isfinite(res.plan))
     with pytest.raises(ValueError, match="ego_speed"):
         run(straight_plan(15.0), float("nan"), [agent(45.0, 0.0)])
+
+
+GENTLEST = SafetyEnvelopeParams(**{**P.__dict__, "ease_above_decel": 0.0})
+
+
+def _interval_speeds(plan: np.ndarray, v0: float) -> tuple[np.ndarray, np.ndarray]:
+    progress = np.cumsum(np.linalg.norm(np.diff(np.vstack([[0.0, 0.0], plan]), axis=0), axis=1))
+    speeds = np.diff(np.concatenate([[0.0], progress])) / DT
+    return speeds, -np.diff(np.concatenate([[v0], speeds])) / DT
+
+
+def test_gentlest_brakes_early_and_softly_for_a_distant_stopped_car():
+    plan = straight_plan(15.0)
+    car = agent(55.0, 0.0)
+    late, gentle = run(plan, 15.0, [car]), run(plan, 15.0, [car], GENTLEST)
+    assert late.fired and gentle.fired and gentle.agent == 0
+    _, late_decel = _interval_speeds(late.plan, 15.0)
+    speeds, gentle_decel = _interval_speeds(gentle.plan, 15.0)
+    # braking starts on the first interval, and nowhere harder than the latest-braking plan's peak
+    assert gentle_decel[0] > 0.1
+    assert gentle_decel.max() < late_decel.max() - 0.5
+    assert gentle.decel == pytest.approx(gentle_decel.max())
+    # still stops behind the car: the same bound holds
+    assert np.all(ego_front_progress(gentle.plan) <= 55.0 - 0.5 * 4.5 - P.margin_m + 1e-6)
+    assert np.all(speeds >= -1e-9)
+
+
+def test_gentlest_is_latest_where_only_the_emergency_limit_helps():
+    plan = straight_plan(20.0)
+    car = agent(25.0, 0.0)
+    np.testing.assert_allclose(run(plan, 20.0, [car], GENTLEST).plan, run(plan, 20.0, [car]).plan)
+
+
+def test_gentlest_drives_off_from_standstill_and_stays_behind():
+    # standing, a plan that drives off towards a stopped car: a constant deceleration from the ego's
+    # speed would never move; it starts from the plan's own first speed instead
+    plan = straight_plan(6.0)
+    res = run(plan, 0.0, [agent(30.0, 0.0)], GENTLEST)
+    assert res.fired
+    speeds, _ = _interval_speeds(res.plan, 0.0)
+    assert speeds[0] > 3.0 and np.all(speeds >= -1e-9)
+    assert np.all(ego_front_progress(res.plan) <= 30.0 - 0.5 * 4.5 - P.margin_m + 1e-6)
+
+
+def test_ease_above_decel_is_validated_and_leaves_mild_braking_late():
+    with pytest.raises(ValueError, match="safety_envelope.ease_above_decel: must be a number >= 0"):
+        SafetyEnvelopeParams(**{**P.__dict__, "ease_above_decel": -1.0})
+    plan = straight_plan(15.0)
+    car = agent(55.0, 0.0)
+    late = run(plan, 15.0, [car])
+    # a threshold above the late plan's hardest braking keeps it; one below eases off from now
+    np.testing.assert_allclose(run(plan, 15.0, [car], SafetyEnvelopeParams(
+        **{**P.__dict__, "ease_above_decel": late.decel + 0.1})).plan, late.plan)
+    eased = run(plan, 15.0, [car], SafetyEnvelopeParams(**{**P.__dict__, "ease_above_decel": late.decel - 0.1}))
+    assert eased.decel < late.decel - 0.5

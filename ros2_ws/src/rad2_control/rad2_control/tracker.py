@@ -193,7 +193,8 @@ class TrackingController:
         and holds the rises, which drifts the ego slower than its plans and into logged followers: on
         the real validation clips, collisions rose from 0.05 to 0.28.)
         ``elapsed_s``: time from the last command to the first input (default: the step ``dt``; the
-        controller node commands faster than it steps the model)."""
+        controller node commands faster than it steps the model). A ``prev_accel`` beyond the vehicle's
+        acceleration limits (a measured value, never a command) leaves the first input unlimited."""
         u = np.array(controls, dtype=np.float64)
         single = u.ndim == 2
         if single:
@@ -203,6 +204,11 @@ class TrackingController:
         a = np.broadcast_to(np.asarray(prev_accel, dtype=np.float64), (u.shape[0],)).copy()
         if not np.isfinite(a).all():
             raise ReferenceError(f"prev_accel: not finite ({np.asarray(prev_accel)!r})")
+        # an acceleration the vehicle cannot produce is a measurement error (a logged track's finite
+        # difference, an IMU spike), not a state to ramp from: the first input is not limited then
+        lo, hi = self.vehicle.min_accel, self.vehicle.max_accel
+        implausible = (a > hi + 1e-6) | (a < lo - 1e-6)
+        a = np.where(implausible, u[:, 0, IA], a)
         first = self.dt if elapsed_s is None else float(elapsed_s)
         if not np.isfinite(first) or first < 0.0:
             raise ReferenceError(f"elapsed_s: must be a finite time >= 0, got {elapsed_s!r}")
