@@ -16,7 +16,8 @@ EMERGENCY = 8.0
 P = SafetyEnvelopeParams(enabled=True, reaction_time_s=0.5, ego_decel=4.0, agent_decel=4.0, margin_m=2.0,
                          lateral_margin_m=0.2, station_step_m=1.0, crossing_angle_deg=45.0,
                          crossing_horizon_s=1.0, cut_in_horizon_s=2.0,
-                         alongside_horizon_s=1.0, ease_above_decel=100.0)
+                         alongside_horizon_s=1.0, entry_brake_decel=0.0,
+                         entry_imminent_s=1.0)
 
 
 def straight_plan(speed: float, lateral: float = 0.0) -> np.ndarray:
@@ -236,7 +237,7 @@ def test_impossible_ego_speed_keeps_the_sweep_bounded_and_nan_is_named():
         run(straight_plan(15.0), float("nan"), [agent(45.0, 0.0)])
 
 
-GENTLEST = SafetyEnvelopeParams(**{**P.__dict__, "ease_above_decel": 0.0})
+ENTRY = SafetyEnvelopeParams(**{**P.__dict__, "entry_brake_decel": 2.5})
 
 
 def _interval_speeds(plan: np.ndarray, v0: float) -> tuple[np.ndarray, np.ndarray]:
@@ -245,47 +246,42 @@ def _interval_speeds(plan: np.ndarray, v0: float) -> tuple[np.ndarray, np.ndarra
     return speeds, -np.diff(np.concatenate([[v0], speeds])) / DT
 
 
-def test_gentlest_brakes_early_and_softly_for_a_distant_stopped_car():
-    plan = straight_plan(15.0)
-    car = agent(55.0, 0.0)
-    late, gentle = run(plan, 15.0, [car]), run(plan, 15.0, [car], GENTLEST)
-    assert late.fired and gentle.fired and gentle.agent == 0
-    _, late_decel = _interval_speeds(late.plan, 15.0)
-    speeds, gentle_decel = _interval_speeds(gentle.plan, 15.0)
-    # braking starts on the first interval, and nowhere harder than the latest-braking plan's peak
-    assert gentle_decel[0] > 0.1
-    assert gentle_decel.max() < late_decel.max() - 0.5
-    assert gentle.decel == pytest.approx(gentle_decel.max())
-    # still stops behind the car: the same bound holds
-    assert np.all(ego_front_progress(gentle.plan) <= 55.0 - 0.5 * 4.5 - P.margin_m + 1e-6)
-    assert np.all(speeds >= -1e-9)
-
-
-def test_gentlest_is_latest_where_only_the_emergency_limit_helps():
+def test_a_predicted_entry_not_yet_imminent_is_braked_for_at_the_entry_rate():
+    # the cut-in of the alongside test, 8 m further ahead: it enters the path after about 1.4 s, and the
+    # bound there is out of reach but for emergency braking now; with entry_brake_decel the ego brakes
+    # at that rate from now and re-checks every cycle
     plan = straight_plan(20.0)
-    car = agent(25.0, 0.0)
-    np.testing.assert_allclose(run(plan, 20.0, [car], GENTLEST).plan, run(plan, 20.0, [car]).plan)
+    cut_in = agent(9.0, -3.2, vx=17.0, vy=0.9)
+    hard = run(plan, 20.0, [cut_in])
+    assert hard.plan[0, 0] / DT == pytest.approx(20.0 - EMERGENCY * DT)
+    soft = run(plan, 20.0, [cut_in], ENTRY)
+    assert soft.fired and soft.agent == 0
+    speeds, decel = _interval_speeds(soft.plan, 20.0)
+    assert decel[0] > 0.5 and decel.max() <= 2.5 + 1e-6
+    assert speeds[0] == pytest.approx(20.0 - 2.5 * 0.5 * DT)
 
 
-def test_gentlest_drives_off_from_standstill_and_stays_behind():
-    # standing, a plan that drives off towards a stopped car: a constant deceleration from the ego's
-    # speed would never move; it starts from the plan's own first speed instead
-    plan = straight_plan(6.0)
-    res = run(plan, 0.0, [agent(30.0, 0.0)], GENTLEST)
-    assert res.fired
-    speeds, _ = _interval_speeds(res.plan, 0.0)
-    assert speeds[0] > 3.0 and np.all(speeds >= -1e-9)
-    assert np.all(ego_front_progress(res.plan) <= 30.0 - 0.5 * 4.5 - P.margin_m + 1e-6)
+def test_an_imminent_entry_or_a_car_in_the_path_still_gets_the_emergency_limit():
+    plan = straight_plan(25.0)
+    # the slow car pulling in from beside the ego's front enters within 1 s: emergency braking now
+    imminent = [agent(8.0, 3.2, vx=5.0, vy=-1.6)]
+    np.testing.assert_allclose(run(plan, 25.0, imminent, ENTRY).plan, run(plan, 25.0, imminent).plan)
+    # a stopped car in the lane close ahead: not a prediction, nothing softened
+    ahead = [agent(25.0, 0.0)]
+    np.testing.assert_allclose(run(straight_plan(20.0), 20.0, ahead, ENTRY).plan,
+                               run(straight_plan(20.0), 20.0, ahead).plan)
 
 
-def test_ease_above_decel_is_validated_and_leaves_mild_braking_late():
-    with pytest.raises(ValueError, match="safety_envelope.ease_above_decel: must be a number >= 0"):
-        SafetyEnvelopeParams(**{**P.__dict__, "ease_above_decel": -1.0})
+def test_entry_braking_keeps_the_bound_of_the_other_agents():
+    # a predicted cut-in far ahead and a stopped car in the lane: the car's bound still holds
     plan = straight_plan(15.0)
-    car = agent(55.0, 0.0)
-    late = run(plan, 15.0, [car])
-    # a threshold above the late plan's hardest braking keeps it; one below eases off from now
-    np.testing.assert_allclose(run(plan, 15.0, [car], SafetyEnvelopeParams(
-        **{**P.__dict__, "ease_above_decel": late.decel + 0.1})).plan, late.plan)
-    eased = run(plan, 15.0, [car], SafetyEnvelopeParams(**{**P.__dict__, "ease_above_decel": late.decel - 0.1}))
-    assert eased.decel < late.decel - 0.5
+    car = agent(40.0, 0.0)
+    both = run(plan, 15.0, [agent(10.0, -3.2, vx=11.0, vy=0.9), car], ENTRY)
+    assert both.fired
+    assert np.all(ego_front_progress(both.plan) <= 40.0 - 0.5 * 4.5 - P.margin_m + 1e-6)
+
+
+def test_entry_parameters_are_validated():
+    for name in ("entry_brake_decel", "entry_imminent_s"):
+        with pytest.raises(ValueError, match=f"safety_envelope.{name}: must be a number >= 0"):
+            SafetyEnvelopeParams(**{**P.__dict__, name: -1.0})

@@ -65,7 +65,8 @@ class SafetyEnvelopeParams:
     crossing_horizon_s: float  # s, a crossing agent counts only where it meets the path this soon
     cut_in_horizon_s: float  # s, an agent moving into the path from beside it counts only this soon
     alongside_horizon_s: float  # s, ... and one doing so while alongside the ego only this soon
-    ease_above_decel: float  # m/s^2, a re-timed plan braking harder brakes from now at a constant rate
+    entry_brake_decel: float  # m/s^2, braking for predicted entries not yet imminent (0: emergency limit)
+    entry_imminent_s: float  # s, an entry predicted this soon is braked for up to the emergency limit
 
     def __post_init__(self):
         for name in ("ego_decel", "agent_decel", "station_step_m"):
@@ -76,7 +77,7 @@ class SafetyEnvelopeParams:
             raise ValueError(f"safety_envelope.crossing_angle_deg: must be in (0, 90], got "
                              f"{self.crossing_angle_deg!r}")
         for name in ("reaction_time_s", "margin_m", "lateral_margin_m", "crossing_horizon_s",
-                     "cut_in_horizon_s", "alongside_horizon_s", "ease_above_decel"):
+                     "cut_in_horizon_s", "alongside_horizon_s", "entry_brake_decel", "entry_imminent_s"):
             value = getattr(self, name)
             if not np.isfinite(value) or value < 0.0:
                 raise ValueError(f"safety_envelope.{name}: must be a number >= 0, got {value!r}")
@@ -90,7 +91,8 @@ class SafetyEnvelopeParams:
                    float(c["agent_decel"]), float(c["margin_m"]), float(c["lateral_margin_m"]),
                    float(c["station_step_m"]), float(c["crossing_angle_deg"]),
                    float(c["crossing_horizon_s"]), float(c["cut_in_horizon_s"]),
-                   float(c["alongside_horizon_s"]), float(c["ease_above_decel"]))
+                   float(c["alongside_horizon_s"]), float(c["entry_brake_decel"]),
+                   float(c["entry_imminent_s"]))
 
 
 def constant_velocity_boxes(agents: np.ndarray, times: np.ndarray) -> np.ndarray:
@@ -212,26 +214,24 @@ def apply_envelope(plan: np.ndarray, plan_dt: float, ego_speed: float, agents: n
     b = p.reaction_time_s + plan_dt
     step_down = emergency_decel * plan_dt
 
-    def room_at(k: int, s_now: float) -> tuple[float, np.ndarray]:
+    def room_at(lim: np.ndarray, k: int, s_now: float) -> tuple[float, np.ndarray]:
         ahead_now = middle[:, k + 1] > s_now  # agents ahead of the ego where they meet its path
-        return limit[ahead_now, k + 1].min(initial=np.inf) - s_now, ahead_now
+        return lim[ahead_now, k + 1].min(initial=np.inf) - s_now, ahead_now
 
-    def u_max_of(room: float) -> float:
-        # the largest constant speed u on an interval with s_now + u·dt + u·reaction_time_s
-        # + u²/(2·ego_decel) <= the limit at its end
-        return p.ego_decel * (-b + np.sqrt(b * b + 2.0 * room / p.ego_decel)) if room > 0 else 0.0
-
-    def retime(forced: int) -> tuple[np.ndarray, bool, int, int]:
-        """Forward pass braking at the emergency limit on the first ``forced`` intervals; returns the
-        progress at every point, whether the speed was lowered, the first interval whose bound even
-        emergency braking could not meet (-1: none) and the agent that bound the plan first."""
+    def retime(lim: np.ndarray, forced: int) -> tuple[np.ndarray, bool, int, int]:
+        """Forward pass against the limits ``lim`` braking at the emergency limit on the first ``forced``
+        intervals; returns the progress at every point, whether the speed was lowered, the first
+        interval whose bound even emergency braking could not meet (-1: none) and the agent that bound
+        the plan first."""
         s_now, v_prev = 0.0, v0
         out = np.empty(len(pts))
         lowered, short_of, binding = False, -1, -1
         for k, v_own in enumerate(own_speed):
             u = float(v_own)
-            room, ahead_now = room_at(k, s_now)
-            u_max = u_max_of(room)
+            room, ahead_now = room_at(lim, k, s_now)
+            # the largest constant speed u on the interval with s_now + u·dt + u·reaction_time_s
+            # + u²/(2·ego_decel) <= the limit at its end
+            u_max = p.ego_decel * (-b + np.sqrt(b * b + 2.0 * room / p.ego_decel)) if room > 0 else 0.0
             floor = max(v_prev - step_down, 0.0)
             if k < forced:
                 u = min(u, floor)
@@ -242,68 +242,44 @@ def apply_envelope(plan: np.ndarray, plan_dt: float, ego_speed: float, agents: n
             if u < v_own - 1e-6:
                 lowered = True
                 if binding < 0 and ahead_now.any():
-                    binding = int(np.flatnonzero(ahead_now)[np.argmin(limit[ahead_now, k + 1])])
+                    binding = int(np.flatnonzero(ahead_now)[np.argmin(lim[ahead_now, k + 1])])
             s_now += u * plan_dt
             out[k] = s_now
             v_prev = u
         return out, lowered, short_of, binding
 
-    def steady(decel: float) -> tuple[np.ndarray, bool, int]:
-        """The plan slowed at a constant ``decel`` from now (from the ego's speed, or the plan's first
-        one where that is higher: a plan driving off from standstill; never faster than the plan's own
-        speed on an interval, never below standing): progress at every point, whether the bound holds
-        at every one, and the agent that binds first."""
-        s_now, v_start = 0.0, max(v0, float(own_speed[0]))
-        out = np.empty(len(pts))
-        ok, binding = True, -1
-        for k, v_own in enumerate(own_speed):
-            u = min(float(v_own), max(v_start - decel * (k + 0.5) * plan_dt, 0.0))  # the interval's mean
-            room, ahead_now = room_at(k, s_now)
-            if u > u_max_of(room) + 1e-6:
-                ok = False
-                if binding < 0 and ahead_now.any():
-                    binding = int(np.flatnonzero(ahead_now)[np.argmin(limit[ahead_now, k + 1])])
-            s_now += u * plan_dt
-            out[k] = s_now
-        return out, ok, binding
+    def latest(lim: np.ndarray) -> tuple[np.ndarray, bool, int, int]:
+        """The plan's speed kept wherever the bound allows; where it cannot be met further on even
+        braking at the emergency limit, braking at that limit from now on for as few intervals as make
+        it reachable (or for all of them before it). Also returns whether that was needed."""
+        forced = 0
+        out, lowered, short_of, binding = retime(lim, forced)
+        while short_of > forced:
+            forced += 1
+            out, lowered, short_of, binding = retime(lim, forced)
+        return out, lowered, forced > 0 or short_of >= 0, binding
 
-    def peak_decel(progress: np.ndarray) -> float:
-        speeds = np.diff(np.concatenate([[0.0], progress])) / plan_dt
-        return float(np.max(-np.diff(np.concatenate([[v0], speeds])) / plan_dt, initial=0.0))
-
-    # when the bound cannot be met further on even braking at the emergency limit, brake at that limit
-    # from now on for as few intervals as make it reachable (or for all of them before it)
-    forced = 0
-    out_s, fired, short_of, binding = retime(forced)
-    while short_of > forced:
-        forced += 1
-        out_s, fired, short_of, binding = retime(forced)
+    out_s, fired, emergency, binding = latest(limit)
     if not fired:
         return unchanged
-    if short_of < 0 and peak_decel(out_s) > p.ease_above_decel:
-        # The pass above keeps the plan's speed wherever the bound allows and brakes where it must, so
-        # a conflict some seconds ahead is met late at up to the emergency limit; when the conflict is
-        # gone in the next cycle (a neighbour's extrapolated drift, a cut-in that does not come) that
-        # was a one-cycle jolt. Braking from now at the smallest constant deceleration that meets the
-        # bound everywhere is as safe by the bound's own measure and feels like a driver easing off; a
-        # conflict that persists raises it cycle by cycle, and one too close for it brakes as above.
-        # Only where the late braking would be hard: easing off for every mild bound (a leader at the
-        # edge of the safe gap) slows the ego on every cycle the bound is active anywhere ahead.
-        lo, hi = 0.0, float(emergency_decel)
-        steady_s, ok, steady_binding = steady(hi)
-        if ok:
-            for _ in range(20):  # bisection: meeting the bound is monotone in the deceleration
-                mid = 0.5 * (lo + hi)
-                trial = steady(mid)
-                if trial[1]:
-                    hi, steady_s, steady_binding = mid, trial[0], trial[2]
-                else:
-                    lo = mid
-                    if steady_binding < 0:
-                        steady_binding = trial[2]
-            if peak_decel(steady_s) < peak_decel(out_s) - 1e-6:
-                out_s = steady_s
-                binding = binding if binding >= 0 else steady_binding
+    if emergency and p.entry_brake_decel > 0.0:
+        # An agent not in the path now but predicted to enter it (a cut-in, a crossing) is a
+        # constant-velocity guess that the next cycle may take back: on recorded traffic most of the
+        # emergency stops for such entries lasted one cycle, a jolt for nothing. Where only entries
+        # predicted later than entry_imminent_s make the bound unreachable, the plan brakes from now at
+        # entry_brake_decel (within the tracker's jerk limits) and keeps the bound of every other agent;
+        # an entry that comes true is re-checked every cycle and braked for at the emergency limit
+        # once it is imminent.
+        enters_at = np.where(any_hit.any(1), times[any_hit.argmax(1)], np.inf)
+        later = ~any_hit[:, 0] & (enters_at > p.entry_imminent_s + 1e-9)
+        if later.any():
+            others = np.where(later[:, None], np.inf, limit)
+            kept_s, _, kept_emergency, kept_binding = latest(others)
+            if not kept_emergency:
+                line = np.maximum(v0 - p.entry_brake_decel * (np.arange(len(pts)) + 0.5) * plan_dt, 0.0)
+                speeds = np.minimum(np.diff(np.concatenate([[0.0], kept_s])) / plan_dt, line)
+                out_s = np.cumsum(speeds) * plan_dt
+                binding = binding if binding >= 0 else kept_binding
     if binding < 0:
         binding = int(np.argmin(limit.min(1)))
     met = s_hit[binding][np.isfinite(s_hit[binding])]
