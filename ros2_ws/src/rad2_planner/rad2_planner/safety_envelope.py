@@ -37,6 +37,12 @@ form of the RSS longitudinal distance):
   of a later point cannot be met even so (an agent cutting in), the plan brakes at that limit from now
   on, for as few intervals as make it reachable: braking starts at once, not when the agent is in the
   path. A plan that satisfies the bound is returned unchanged.
+- except where only predicted entries make the bound unreachable: agents not in the path now whose
+  constant-velocity entry into it lies more than ``entry_imminent_s`` ahead. Then the plan brakes at
+  ``entry_brake_decel`` from now (within the tracker's jerk limits) and keeps every other agent's bound;
+  the prediction is re-checked every cycle, and an entry within ``entry_imminent_s`` brakes as above. On
+  recorded traffic most emergency stops for such entries lasted one cycle (the neighbour's
+  extrapolated drift was gone in the next): a jolt for a conflict that never came.
 
 The comfort stage after it only re-times plans slower (braking is never limited), so an envelope stop
 stays a stop. Parameters: ``safety_envelope.*`` in params/planner.yaml.
