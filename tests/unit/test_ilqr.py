@@ -319,6 +319,7 @@ def test_command_jerk_limit_bounds_every_change_of_acceleration():
     spiky = tc.limit_jerk(u[4], prev_accel=12.0)
     assert np.allclose(spiky[:, 0], u[4, :, 0])
     assert tc.limit_jerk(u[0], prev_accel=VEHICLE["vehicle"]["max_accel"])[0, 0] == pytest.approx(3.0)
+    assert tc.limit_jerk(np.zeros((2, 0, 2)), prev_accel=[12.0, 0.0]).shape == (2, 0, 2)  # empty horizon
     cfg["controller"]["command"].update(max_jerk_up=0.0, max_jerk_down=0.0)  # off
     assert np.array_equal(TrackingController(cfg, VEHICLE).limit_jerk(u, np.zeros(5)), u)
     for bad in (-1.0, float("nan"), "4", True):

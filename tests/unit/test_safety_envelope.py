@@ -259,6 +259,9 @@ def test_a_predicted_entry_not_yet_imminent_is_braked_for_at_the_entry_rate():
     speeds, decel = _interval_speeds(soft.plan, 20.0)
     assert decel[0] > 0.5 and decel.max() <= 2.5 + 1e-6
     assert speeds[0] == pytest.approx(20.0 - 2.5 * 0.5 * DT)
+    # a rate set beyond the vehicle's emergency limit is held to that limit
+    beyond = run(plan, 20.0, [cut_in], SafetyEnvelopeParams(**{**P.__dict__, "entry_brake_decel": 10.0}))
+    assert _interval_speeds(beyond.plan, 20.0)[1].max() <= EMERGENCY + 1e-6
 
 
 def test_an_imminent_entry_or_a_car_in_the_path_still_gets_the_emergency_limit():

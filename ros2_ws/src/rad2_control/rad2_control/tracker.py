@@ -208,7 +208,8 @@ class TrackingController:
         # difference, an IMU spike), not a state to ramp from: the first input is not limited then
         lo, hi = self.vehicle.min_accel, self.vehicle.max_accel
         implausible = (a > hi + 1e-6) | (a < lo - 1e-6)
-        a = np.where(implausible, u[:, 0, IA], a)
+        if u.shape[1] > 0:
+            a = np.where(implausible, u[:, 0, IA], a)
         first = self.dt if elapsed_s is None else float(elapsed_s)
         if not np.isfinite(first) or first < 0.0:
             raise ReferenceError(f"elapsed_s: must be a finite time >= 0, got {elapsed_s!r}")

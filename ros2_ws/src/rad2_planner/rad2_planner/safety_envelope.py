@@ -282,7 +282,8 @@ def apply_envelope(plan: np.ndarray, plan_dt: float, ego_speed: float, agents: n
             others = np.where(later[:, None], np.inf, limit)
             kept_s, _, kept_emergency, kept_binding = latest(others)
             if not kept_emergency:
-                line = np.maximum(v0 - p.entry_brake_decel * (np.arange(len(pts)) + 0.5) * plan_dt, 0.0)
+                rate = min(p.entry_brake_decel, float(emergency_decel))  # never beyond the vehicle's limit
+                line = np.maximum(v0 - rate * (np.arange(len(pts)) + 0.5) * plan_dt, 0.0)
                 speeds = np.minimum(np.diff(np.concatenate([[0.0], kept_s])) / plan_dt, line)
                 out_s = np.cumsum(speeds) * plan_dt
                 binding = binding if binding >= 0 else kept_binding
