@@ -235,23 +235,10 @@ def apply_envelope(plan: np.ndarray, plan_dt: float, ego_speed: float, agents: n
         for k, v_own in enumerate(own_speed):
             u = float(v_own)
             room, ahead_now = room_at(lim, k, s_now)
-            if k == 0:
-                # v0 is the speed now, not an interval's mean: the bound is met at the interval's end
-                # with the end speed w reached braking evenly from v0, (v0 + w)/2·dt + w·reaction_time_s
-                # + w²/(2·ego_decel) <= room, and u is that interval's mean. (Taking u as the end speed
-                # asked for twice the deceleration the bound needs, which the tracker then applied.)
-                rest = room - 0.5 * v0 * plan_dt
-                c = 0.5 * plan_dt + p.reaction_time_s
-                w_max = p.ego_decel * (-c + np.sqrt(c * c + 2.0 * rest / p.ego_decel)) if rest > 0 else 0.0
-                u_max = 0.5 * (v0 + w_max)
-                # the mean of braking at the emergency limit from v0 (to a stop within the interval)
-                floor = (v0 - 0.5 * step_down if v0 >= step_down
-                         else v0 * v0 / (2.0 * emergency_decel * plan_dt))
-            else:
-                # the largest constant speed u on the interval with s_now + u·dt + u·reaction_time_s
-                # + u²/(2·ego_decel) <= the limit at its end
-                u_max = p.ego_decel * (-b + np.sqrt(b * b + 2.0 * room / p.ego_decel)) if room > 0 else 0.0
-                floor = max(v_prev - step_down, 0.0)
+            # the largest constant speed u on the interval with s_now + u·dt + u·reaction_time_s
+            # + u²/(2·ego_decel) <= the limit at its end
+            u_max = p.ego_decel * (-b + np.sqrt(b * b + 2.0 * room / p.ego_decel)) if room > 0 else 0.0
+            floor = max(v_prev - step_down, 0.0)
             if k < forced:
                 u = min(u, floor)
             elif u_max < u - 1e-6:
@@ -305,10 +292,7 @@ def apply_envelope(plan: np.ndarray, plan_dt: float, ego_speed: float, agents: n
     met = s_hit[binding][np.isfinite(s_hit[binding])]
     gap = float(met.min()) if met.size else float("nan")
     speeds = np.diff(np.concatenate([[0.0], out_s])) / plan_dt
-    # interval means at (k + 1/2)·dt against the speed now at 0
-    decel = float(np.max(-np.diff(np.concatenate([[v0], speeds])) / np.diff((np.arange(len(speeds) + 1)
-                                                                                 - 0.5).clip(0.0) * plan_dt),
-                         initial=0.0))
+    decel = float(np.max(-np.diff(np.concatenate([[v0], speeds])) / plan_dt, initial=0.0))
     x = np.interp(out_s, own_cum, np.concatenate([[0.0], pts[:, 0]]))
     y = np.interp(out_s, own_cum, np.concatenate([[0.0], pts[:, 1]]))
     return EnvelopeResult(np.stack([x, y], -1), True, int(idx[binding]), gap, max(decel, 0.0))
