@@ -1,5 +1,7 @@
-"""A node process started by ``nodes.common.run_node`` stops promptly and cleanly on SIGINT/SIGTERM, also
-when the middleware's wake-up of the executor is missed, and says where it hangs when it does not stop.
+"""A node process started by ``nodes.common.run_node`` (one node) or ``run_nodes`` (several on one
+MultiThreadedExecutor, as the composed graph runs them) stops promptly and cleanly on SIGINT/SIGTERM,
+also when the middleware's wake-up of the executor is missed or a callback is still running, and says
+where it hangs when it does not stop.
 
 A CI run saw the controller, in the second network namespace of the HIL test, ignore SIGINT and SIGTERM
 after the simulator had stopped (no simulated time, so no timer woke its ``spin()``) until SIGKILL."""
@@ -15,11 +17,12 @@ import time
 import pytest
 
 _NODE = """
-import sys, time
+import sys, threading, time
 import rclpy
 import rclpy.signals
+from rclpy.executors import MultiThreadedExecutor
 from rclpy.node import Node
-from rad2_ros.nodes.common import run_node
+from rad2_ros.nodes.common import run_node, run_nodes
 
 MODE = sys.argv[1]
 
@@ -29,7 +32,7 @@ class IdleNode(Node):
         super().__init__("idle_node")
         from std_msgs.msg import Header
         self.create_subscription(Header, "/nobody_publishes_here", lambda m: None, 1)
-        if MODE == "no_wakeup":
+        if MODE.endswith("no_wakeup"):
             # rclpy's handlers are what wake a waiting executor; without them only the stop request of
             # run_node's own handler is left to notice the signal
             rclpy.signals.uninstall_signal_handlers()
@@ -38,6 +41,19 @@ class IdleNode(Node):
             time.sleep(60)  # a planner loading and exporting its networks
         print("READY", flush=True)
 
+class BusyNode(Node):
+    # a callback that takes 1 s (a planning cycle under load), or never returns (a hang)
+    def __init__(self):
+        super().__init__("busy_node")
+        self.create_timer(0.05, self.on_timer)
+
+    def on_timer(self):
+        if MODE == "composed_stuck":
+            threading.Event().wait()
+        time.sleep(1.0)
+
+if MODE.startswith("composed"):
+    sys.exit(run_nodes([IdleNode, BusyNode], executor_factory=lambda: MultiThreadedExecutor(num_threads=2)))
 sys.exit(run_node(IdleNode))
 """
 
@@ -70,14 +86,31 @@ def _seconds_to_exit(proc: subprocess.Popen, sig: int, limit: float = 10.0) -> t
 
 
 @pytest.mark.parametrize(("mode", "sig"), [("idle", signal.SIGINT), ("idle", signal.SIGTERM),
-                                            ("no_wakeup", signal.SIGINT), ("slow_start", signal.SIGINT)],
-                         ids=["sigint", "sigterm", "sigint-without-wakeup", "sigint-while-constructing"])
+                                            ("no_wakeup", signal.SIGINT), ("slow_start", signal.SIGINT),
+                                            ("composed", signal.SIGINT), ("composed", signal.SIGTERM),
+                                            ("composed_no_wakeup", signal.SIGINT)],
+                         ids=["sigint", "sigterm", "sigint-without-wakeup", "sigint-while-constructing",
+                              "composed-sigint", "composed-sigterm", "composed-sigint-without-wakeup"])
 def test_node_exits_promptly_and_cleanly(mode, sig):
     proc = _start(mode)
     seconds, code = _seconds_to_exit(proc, sig)
     out = proc.stdout.read()
     assert code == 0, out[-2000:]
     assert seconds < 3.0, (seconds, out[-2000:])
+
+
+def test_a_callback_that_never_returns_ends_the_teardown_with_its_stack():
+    """The teardown waits for running callbacks; one that never returns must not keep the process
+    alive until SIGKILL: the watchdog prints every thread's stack (naming the stuck callback) and
+    ends the process with exit 1 after ``SHUTDOWN_DEADLINE_S``."""
+    from rad2_ros.nodes.common import SHUTDOWN_DEADLINE_S
+
+    proc = _start("composed_stuck")
+    seconds, code = _seconds_to_exit(proc, signal.SIGINT, limit=SHUTDOWN_DEADLINE_S + 5.0)
+    out = proc.stdout.read()
+    assert code == 1, out[-2000:]
+    assert SHUTDOWN_DEADLINE_S - 0.5 < seconds < SHUTDOWN_DEADLINE_S + 3.0, seconds
+    assert "on_timer" in out, out[-3000:]
 
 
 def test_sigusr1_prints_the_stacks_and_the_node_keeps_running():

@@ -14,7 +14,6 @@ The command is ``rad2 graph up`` (rad2_bringup.cli.graph_up). Imports rclpy only
 
 from __future__ import annotations
 
-import faulthandler
 import importlib
 import json
 import os
@@ -28,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rad2_ros.rosenv import REPO_ROOT, child_environment, exit_with_parent, ros_environment
+from rad2_ros.rosenv import REPO_ROOT, child_environment, ros_environment
 
 from rad2_bringup import graphs
 
@@ -416,50 +415,23 @@ def run_composed(graph: str, args: dict[str, str], overrides: dict[str, dict[str
     """Every node of ``graph`` in this process on one MultiThreadedExecutor until SIGINT/duration.
 
     Each node gets its own ``--ros-args`` (name, parameter files, -p, remaps) through ``cli_args``,
-    exactly the arguments the separate-process mode passes on the command line.
+    exactly the arguments the separate-process mode passes on the command line. Start, spin and
+    teardown are those of a node process (``nodes.common.run_nodes``: stop handlers, spin slices, a
+    teardown watchdog that prints the stacks of a hang).
     """
     os.environ.update(ros_environment(domain_id))
-    import rclpy
-    from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+    from rclpy.executors import MultiThreadedExecutor
+    from rad2_ros.nodes.common import run_nodes
 
     spec = graphs.load_graph(graph, args)
-    rclpy.init()
-    exit_with_parent()  # as in nodes.common.run_node
-    # as in nodes.common.run_node: SIGUSR1 prints the threads' stacks (stop() sends it before escalating)
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
-    executor = MultiThreadedExecutor(num_threads=threads)
-    nodes = []
-    try:
-        for n in spec.nodes:
-            if only and n.name not in only:
-                continue
-            node = load_component(n.component)(cli_args=ros_args(n, overrides.get(n.name)))
-            executor.add_node(node)
-            nodes.append(node)
+    factories = [
+        (lambda n=n: load_component(n.component)(cli_args=ros_args(n, overrides.get(n.name))))
+        for n in spec.nodes if not only or n.name in only
+    ]
+
+    def announce(nodes) -> None:
         print(f"[bringup] composed {graph}: {[n.get_name() for n in nodes]} on one "
               f"MultiThreadedExecutor", flush=True)
-        end = None if duration is None else time.monotonic() + duration
-        while rclpy.ok() and (end is None or time.monotonic() < end):
-            executor.spin_once(timeout_sec=0.1)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    except Exception:
-        # as in nodes.common.run_node: an error from a wait set or callback whose context SIGINT has
-        # already shut down is the shutdown itself (CI saw "guard condition ... rcl_shutdown() was
-        # called" end a clean stop with exit 1); while the context is up, errors propagate
-        if rclpy.ok():
-            raise
-    finally:
-        for node in nodes:
-            try:
-                executor.remove_node(node)
-                node.destroy_node()
-            except Exception:  # noqa: BLE001 -- best effort on shutdown
-                pass
-        try:
-            executor.shutdown(timeout_sec=2.0)
-        except Exception:  # noqa: BLE001 -- its guard condition dies with a context already shut down
-            if rclpy.ok():
-                raise
-        rclpy.try_shutdown()
-    return 0
+
+    return run_nodes(factories, executor_factory=lambda: MultiThreadedExecutor(num_threads=threads),
+                     duration=duration, on_started=announce, label=f"composed {graph}")

@@ -14,7 +14,8 @@
   shared-memory port they write into.
 - ``DiagnosticsReporter``: the node's status on ``/diagnostics`` (diagnostic_msgs/DiagnosticArray,
   one DiagnosticStatus named after the node: level, message naming the fault, key/value counters).
-- ``run_node``: the ``main()`` body every node uses (init, spin, clean shutdown on SIGINT/SIGTERM).
+- ``run_node``: the ``main()`` body every node uses (init, spin, clean shutdown on SIGINT/SIGTERM);
+  ``run_nodes`` the same for several nodes on one executor (the composed graph).
 
 Composition contract (rad2 graph up --composed): a node class takes ``**kwargs`` and forwards
 them to ``rclpy.node.Node.__init__`` (``cli_args`` carries ``-r __node:=NAME``, the parameter files
@@ -34,7 +35,7 @@ import time
 import traceback
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -383,14 +384,26 @@ def _install_stop_handlers(stop: threading.Event, spinning: threading.Event) -> 
 
 
 def run_node(node_class, args: list[str] | None = None, **kwargs) -> int:
-    """Create ``node_class`` and spin it until shutdown; SIGINT/SIGTERM end it cleanly (exit 0).
+    """Create ``node_class`` and spin it until shutdown; SIGINT/SIGTERM end it cleanly (exit 0). See
+    ``run_nodes``."""
+    return run_nodes([lambda: node_class(**kwargs)], args=args,
+                     label=str(getattr(node_class, "__name__", node_class)))
+
+
+def run_nodes(factories: list[Callable[[], Node]], args: list[str] | None = None,
+              executor_factory: Callable[[], Any] | None = None, duration: float | None = None,
+              on_started: Callable[[list[Node]], None] | None = None, label: str = "rad2") -> int:
+    """Create a node from each of ``factories`` (in order) and spin them all on one executor
+    (``executor_factory()``, a SingleThreadedExecutor by default) until SIGINT/SIGTERM or ``duration``
+    seconds; exit 0 on a requested stop, 1 when a node failed to start. A separate node process runs
+    one node (``run_node``); the composed graph runs every node of a graph here.
 
     The executor spins in slices of ``SPIN_SLICE_S`` rather than ``spin()``: a plain ``spin()`` waits in
     the middleware until an entity is ready, and once the simulator or the inputs have stopped (simulated
     time no longer advances the timers) a stop that fails to wake that wait left a node running until
-    SIGKILL (a CI run saw the controller ignore SIGINT and SIGTERM). Teardown runs under a
-    ``faulthandler`` watchdog: a hang there prints every thread's stack and ends the process (exit 1)
-    after ``SHUTDOWN_DEADLINE_S``. SIGUSR1 prints the stacks at any time."""
+    SIGKILL (a CI run saw the controller ignore SIGINT and SIGTERM, and later the composed graph).
+    Teardown runs under a ``faulthandler`` watchdog: a hang there prints every thread's stack and ends
+    the process (exit 1) after ``SHUTDOWN_DEADLINE_S``. SIGUSR1 prints the stacks at any time."""
     import rclpy
     from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 
@@ -399,12 +412,13 @@ def run_node(node_class, args: list[str] | None = None, **kwargs) -> int:
     rclpy.init(args=args)
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     exit_with_parent()  # started by Bringup or a test: stop when that process is gone (rosenv.py)
-    node = None
+    nodes: list[Node] = []
     executor = None
     start_error: BaseException | None = None
     try:
         try:
-            node = node_class(**kwargs)
+            for factory in factories:
+                nodes.append(factory())
         except (KeyboardInterrupt, ExternalShutdownException):
             raise
         except Exception as exc:  # noqa: BLE001 -- reported last, after the teardown (below)
@@ -417,10 +431,14 @@ def run_node(node_class, args: list[str] | None = None, **kwargs) -> int:
         # long enough to delay the heartbeat thread by 0.3-0.5 s (the soak's planner-heartbeat gaps).
         gc.collect()
         gc.freeze()
-        executor = SingleThreadedExecutor()
-        executor.add_node(node)
+        executor = (executor_factory or SingleThreadedExecutor)()
+        for node in nodes:
+            executor.add_node(node)
+        if on_started is not None:
+            on_started(nodes)
         spinning.set()
-        while not stop.is_set() and rclpy.ok():
+        end = None if duration is None else time.monotonic() + duration
+        while not stop.is_set() and rclpy.ok() and (end is None or time.monotonic() < end):
             executor.spin_once(timeout_sec=SPIN_SLICE_S)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
@@ -439,10 +457,11 @@ def run_node(node_class, args: list[str] | None = None, **kwargs) -> int:
         try:
             if executor is not None:
                 try:
+                    # a MultiThreadedExecutor also waits here for the callbacks still running
                     executor.shutdown(timeout_sec=1.0)
                 except Exception:  # noqa: BLE001 -- its guard condition dies with a context already down
                     pass
-            if node is not None:
+            for node in nodes:
                 try:
                     node.destroy_node()
                 except Exception:  # noqa: BLE001 -- best effort on shutdown
@@ -456,6 +475,6 @@ def run_node(node_class, args: list[str] | None = None, **kwargs) -> int:
                 # The teardown (rclpy destroys the half-built node, the middleware logs its own
                 # shutdown) prints after the traceback; the cause of the failed start must be the last
                 # line a reader of the log or the console sees.
-                print(f"[{getattr(node_class, '__name__', node_class)}] failed to start: "
-                      f"{type(start_error).__name__}: {start_error}", file=sys.stderr, flush=True)
+                print(f"[{label}] failed to start: {type(start_error).__name__}: {start_error}",
+                      file=sys.stderr, flush=True)
     return 0
