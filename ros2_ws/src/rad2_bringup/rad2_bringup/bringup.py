@@ -420,8 +420,8 @@ def run_composed(graph: str, args: dict[str, str], overrides: dict[str, dict[str
     teardown watchdog that prints the stacks of a hang).
     """
     os.environ.update(ros_environment(domain_id))
-    from rclpy.executors import MultiThreadedExecutor
     from rad2_ros.nodes.common import run_nodes
+    from rclpy.executors import MultiThreadedExecutor
 
     spec = graphs.load_graph(graph, args)
     factories = [
