@@ -154,3 +154,39 @@ def test_straight_plans_gentle_curves_and_the_switched_off_limit_leave_the_plan_
 def test_a_negative_lateral_limit_is_named():
     with pytest.raises(ValueError, match="comfort_limits.max_lateral_accel: must be >= 0"):
         ComfortLimitParams(enabled=True, max_accel=2.0, max_jerk=3.0, step_s=0.05, max_lateral_accel=-1.0)
+
+
+def test_the_plans_own_hard_braking_is_held_to_the_limit_along_its_path_extended():
+    from rad2_planner.comfort_limits import limit_plan_braking
+
+    plan = _plan_from_speeds(15.0, [-6.0] * 8)  # 6 m/s^2 to a stop within 2.5 s
+    out = limit_plan_braking(plan, DT, 15.0, 3.0)
+    s_plan, s_out = _progress(plan), _progress(out)
+    speed = np.diff(s_out) / DT  # interval means
+    assert speed[0] == pytest.approx(15.0 - 0.5 * 3.0 * DT)  # braking at 3 m/s^2 from now
+    assert np.all(-np.diff(speed) / DT <= 3.0 + 1e-6)
+    assert np.all(s_out >= s_plan - 1e-9) and s_out[-1] > s_plan[-1] + 10.0  # never behind the plan
+    assert np.allclose(out[:, 1], 0.0)  # beyond the plan's stop: straight along its direction
+    # a plan braking within the limit, and one that accelerates, are kept as they are
+    for v0, accels in ((15.0, [-2.5] * 8), (5.0, [1.0] * 8)):
+        gentle = _plan_from_speeds(v0, accels)
+        np.testing.assert_array_equal(limit_plan_braking(gentle, DT, v0, 3.0), gentle)
+    with pytest.raises(ValueError, match="comfort_limits.max_plan_decel"):
+        limit_plan_braking(plan, DT, 15.0, 0.0)
+    with pytest.raises(ValueError, match="comfort_limits.max_plan_decel: must be >= 0"):
+        ComfortLimitParams(enabled=True, max_accel=2.0, max_jerk=3.0, step_s=0.05, max_plan_decel=-1.0)
+
+
+def test_the_safety_envelope_after_the_plan_braking_limit_still_stops_before_a_car():
+    from rad2_planner.comfort_limits import limit_plan_braking
+    from rad2_planner.safety_envelope import SafetyEnvelopeParams, apply_envelope
+
+    # the plan stops 30 m ahead at 6 m/s^2; held to 3 m/s^2 it would run on past a stopped car at 40 m,
+    # and the envelope brings the stop back before it (up to the vehicle's limit)
+    plan = _plan_from_speeds(18.0, [-6.0] * 8)
+    limited = limit_plan_braking(plan, DT, 18.0, 3.0)
+    car = np.array([[40.0, 0.0, 1.0, 0.0, 0.0, 0.0, 4.5, 1.8, 0.0, 0.0]])
+    p = SafetyEnvelopeParams(True, 0.5, 4.0, 4.0, 2.0, 0.2, 1.0, 45.0, 1.0, 2.0, 1.0, 2.5, 1.0)
+    res = apply_envelope(limited, DT, 18.0, car, np.ones(1, bool), (4.8, 1.9), 8.0, p)
+    assert res.fired
+    assert _progress(res.plan)[-1] + 0.5 * 4.8 <= 40.0 - 0.5 * 4.5 - 2.0 + 1e-6

@@ -47,11 +47,14 @@ class ComfortLimitParams:
     curve_decel: float = 2.0  # m/s^2, braking used to slow down before a curve
     curvature_chord_m: float = 2.0  # m, chord over which the path's heading is measured
     min_curve_speed: float = 2.0  # m/s, the lateral limit never asks for less
+    # the generator's own braking (limit_plan_braking, before the rule stages); 0: not limited
+    max_plan_decel: float = 0.0  # m/s^2
 
     def __post_init__(self):
-        if not np.isfinite(self.max_lateral_accel) or self.max_lateral_accel < 0.0:
-            raise ValueError(f"comfort_limits.max_lateral_accel: must be >= 0 (0: off), got "
-                             f"{self.max_lateral_accel!r}")
+        for name in ("max_lateral_accel", "max_plan_decel"):
+            value = getattr(self, name)
+            if not np.isfinite(value) or value < 0.0:
+                raise ValueError(f"comfort_limits.{name}: must be >= 0 (0: off), got {value!r}")
         for name in ("max_accel", "max_jerk", "step_s", "curve_decel", "curvature_chord_m",
                      "min_curve_speed"):
             value = getattr(self, name)
@@ -65,7 +68,50 @@ class ComfortLimitParams:
         c = require(params, "comfort_limits")
         return cls(bool(c["enabled"]), float(c["max_accel"]), float(c["max_jerk"]), float(c["step_s"]),
                    float(c["max_lateral_accel"]), float(c["curve_decel"]), float(c["curvature_chord_m"]),
-                   float(c["min_curve_speed"]))
+                   float(c["min_curve_speed"]), float(c["max_plan_decel"]))
+
+
+def limit_plan_braking(plan: np.ndarray, plan_dt: float, ego_speed: float, max_decel: float) -> np.ndarray:
+    """``plan`` [T, 2] (ego frame, point k at (k+1)·plan_dt) re-timed along its path, extended straight
+    beyond its end where needed, so that it brakes at most at ``max_decel`` (m/s^2, > 0) from the ego's
+    speed now: each interval's mean speed is at least the previous one's less ``max_decel``·dt (the
+    first: the mean of braking at ``max_decel`` from now). Faster parts are kept. The plan itself when
+    it already brakes within the limit.
+
+    Why: the generator imitates drivers whose logged speeds are noisy and sometimes brakes hard where
+    nothing asks for it (where the mapped road ends, say); the tracker passes braking beyond
+    ``controller.command.emergency_decel`` without its jerk limit, a jolt each time. This runs before
+    the rule stages: the traffic rules and the safety envelope then brake as hard as a stop line or an
+    agent needs, so an emergency stop is never softened."""
+    if not np.isfinite(max_decel) or max_decel <= 0.0:
+        raise ValueError(f"comfort_limits.max_plan_decel: must be a positive number here, got {max_decel!r}")
+    pts = np.asarray(plan, np.float64)
+    if len(pts) == 0:
+        return pts.copy()
+    v0 = max(float(ego_speed), 0.0) if np.isfinite(ego_speed) else 0.0
+    cum = arc_lengths(np.vstack([np.zeros((1, 2)), pts]))
+    own = np.diff(cum) / plan_dt
+    step = max_decel * plan_dt
+    floor = v0 - 0.5 * step if v0 >= step else v0 * v0 / (2.0 * step)  # braking at max_decel from now
+    speeds = own.copy()
+    for k in range(len(own)):
+        speeds[k] = max(own[k], floor)
+        floor = max(speeds[k] - step, 0.0)
+    if np.all(speeds <= own + 1e-9):
+        return pts.copy()
+    out_s = np.cumsum(speeds) * plan_dt
+    # beyond the plan's end: straight along its last direction (the ego's heading if it does not move)
+    path = np.vstack([np.zeros((1, 2)), pts])
+    keep = np.concatenate([[True], np.diff(cum) > 1e-6])
+    path, knots = path[keep], cum[keep]
+    d = path[-1] - path[-2] if len(path) >= 2 else np.array([1.0, 0.0])
+    d = d / max(float(np.linalg.norm(d)), 1e-12)
+    extra = max(float(out_s[-1] - knots[-1]), 0.0) + 1.0
+    path = np.vstack([path, path[-1] + extra * d])
+    knots = np.concatenate([knots, [knots[-1] + extra]])
+    x = np.interp(out_s, knots, path[:, 0])
+    y = np.interp(out_s, knots, path[:, 1])
+    return np.stack([x, y], axis=-1)
 
 
 def path_curvature(path: np.ndarray, chord_m: float) -> tuple[np.ndarray, np.ndarray]:

@@ -86,6 +86,7 @@ from rad2_planner.stages import (
     CycleContext,
     CyclePlans,
     DrivableAreaStage,
+    PlanBrakingStage,
     SafetyEnvelopeStage,
     StagePipeline,
     StallRecoveryStage,
@@ -228,6 +229,7 @@ class Rad2Policy:
             self.critic_stage,
             StallRecoveryStage(recovery, self.plan_dt, vehicle, self.bev_cfg,
                                self.cfg.input_channel_names(self.bev_cfg.channels)),
+            PlanBrakingStage(comfort, self.plan_dt),
             TrafficRuleStage(rules, self.plan_dt, vehicle.length),
             # braking up to the vehicle's emergency limit where the envelope needs it
             SafetyEnvelopeStage(envelope, self.plan_dt, self.ego_size, -float(vehicle.min_accel),

@@ -32,7 +32,12 @@ import numpy as np
 from rad2_core.lane_map import SIGNAL_STATE_NAMES
 from rad2_core.route_path import observation_route
 
-from rad2_planner.comfort_limits import ComfortLimitParams, limit_acceleration, limit_curve_speed
+from rad2_planner.comfort_limits import (
+    ComfortLimitParams,
+    limit_acceleration,
+    limit_curve_speed,
+    limit_plan_braking,
+)
 from rad2_planner.drivable_area import DrivableAreaParams, first_exit
 from rad2_planner.safety_envelope import SafetyEnvelopeParams, apply_envelope
 from rad2_planner.stall_recovery import StallRecoveryParams, asks_for_reversing, even_start, recovery_plan
@@ -246,6 +251,30 @@ class SafetyEnvelopeStage(RetimingStage):
                              inputs["agents_mask"][i], self.ego_size, self.emergency_decel, self.params,
                              max_speed=self.max_speed)
         return (res.plan, res.note()) if res.fired else (None, "")
+
+
+class PlanBrakingStage(RetimingStage):
+    """The selected plan's own braking held to ``comfort_limits.max_plan_decel`` before the rule stages
+    (:func:`rad2_planner.comfort_limits.limit_plan_braking`); the traffic rules and the safety envelope
+    after it brake as hard as they need. Off when ``max_plan_decel`` is 0 or the comfort limits are off."""
+
+    name = "plan_braking"
+    note_key = "plan_braking"
+
+    def __init__(self, params: ComfortLimitParams, plan_dt: float):
+        self.params = params
+        self.plan_dt = float(plan_dt)
+
+    @property
+    def enabled(self) -> bool:
+        return self.params.enabled and self.params.max_plan_decel > 0.0
+
+    def retime(self, plan, context, i):
+        speed = float(context.inputs["ego_state"][i, 0])
+        limited = limit_plan_braking(plan, self.plan_dt, speed, self.params.max_plan_decel)
+        if np.array_equal(limited, plan):
+            return None, ""
+        return limited, f"the plan's braking held to {self.params.max_plan_decel:g} m/s^2"
 
 
 class ComfortLimitStage(RetimingStage):
