@@ -190,3 +190,51 @@ def test_the_safety_envelope_after_the_plan_braking_limit_still_stops_before_a_c
     res = apply_envelope(limited, DT, 18.0, car, np.ones(1, bool), (4.8, 1.9), 8.0, p)
     assert res.fired
     assert _progress(res.plan)[-1] + 0.5 * 4.8 <= 40.0 - 0.5 * 4.5 - 2.0 + 1e-6
+
+
+def test_the_plan_braking_stage_keeps_the_hard_braking_that_avoids_a_crossing_car():
+    from rad2_planner.comfort_limits import limit_plan_braking
+    from rad2_planner.stages import CycleContext, PlanBrakingStage
+
+    stage = PlanBrakingStage(ComfortLimitParams(enabled=True, max_accel=2.0, max_jerk=3.0, step_s=0.05,
+                                                max_plan_decel=3.0), DT, (4.8, 1.9), 0.2)
+    plan = _plan_from_speeds(15.0, [-6.0] * 8)  # stops after 18.75 m
+    ego_state = np.array([[15.0, 0.0, 0.0, 0.0]])
+    # a car crossing the path 28 m ahead: the plan stops short of it, the plan braking at 3 m/s^2
+    # would be there when it crosses
+    crossing = np.array([[[28.0, -13.0, 0.0, 1.0, 0.0, 5.0, 4.5, 1.8, 0.0, 0.0]]])
+    # the same car driving away from the path
+    leaving = crossing.copy()
+    leaving[..., 5] = -5.0
+    route = np.array([[[0.0, 0.0], [200.0, 0.0]]])
+    limited = limit_plan_braking(plan, DT, 15.0, 3.0, route[0])
+    for agents, expected in ((crossing, None), (leaving, limited)):
+        context = CycleContext(inputs={"ego_state": ego_state, "agents": agents,
+                                       "agents_mask": np.ones((1, 1), bool), "route": route,
+                                       "route_mask": np.ones((1, 2), bool)})
+        out, note = stage.retime(plan, context, 0)
+        if expected is None:
+            assert out is None and note == ""
+        else:
+            np.testing.assert_allclose(out, expected)
+            assert "3 m/s^2" in note
+
+
+def test_past_its_end_the_softer_plan_follows_the_route_and_keeps_its_braking_for_a_curve():
+    from rad2_planner.comfort_limits import limit_plan_braking
+
+    plan = _plan_from_speeds(15.0, [-6.0] * 8)  # straight, stops after 18.75 m
+    # the route turns left (radius 20 m) from x = 20 m
+    theta = np.linspace(0.0, np.pi / 2, 40)
+    arc = np.stack([20.0 + 20.0 * np.sin(theta), 20.0 - 20.0 * np.cos(theta)], -1)
+    route = np.vstack([[[0.0, 0.0]], arc])
+    along = limit_plan_braking(plan, DT, 15.0, 3.0, route)
+    assert _progress(along)[-1] > 30.0 and along[-1, 1] > 3.0  # on into the curve, not straight on
+    straight = limit_plan_braking(plan, DT, 15.0, 3.0)
+    assert np.allclose(straight[:, 1], 0.0)
+    # cornering at 3 m/s^2 on a 20 m radius allows 7.7 m/s: the softer plan is no faster in the curve
+    careful = limit_plan_braking(plan, DT, 15.0, 3.0, route, curve_accel=3.0)
+    speed = np.diff(_progress(careful)) / DT
+    in_curve = np.nonzero(_progress(careful)[1:] > 24.0)[0]
+    assert len(in_curve) and np.all(speed[in_curve] <= np.sqrt(3.0 * 20.0) + 0.5)
+    assert _progress(careful)[-1] < _progress(along)[-1]

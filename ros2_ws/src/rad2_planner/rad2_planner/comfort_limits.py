@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from rad2_core.route_path import RoutePath
 from rad2_core.tokens import arc_lengths
 
 
@@ -49,9 +50,11 @@ class ComfortLimitParams:
     min_curve_speed: float = 2.0  # m/s, the lateral limit never asks for less
     # the generator's own braking (limit_plan_braking, before the rule stages); 0: not limited
     max_plan_decel: float = 0.0  # m/s^2
+    # no softer plan corners harder than this (v^2 * curvature); 0: not checked
+    plan_braking_curve_accel: float = 0.0  # m/s^2
 
     def __post_init__(self):
-        for name in ("max_lateral_accel", "max_plan_decel"):
+        for name in ("max_lateral_accel", "max_plan_decel", "plan_braking_curve_accel"):
             value = getattr(self, name)
             if not np.isfinite(value) or value < 0.0:
                 raise ValueError(f"comfort_limits.{name}: must be >= 0 (0: off), got {value!r}")
@@ -68,15 +71,23 @@ class ComfortLimitParams:
         c = require(params, "comfort_limits")
         return cls(bool(c["enabled"]), float(c["max_accel"]), float(c["max_jerk"]), float(c["step_s"]),
                    float(c["max_lateral_accel"]), float(c["curve_decel"]), float(c["curvature_chord_m"]),
-                   float(c["min_curve_speed"]), float(c["max_plan_decel"]))
+                   float(c["min_curve_speed"]), float(c["max_plan_decel"]),
+                   float(c["plan_braking_curve_accel"]))
 
 
-def limit_plan_braking(plan: np.ndarray, plan_dt: float, ego_speed: float, max_decel: float) -> np.ndarray:
-    """``plan`` [T, 2] (ego frame, point k at (k+1)·plan_dt) re-timed along its path, extended straight
-    beyond its end where needed, so that it brakes at most at ``max_decel`` (m/s^2, > 0) from the ego's
-    speed now: each interval's mean speed is at least the previous one's less ``max_decel``·dt (the
-    first: the mean of braking at ``max_decel`` from now). Faster parts are kept. The plan itself when
-    it already brakes within the limit.
+def limit_plan_braking(plan: np.ndarray, plan_dt: float, ego_speed: float, max_decel: float,
+                       route: np.ndarray | None = None, curve_accel: float = 0.0,
+                       chord_m: float = 2.0) -> np.ndarray:
+    """``plan`` [T, 2] (ego frame, point k at (k+1)·plan_dt) re-timed along its path so that it brakes
+    at most at ``max_decel`` (m/s^2, > 0) from the ego's speed now: each interval's mean speed is at
+    least the previous one's less ``max_decel``·dt (the first: the mean of braking at ``max_decel`` from
+    now). Faster parts are kept. The plan itself when it already brakes within the limit.
+
+    Beyond the plan's end the path goes on along ``route`` ([P >= 2, 2] ego-frame points, from the
+    point of it nearest the plan's end), then straight; without a route, straight along the plan's last
+    direction. With ``curve_accel`` > 0 no interval is made faster than its path's curvature allows at
+    that lateral acceleration (``v^2 · kappa``, curvature over chords of ``chord_m``) unless the plan
+    itself was: the plan's braking for a curve is kept.
 
     Why: the generator imitates drivers whose logged speeds are noisy and sometimes brakes hard where
     nothing asks for it (where the mapped road ends, say); the tracker passes braking beyond
@@ -92,26 +103,56 @@ def limit_plan_braking(plan: np.ndarray, plan_dt: float, ego_speed: float, max_d
     cum = arc_lengths(np.vstack([np.zeros((1, 2)), pts]))
     own = np.diff(cum) / plan_dt
     step = max_decel * plan_dt
-    floor = v0 - 0.5 * step if v0 >= step else v0 * v0 / (2.0 * step)  # braking at max_decel from now
+    first = v0 - 0.5 * step if v0 >= step else v0 * v0 / (2.0 * step)  # braking at max_decel from now
+    lifted, floor = False, first
+    for v in own:
+        lifted |= floor > v + 1e-9
+        floor = max(max(v, floor) - step, 0.0)
+    if not lifted:
+        return pts.copy()
+    # the path, continued far enough for any re-timing (no interval is faster than v0 or the plan's own)
+    path, knots = _continued_path(pts, cum, route, max(v0, float(own.max())) * plan_dt * len(own) + 1.0)
+    if curve_accel > 0.0:  # the straight tail has no curvature, and would stretch the chord
+        stations, kappa = path_curvature(path[:-1] if len(path) > 2 else path, chord_m)
     speeds = own.copy()
+    floor, done = first, 0.0
     for k in range(len(own)):
-        speeds[k] = max(own[k], floor)
-        floor = max(speeds[k] - step, 0.0)
+        want = max(own[k], floor)
+        if want > own[k] and curve_accel > 0.0:
+            near = (stations >= done - chord_m) & (stations <= done + want * plan_dt)
+            bend = float(kappa[near].max(initial=0.0))
+            if bend > 0.0:
+                want = max(own[k], min(want, float(np.sqrt(curve_accel / bend))))
+        speeds[k] = want
+        done += want * plan_dt
+        floor = max(want - step, 0.0)
     if np.all(speeds <= own + 1e-9):
         return pts.copy()
     out_s = np.cumsum(speeds) * plan_dt
-    # beyond the plan's end: straight along its last direction (the ego's heading if it does not move)
-    path = np.vstack([np.zeros((1, 2)), pts])
-    keep = np.concatenate([[True], np.diff(cum) > 1e-6])
-    path, knots = path[keep], cum[keep]
-    d = path[-1] - path[-2] if len(path) >= 2 else np.array([1.0, 0.0])
-    d = d / max(float(np.linalg.norm(d)), 1e-12)
-    extra = max(float(out_s[-1] - knots[-1]), 0.0) + 1.0
-    path = np.vstack([path, path[-1] + extra * d])
-    knots = np.concatenate([knots, [knots[-1] + extra]])
     x = np.interp(out_s, knots, path[:, 0])
     y = np.interp(out_s, knots, path[:, 1])
     return np.stack([x, y], axis=-1)
+
+
+def _continued_path(pts: np.ndarray, cum: np.ndarray, route: np.ndarray | None,
+                    beyond_m: float) -> tuple[np.ndarray, np.ndarray]:
+    """(path [P, 2] from the ego's origin through ``pts`` and on, its arc lengths): past the plan's end
+    along ``route`` from the point of it nearest that end, then straight for what ``beyond_m`` (m past
+    the plan's end) still asks."""
+    path = np.vstack([np.zeros((1, 2)), pts])
+    keep = np.concatenate([[True], np.diff(cum) > 1e-6])
+    path = path[keep]
+    if route is not None and len(route) >= 2:
+        line = RoutePath(route)
+        s_end = float(line.project(path[-1])[0])
+        ahead = line.points[line.s0 > s_end + 1.0]
+        path = np.vstack([path, ahead])
+    knots = arc_lengths(path)
+    d = path[-1] - path[-2] if len(path) >= 2 else np.array([1.0, 0.0])
+    d = d / max(float(np.linalg.norm(d)), 1e-12)
+    extra = max(float(cum[-1] + beyond_m - knots[-1]), 0.0) + 1.0
+    path = np.vstack([path, path[-1] + extra * d])
+    return path, np.concatenate([knots, [knots[-1] + extra]])
 
 
 def path_curvature(path: np.ndarray, chord_m: float) -> tuple[np.ndarray, np.ndarray]:

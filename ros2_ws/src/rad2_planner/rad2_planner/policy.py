@@ -32,9 +32,10 @@ One planning cycle (identical for every runtime backend, see :mod:`rad2_planner.
 5. The post-planning stages (:mod:`rad2_planner.stages`, one :class:`~rad2_planner.stages.StagePipeline`,
    each stage's time in ``timings_ms`` and what it did in ``info``):
    ``safety_layer`` (the collision critic, ``safety_layer.mode``, off by default; deterministic
-   selection only: :mod:`rad2_planner.safety_layer`), ``stall_recovery``, ``traffic_rules`` (stop for a
-   red signal), ``safety_envelope`` (room to stop behind every agent in the path) and
-   ``comfort_limits``. Each re-times the executed plan along its own path.
+   selection only: :mod:`rad2_planner.safety_layer`), ``stall_recovery``, ``plan_braking`` (the plan's
+   own braking held to ``comfort_limits.max_plan_decel``), ``traffic_rules`` (stop for a red signal),
+   ``safety_envelope`` (room to stop behind every agent in the path), ``comfort_limits`` and
+   ``drivable_area``. Each re-times the executed plan along its own path.
 
 Determinism: cycle ``i`` after ``reset(seed=s)`` draws its noise from ``default_rng(s + i)`` (one
 draw for the whole batch); an explicit ``plan(obs, seed=...)`` overrides it. ``plan_batch(...,
@@ -229,7 +230,7 @@ class Rad2Policy:
             self.critic_stage,
             StallRecoveryStage(recovery, self.plan_dt, vehicle, self.bev_cfg,
                                self.cfg.input_channel_names(self.bev_cfg.channels)),
-            PlanBrakingStage(comfort, self.plan_dt),
+            PlanBrakingStage(comfort, self.plan_dt, self.ego_size, self.max_curvature),
             TrafficRuleStage(rules, self.plan_dt, vehicle.length),
             # braking up to the vehicle's emergency limit where the envelope needs it
             SafetyEnvelopeStage(envelope, self.plan_dt, self.ego_size, -float(vehicle.min_accel),

@@ -32,6 +32,7 @@ import numpy as np
 from rad2_core.lane_map import SIGNAL_STATE_NAMES
 from rad2_core.route_path import observation_route
 
+from rad2_planner.candidates import safe_candidates
 from rad2_planner.comfort_limits import (
     ComfortLimitParams,
     limit_acceleration,
@@ -256,23 +257,42 @@ class SafetyEnvelopeStage(RetimingStage):
 class PlanBrakingStage(RetimingStage):
     """The selected plan's own braking held to ``comfort_limits.max_plan_decel`` before the rule stages
     (:func:`rad2_planner.comfort_limits.limit_plan_braking`); the traffic rules and the safety envelope
-    after it brake as hard as they need. Off when ``max_plan_decel`` is 0 or the comfort limits are off."""
+    after it brake as hard as they need. Off when ``max_plan_decel`` is 0 or the comfort limits are off.
+
+    The softer plan is kept only where it meets no observed agent, extrapolated at constant velocity,
+    sooner than the selected plan does (the safe set's own test,
+    :func:`rad2_planner.candidates.safe_candidates`). Why: the generator's hard braking is sometimes
+    for cross traffic that the safety envelope trusts only over its short crossing horizon; softening
+    that braking drove the ego into crossing cars on the SUMO stress set. Past the plan's end the softer
+    plan follows the observation's route, and it corners no harder than
+    ``comfort_limits.plan_braking_curve_accel`` where the plan did not."""
 
     name = "plan_braking"
     note_key = "plan_braking"
 
-    def __init__(self, params: ComfortLimitParams, plan_dt: float):
+    def __init__(self, params: ComfortLimitParams, plan_dt: float, ego_size: tuple[float, float],
+                 max_curvature: float):
         self.params = params
         self.plan_dt = float(plan_dt)
+        self.ego_size = ego_size
+        self.max_curvature = float(max_curvature)
 
     @property
     def enabled(self) -> bool:
         return self.params.enabled and self.params.max_plan_decel > 0.0
 
     def retime(self, plan, context, i):
-        speed = float(context.inputs["ego_state"][i, 0])
-        limited = limit_plan_braking(plan, self.plan_dt, speed, self.params.max_plan_decel)
+        inputs = context.inputs
+        route = observation_route(inputs["route"][i], inputs["route_mask"][i])
+        limited = limit_plan_braking(plan, self.plan_dt, float(inputs["ego_state"][i, 0]),
+                                     self.params.max_plan_decel, route, self.params.plan_braking_curve_accel,
+                                     self.params.curvature_chord_m)
         if np.array_equal(limited, plan):
+            return None, ""
+        both = np.stack([np.asarray(plan, np.float64), limited])
+        latest = safe_candidates(both, inputs["agents"][i], inputs["agents_mask"][i], self.plan_dt,
+                                 self.ego_size, self.max_curvature)
+        if 1 not in latest:
             return None, ""
         return limited, f"the plan's braking held to {self.params.max_plan_decel:g} m/s^2"
 
