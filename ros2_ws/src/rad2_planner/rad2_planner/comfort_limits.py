@@ -87,7 +87,8 @@ def limit_plan_braking(plan: np.ndarray, plan_dt: float, ego_speed: float, max_d
     point of it nearest the plan's end), then straight; without a route, straight along the plan's last
     direction. With ``curve_accel`` > 0 no interval is made faster than its path's curvature allows at
     that lateral acceleration (``v^2 · kappa``, curvature over chords of ``chord_m``) unless the plan
-    itself was: the plan's braking for a curve is kept.
+    itself was, and none is faster than it can brake from at ``max_decel`` into the next: the plan's
+    braking for a curve is kept.
 
     Why: the generator imitates drivers whose logged speeds are noisy and sometimes brakes hard where
     nothing asks for it (where the mapped road ends, say); the tracker passes braking beyond
@@ -126,6 +127,9 @@ def limit_plan_braking(plan: np.ndarray, plan_dt: float, ego_speed: float, max_d
         speeds[k] = want
         done += want * plan_dt
         floor = max(want - step, 0.0)
+    # into a curve the softer plan brakes at max_decel at most, or as the plan itself did (never slower)
+    for k in range(len(own) - 2, -1, -1):
+        speeds[k] = max(own[k], min(speeds[k], speeds[k + 1] + step))
     if np.all(speeds <= own + 1e-9):
         return pts.copy()
     out_s = np.cumsum(speeds) * plan_dt
