@@ -238,3 +238,15 @@ def test_past_its_end_the_softer_plan_follows_the_route_and_keeps_its_braking_fo
     in_curve = np.nonzero(_progress(careful)[1:] > 24.0)[0]
     assert len(in_curve) and np.all(speed[in_curve] <= np.sqrt(3.0 * 20.0) + 0.5)
     assert _progress(careful)[-1] < _progress(along)[-1]
+
+
+def test_a_plan_braking_through_a_turn_of_its_own_is_kept():
+    from rad2_planner.comfort_limits import limit_plan_braking
+
+    # from 10 m/s, braking hard into a left turn of 12 m radius that it takes at 5 m/s (2 m/s^2 lateral)
+    speeds = [8.5, 6.5, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0]
+    s = np.cumsum(np.array(speeds) * DT)
+    turn = np.maximum(s - 8.0, 0.0) / 12.0
+    plan = np.stack([np.minimum(s, 8.0) + 12.0 * np.sin(turn), 12.0 * (1.0 - np.cos(turn))], -1)
+    np.testing.assert_array_equal(limit_plan_braking(plan, DT, 10.0, 2.5, curve_accel=1.5), plan)
+    assert not np.array_equal(limit_plan_braking(plan, DT, 10.0, 2.5), plan)  # unchecked: softened

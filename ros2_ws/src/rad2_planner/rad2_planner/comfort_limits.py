@@ -87,8 +87,8 @@ def limit_plan_braking(plan: np.ndarray, plan_dt: float, ego_speed: float, max_d
     point of it nearest the plan's end), then straight; without a route, straight along the plan's last
     direction. With ``curve_accel`` > 0 no interval is made faster than its path's curvature allows at
     that lateral acceleration (``v^2 · kappa``, curvature over chords of ``chord_m``) unless the plan
-    itself was, and none is faster than it can brake from at ``max_decel`` into the next: the plan's
-    braking for a curve is kept.
+    itself was, and none is faster than it can brake from at ``max_decel`` into the next; a plan that
+    corners harder than that at its own speeds is kept as it is: the plan's braking for a curve is kept.
 
     Why: the generator imitates drivers whose logged speeds are noisy and sometimes brakes hard where
     nothing asks for it (where the mapped road ends, say); the tracker passes braking beyond
@@ -115,6 +115,12 @@ def limit_plan_braking(plan: np.ndarray, plan_dt: float, ego_speed: float, max_d
     path, knots = _continued_path(pts, cum, route, max(v0, float(own.max())) * plan_dt * len(own) + 1.0)
     if curve_accel > 0.0:  # the straight tail has no curvature, and would stretch the chord
         stations, kappa = path_curvature(path[:-1] if len(path) > 2 else path, chord_m)
+        # a plan that corners harder than curve_accel at its own speeds is braking for that curve:
+        # replanned every cycle, even a small lift of its first interval carries the ego into the turn fast
+        on_plan = stations < cum[-1]
+        at = np.clip(np.searchsorted(cum, stations[on_plan], side="right") - 1, 0, len(own) - 1)
+        if np.any(own[at] ** 2 * kappa[on_plan] > curve_accel):
+            return pts.copy()
     speeds = own.copy()
     floor, done = first, 0.0
     for k in range(len(own)):
