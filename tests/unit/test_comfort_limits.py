@@ -250,3 +250,12 @@ def test_a_plan_braking_through_a_turn_of_its_own_is_kept():
     plan = np.stack([np.minimum(s, 8.0) + 12.0 * np.sin(turn), 12.0 * (1.0 - np.cos(turn))], -1)
     np.testing.assert_array_equal(limit_plan_braking(plan, DT, 10.0, 2.5, curve_accel=1.5), plan)
     assert not np.array_equal(limit_plan_braking(plan, DT, 10.0, 2.5), plan)  # unchecked: softened
+
+
+def test_a_route_that_gives_no_direction_continues_the_softer_plan_straight_on():
+    from rad2_planner.comfort_limits import limit_plan_braking
+
+    plan = _plan_from_speeds(15.0, [-6.0] * 8)
+    straight = limit_plan_braking(plan, DT, 15.0, 3.0)
+    for route in (np.zeros((3, 2)), np.array([[0.0, 0.0], [np.nan, 1.0]])):
+        np.testing.assert_allclose(limit_plan_braking(plan, DT, 15.0, 3.0, route), straight)

@@ -152,7 +152,11 @@ def _continued_path(pts: np.ndarray, cum: np.ndarray, route: np.ndarray | None,
     path = np.vstack([np.zeros((1, 2)), pts])
     keep = np.concatenate([[True], np.diff(cum) > 1e-6])
     path = path[keep]
-    if route is not None and len(route) >= 2:
+    route = None if route is None else np.asarray(route, np.float64)
+    # a route of coinciding points (a malformed observation) gives no direction: straight on instead
+    usable = (route is not None and len(route) >= 2 and bool(np.isfinite(route).all())
+              and float(np.ptp(route, axis=0).max()) > 1e-9)
+    if usable:
         line = RoutePath(route)
         s_end = float(line.project(path[-1])[0])
         ahead = line.points[line.s0 > s_end + 1.0]
