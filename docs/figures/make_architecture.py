@@ -56,10 +56,10 @@ def draw(out: Path) -> None:
     y, h, w = 6.35, 2.35, 2.15
     xs = [0.2, 2.6, 5.0, 7.4, 9.8, 12.2, 14.6]
     box(ax, xs[0], y, w, h, "Clip / sensors",
-        "logged clip (AV2, WOMD,\nCommonRoad, Lanelet2,\nSUMO) or live object\nlist + odometry + map",
+        "logged clip (NGSIM, AV2,\nWOMD, CommonRoad,\nLanelet2, SUMO) or live\nobjects + odometry + map",
         "rad2_datasets", "data")
     box(ax, xs[1], y, w, h, "BEV + scene tokens",
-        "10×128×128 raster\nmap / agent / route\ntokens, ego state,\nvalidators",
+        "11×128×128 raster\nmap / agent / route\ntokens, ego state,\nvalidators",
         "rad2_core", "data")
     box(ax, xs[2], y, w, h, "Generator",
         "scene encoder +\nDiT diffusion,\nK = 4 steps →\nM = 32 candidates",
@@ -68,7 +68,7 @@ def draw(out: Path) -> None:
         "scores candidates;\nargmax over the safe\nset + κ·consensus prior\n(rule fallback: safe_medoid)",
         "rad2_planner", "planner")
     box(ax, xs[4], y, w, h, "Post-planning",
-        "stall recovery →\ntraffic rules → safety\nenvelope → comfort\nlimits (+ critic layer)",
+        "stall recovery → plan\nbraking → traffic rules\n→ safety envelope →\ncomfort limits →\ndrivable area (+ critic)",
         "rad2_planner", "planner")
     box(ax, xs[5], y, w, h, "iLQR tracker",
         "kinematic bicycle,\n4 s horizon, 30 Hz,\nminimal-risk stop\non stale input",
