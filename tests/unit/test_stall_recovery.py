@@ -1,7 +1,7 @@
 """Stall recovery (rad2_planner/stall_recovery.py): a slow ego accelerates evenly from now instead of
-replanning "hold, then accelerate" forever, and a plan that asks for reversing is replaced by the route
-followed forwards within the vehicle's limits, only where that stays on the drivable area; and the policy
-applies both."""
+replanning "hold, then accelerate" forever, a plan that crawls accelerates where the road ahead is clear,
+and a plan that asks for reversing is replaced by the route followed forwards within the vehicle's
+limits, only where that stays on the drivable area; and the policy applies all three."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from rad2_core.config import load_merged, load_params
 from rad2_planner.stall_recovery import (
     StallRecoveryParams,
     asks_for_reversing,
+    clear_road_start,
     even_start,
     follow_route,
     recovery_plan,
@@ -206,3 +207,103 @@ def test_impossible_ego_values_stay_within_the_vehicle():
     far = np.array([[0.0, 0.0], [1000.0, 1000.0]])
     plan = follow_route(far, 2.0, 0.0, DT, 8, VEHICLE, P, 3.0)
     assert np.all(np.isfinite(plan)) and np.hypot(*plan[-1]) < 2.0 + P.speed * 8 * DT
+
+# the crawl on a clear road, switched on with the values the tests assume (whatever the default)
+CR = replace(P, clear_road_below=3.0, clear_road_speed=5.0, clear_road_horizon_s=6.0, clear_road_curve_accel=1.5,
+             clear_road_min_gain_m=1.0)
+
+
+def _crawl(speed: float = 1.0, n: int = 8) -> np.ndarray:
+    return np.stack([speed * DT * np.arange(1, n + 1), np.zeros(n)], axis=-1)
+
+
+def test_a_crawl_on_a_clear_road_accelerates_along_the_plan_and_the_route():
+    """A plan that keeps a 1 m/s ego at 1 m/s is re-timed to accelerate at stall_recovery.accel towards
+    clear_road_speed, past its own short path along the route, continued to clear_road_horizon_s for
+    the caller's agent check; never behind the plan at any point."""
+    route = np.stack([np.arange(0.0, 60.0, 2.5), np.zeros(24)], axis=-1)
+    plan = _crawl()
+    out = clear_road_start(plan, 1.0, DT, route, CR)
+    n = int(np.ceil(CR.clear_road_horizon_s / DT))
+    assert out is not None and out.shape == (max(n, len(plan)), 2)
+    s = _progress(out)
+    t = np.arange(1, len(s) + 1) * DT
+    t_top = (CR.clear_road_speed - 1.0) / CR.accel
+    want = np.where(t <= t_top, 1.0 * t + 0.5 * CR.accel * t**2,
+                    1.0 * t_top + 0.5 * CR.accel * t_top**2 + CR.clear_road_speed * (t - t_top))
+    np.testing.assert_allclose(s, want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(out[:, 1], 0.0, atol=1e-9)  # on the route
+    assert np.all(s[: len(plan)] >= _progress(plan) - 1e-9)
+
+
+def test_a_bend_ahead_caps_the_faster_plan():
+    """Along a route that turns on a 6 m radius just past the plan's end, the faster plan's speed stays
+    near sqrt(clear_road_curve_accel * 6 m) (3 m/s), below clear_road_speed."""
+    route = _right_turn_route(corner_x=4.0, radius=6.0)
+    out = clear_road_start(_crawl(0.5), 0.5, DT, route, CR)
+    assert out is not None
+    speeds = np.diff(np.concatenate([[0.0], _progress(out)])) / DT
+    assert speeds.max() <= np.sqrt(CR.clear_road_curve_accel * 6.0) * 1.15
+    assert speeds.max() < CR.clear_road_speed - 1.0
+
+
+def test_a_clear_road_leaves_fast_egos_fast_plans_and_bad_values_alone():
+    route = np.stack([np.arange(0.0, 60.0, 2.5), np.zeros(24)], axis=-1)
+    assert clear_road_start(_crawl(4.0), CR.clear_road_below + 0.1, DT, route, CR) is None  # not slow
+    assert clear_road_start(_crawl(CR.clear_road_speed), 1.0, DT, route, CR) is None  # already faster
+    assert clear_road_start(_crawl(), 1.0, DT, route, replace(CR, clear_road_below=0.0)) is None  # off
+    bad = _crawl()
+    bad[3] = np.nan
+    assert clear_road_start(bad, 1.0, DT, route, CR) is None
+    assert clear_road_start(_crawl(), float("nan"), DT, route, CR) is None
+    # a route of one repeated point: straight on along the plan
+    out = clear_road_start(_crawl(), 1.0, DT, np.zeros((5, 2)), CR)
+    assert out is not None and np.all(np.isfinite(out)) and np.allclose(out[:, 1], 0.0)
+    with pytest.raises(ValueError, match="stall_recovery.clear_road_speed .* must exceed clear_road_below"):
+        replace(CR, clear_road_below=6.0, clear_road_speed=5.0)
+
+
+def test_the_stage_accelerates_a_crawl_only_where_no_agent_and_no_edge_is_met():
+    """Through the policy's stage: a crawling plan on an empty drivable road accelerates and says so; a
+    car standing 14 m ahead in the lane (met within clear_road_horizon_s), or a road that is not
+    drivable, leaves the crawl as it is."""
+    from rad2_planner.policy import Rad2Policy
+    from rad2_planner.runtime.base import SCENE_INPUTS
+    from rad2_planner.runtime.onnx_export import example_inputs
+    from rad2_planner.stages import CycleContext, CyclePlans
+
+    recovery = {**PARAMS["stall_recovery"], "enabled": True, "clear_road_below": CR.clear_road_below,
+                "clear_road_speed": CR.clear_road_speed}
+    policy = Rad2Policy.from_params({**PARAMS, "stall_recovery": recovery}, backend="pytorch")
+    cfg = get_config(BEV)
+    ex = example_inputs(policy.cfg, batch=1, seed=0)
+    inputs = {k: np.array(ex[k]) for k in SCENE_INPUTS}
+    inputs["ego_state"][:] = 0.0
+    inputs["ego_state"][:, 0] = 1.0  # 1 m/s, wheels straight
+    inputs["bev"][:] = 0.0
+    inputs["bev"][:, cfg.channel_index("drivable_area")] = 1.0
+    route = np.stack([np.arange(policy.cfg.n_route) * 2.5, np.zeros(policy.cfg.n_route)], axis=-1)
+    inputs["route"][:] = 0.0
+    inputs["route"][0, :, :2] = route
+    inputs["route_mask"][:] = True
+    inputs["agents"][:] = 0.0
+    inputs["agents_mask"][:] = False
+    candidates = np.stack([_crawl()] * 4)[None].astype(np.float32)
+
+    def run(inp):
+        out = policy.pipeline.stage("stall_recovery").apply(CyclePlans.of(candidates, [0]), CycleContext(inp))
+        return out.executed[0], out.notes("stall_recovery")[0]
+
+    executed, note = run(inputs)
+    assert note == "slow plan on a clear road: accelerating"
+    assert executed.shape == (8, 2) and executed[-1, 0] > candidates[0, 0, -1, 0] + CR.clear_road_min_gain_m
+    blocked = {k: v.copy() for k, v in inputs.items()}
+    blocked["agents"][0, 0, :8] = [14.0, 0.0, 1.0, 0.0, 0.0, 0.0, 4.5, 1.9]  # standing in the lane
+    blocked["agents_mask"][0, 0] = True
+    assert run(blocked) == (None, "")
+    beside = {k: v.copy() for k, v in blocked.items()}
+    beside["agents"][0, 0, 1] = 4.0  # the same car at the kerb, 4 m to the left of the path
+    assert run(beside)[1] == "slow plan on a clear road: accelerating"
+    off_road = {k: v.copy() for k, v in inputs.items()}
+    off_road["bev"][:, cfg.channel_index("drivable_area")] = 0.0
+    assert run(off_road) == (None, "")

@@ -6,9 +6,9 @@
 - :func:`mean_pairwise_distance`, :func:`medoid_index`: the mode of a candidate set (the fallback
   selection ``medoid``); :func:`consensus_prior`: the standardised preference for it that
   ``planner.discriminator_prior_weight`` adds to the discriminator's logits.
-- :func:`safe_candidates`, :func:`safe_medoid_index`: the candidates whose ego box overlaps no observed
-  agent extrapolated at constant velocity, and their medoid (``safe_medoid``, and the set of
-  ``planner.discriminator_candidates: safe``).
+- :func:`first_overlaps`, :func:`safe_candidates`, :func:`safe_medoid_index`: when a candidate's ego
+  box first overlaps an observed agent extrapolated at constant velocity, the candidates that never
+  do, and their medoid (``safe_medoid``, and the set of ``planner.discriminator_candidates: safe``).
 
 NumPy and SciPy only; :class:`rad2_planner.policy.Rad2Policy` applies them with its settings.
 """
@@ -140,6 +140,24 @@ def consensus_prior(candidates: np.ndarray, allowed: np.ndarray | None = None) -
     return np.where(mask, -(d - d[mask].min()) / spread, 0.0)
 
 
+def first_overlaps(
+    candidates: np.ndarray, agents: np.ndarray, agents_mask: np.ndarray, plan_dt: float,
+    ego_size: tuple[float, float], max_curvature: float,
+) -> np.ndarray:
+    """Per candidate of ``[M, T, 2]`` (point k at (k+1)·plan_dt), the index of its first point whose ego
+    box overlaps an observed agent extrapolated at constant velocity; T where none does."""
+    m, t = candidates.shape[:2]
+    a = agents[agents_mask.astype(bool)]
+    if not len(a):
+        return np.full(m, t)
+    agent_boxes = constant_velocity_boxes(a, (np.arange(t) + 1.0) * plan_dt)  # N T 5
+    yaw = plan_headings(candidates, max_curvature=max_curvature)
+    # M T 5
+    ego = np.stack(np.broadcast_arrays(candidates[..., 0], candidates[..., 1], yaw, *ego_size), -1)
+    hit = tracks_overlap(ego, agent_boxes)  # M T
+    return np.where(hit.any(1), hit.argmax(1), t)
+
+
 def safe_candidates(
     candidates: np.ndarray, agents: np.ndarray, agents_mask: np.ndarray, plan_dt: float,
     ego_size: tuple[float, float], max_curvature: float,
@@ -147,16 +165,7 @@ def safe_candidates(
     """Indices of the candidates ``[M, T, 2]`` whose ego box overlaps no observed agent extrapolated at
     constant velocity; when every candidate overlaps one, those whose first overlap comes latest (never
     empty). The safe set of ``safe_medoid`` and of ``planner.discriminator_candidates: safe``."""
-    m, t = candidates.shape[:2]
-    a = agents[agents_mask.astype(bool)]
-    if not len(a):
-        return np.arange(m)
-    agent_boxes = constant_velocity_boxes(a, (np.arange(t) + 1.0) * plan_dt)  # N T 5
-    yaw = plan_headings(candidates, max_curvature=max_curvature)
-    # M T 5
-    ego = np.stack(np.broadcast_arrays(candidates[..., 0], candidates[..., 1], yaw, *ego_size), -1)
-    hit = tracks_overlap(ego, agent_boxes)  # M T
-    first = np.where(hit.any(1), hit.argmax(1), t)
+    first = first_overlaps(candidates, agents, agents_mask, plan_dt, ego_size, max_curvature)
     return np.nonzero(first == first.max())[0]
 
 

@@ -112,7 +112,7 @@ def limit_plan_braking(plan: np.ndarray, plan_dt: float, ego_speed: float, max_d
     if not lifted:
         return pts.copy()
     # the path, continued far enough for any re-timing (no interval is faster than v0 or the plan's own)
-    path, knots = _continued_path(pts, cum, route, max(v0, float(own.max())) * plan_dt * len(own) + 1.0)
+    path, knots = continued_path(pts, cum, route, max(v0, float(own.max())) * plan_dt * len(own) + 1.0)
     if curve_accel > 0.0:  # the straight tail has no curvature, and would stretch the chord
         stations, kappa = path_curvature(path[:-1] if len(path) > 2 else path, chord_m)
         # a plan that corners harder than curve_accel at its own speeds is braking for that curve:
@@ -144,7 +144,7 @@ def limit_plan_braking(plan: np.ndarray, plan_dt: float, ego_speed: float, max_d
     return np.stack([x, y], axis=-1)
 
 
-def _continued_path(pts: np.ndarray, cum: np.ndarray, route: np.ndarray | None,
+def continued_path(pts: np.ndarray, cum: np.ndarray, route: np.ndarray | None,
                     beyond_m: float) -> tuple[np.ndarray, np.ndarray]:
     """(path [P, 2] from the ego's origin through ``pts`` and on, its arc lengths): past the plan's end
     along ``route`` from the point of it nearest that end, then straight for what ``beyond_m`` (m past

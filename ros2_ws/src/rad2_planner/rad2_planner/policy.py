@@ -229,7 +229,8 @@ class Rad2Policy:
         self.pipeline = StagePipeline((
             self.critic_stage,
             StallRecoveryStage(recovery, self.plan_dt, vehicle, self.bev_cfg,
-                               self.cfg.input_channel_names(self.bev_cfg.channels)),
+                               self.cfg.input_channel_names(self.bev_cfg.channels), self.ego_size,
+                               self.max_curvature),
             PlanBrakingStage(comfort, self.plan_dt, self.ego_size, self.max_curvature),
             TrafficRuleStage(rules, self.plan_dt, vehicle.length),
             # braking up to the vehicle's emergency limit where the envelope needs it

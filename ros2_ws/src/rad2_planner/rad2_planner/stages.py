@@ -7,15 +7,16 @@ pass through a :class:`StagePipeline`, in order:
 1. ``safety_layer`` (:class:`rad2_planner.safety_layer.CriticStage`): the collision critic accepts,
    re-selects or redraws the candidates (``safety_layer.mode``; deterministic selection only).
 2. ``stall_recovery`` (:class:`StallRecoveryStage`, :mod:`rad2_planner.stall_recovery`).
-3. ``traffic_rules`` (:class:`TrafficRuleStage`, :mod:`rad2_planner.traffic_rules`).
-4. ``safety_envelope`` (:class:`SafetyEnvelopeStage`, :mod:`rad2_planner.safety_envelope`).
-5. ``comfort_limits`` (:class:`ComfortLimitStage`, :mod:`rad2_planner.comfort_limits`).
-6. ``drivable_area`` (:class:`DrivableAreaStage`, :mod:`rad2_planner.drivable_area`): the plan as it
+3. ``plan_braking`` (:class:`PlanBrakingStage`, :func:`rad2_planner.comfort_limits.limit_plan_braking`).
+4. ``traffic_rules`` (:class:`TrafficRuleStage`, :mod:`rad2_planner.traffic_rules`).
+5. ``safety_envelope`` (:class:`SafetyEnvelopeStage`, :mod:`rad2_planner.safety_envelope`).
+6. ``comfort_limits`` (:class:`ComfortLimitStage`, :mod:`rad2_planner.comfort_limits`).
+7. ``drivable_area`` (:class:`DrivableAreaStage`, :mod:`rad2_planner.drivable_area`): the plan as it
    will be executed, checked against the BEV's drivable area; reported, or also stopped before the exit.
 
 Every stage has the interface of :class:`Stage`: ``applies(context)`` (whether it runs this cycle) and
 ``apply(plans, context) -> plans`` (a new :class:`CyclePlans`, the input untouched); the pipeline
-times each stage with a ``timing_key`` into the cycle's ``timings_ms``. Stages 2–6 re-time one row's
+times each stage with a ``timing_key`` into the cycle's ``timings_ms``. Stages 2–7 re-time one row's
 plan along its own path (:class:`RetimingStage`: ``retime(plan, context, row) -> (plan or None, note)``);
 the maths is the named module's, the stage object reads the row's inputs and writes what it says into
 the row's ``info`` under its ``note_key``.
@@ -32,7 +33,7 @@ import numpy as np
 from rad2_core.lane_map import SIGNAL_STATE_NAMES
 from rad2_core.route_path import observation_route
 
-from rad2_planner.candidates import safe_candidates
+from rad2_planner.candidates import first_overlaps, safe_candidates
 from rad2_planner.comfort_limits import (
     ComfortLimitParams,
     limit_acceleration,
@@ -41,7 +42,14 @@ from rad2_planner.comfort_limits import (
 )
 from rad2_planner.drivable_area import DrivableAreaParams, first_exit
 from rad2_planner.safety_envelope import SafetyEnvelopeParams, apply_envelope
-from rad2_planner.stall_recovery import StallRecoveryParams, asks_for_reversing, even_start, recovery_plan
+from rad2_planner.stall_recovery import (
+    StallRecoveryParams,
+    asks_for_reversing,
+    clear_road_start,
+    even_start,
+    on_drivable_area,
+    recovery_plan,
+)
 from rad2_planner.traffic_rules import TrafficRuleParams, allowed_distance, limit_progress
 
 
@@ -146,22 +154,25 @@ class RetimingStage:
 
 class StallRecoveryStage(RetimingStage):
     """Below ``start_speed`` a selected plan that holds its speed and accelerates later is evened out
-    from now; a plan that asks for reversing (the vehicle has none) is replaced by the route followed
+    from now; below ``clear_road_below`` a plan that crawls is made to accelerate where the road ahead
+    is clear; a plan that asks for reversing (the vehicle has none) is replaced by the route followed
     forwards where that stays on the BEV's drivable area (:mod:`rad2_planner.stall_recovery`).
 
     ``channel_names``: the model's BEV channels in its order (``ModelConfig.input_channel_names``);
-    without a drivable area among them a reversing plan is kept as it is."""
+    without a drivable area among them a reversing or crawling plan is kept as it is."""
 
     name = "stall_recovery"
     note_key = "stall_recovery"
 
     def __init__(self, params: StallRecoveryParams, plan_dt: float, vehicle, bev_cfg,
-                 channel_names: list[str]):
+                 channel_names: list[str], ego_size: tuple[float, float], max_curvature: float):
         self.params = params
         self.plan_dt = float(plan_dt)
         self.vehicle = vehicle
         self.bev_cfg = bev_cfg
         self.channel_names = list(channel_names)
+        self.ego_size = ego_size
+        self.max_curvature = float(max_curvature)
 
     @property
     def enabled(self) -> bool:
@@ -170,15 +181,19 @@ class StallRecoveryStage(RetimingStage):
     def retime(self, plan, context, i):
         inputs = context.inputs
         speed, _, _, steer = (float(v) for v in inputs["ego_state"][i])
+        channel = drivable_channel(inputs["bev"], self.channel_names, self.bev_cfg)
+        route = observation_route(inputs["route"][i], inputs["route_mask"][i])
         if not asks_for_reversing(plan, self.params):
             started = even_start(plan, speed, self.plan_dt, self.params)
-            if started is None:
-                return None, ""
-            return started, "late acceleration: the plan's acceleration evened out from now"
-        channel = drivable_channel(inputs["bev"], self.channel_names, self.bev_cfg)
+            note = "" if started is None else "late acceleration: the plan's acceleration evened out from now"
+            current = plan if started is None else started
+            if channel is not None:
+                cleared = self.clear_road(current, speed, route, inputs["bev"][i, channel], context, i)
+                if cleared is not None:
+                    return cleared, "slow plan on a clear road: accelerating"
+            return started, note
         if channel is None:
             return None, ""
-        route = observation_route(inputs["route"][i], inputs["route_mask"][i])
         bev = inputs["bev"][i, channel]
         forward, straight, lookahead = recovery_plan(route, speed, steer, self.plan_dt, plan.shape[0],
                                                      self.vehicle, self.params, bev, self.bev_cfg)
@@ -186,6 +201,19 @@ class StallRecoveryStage(RetimingStage):
             return None, "plan asks for reversing; following the route would leave the drivable area"
         return forward, (f"plan asks for reversing (x {float(plan[:, 0].min()):.1f} m): following the route "
                          f"(straight {straight:g} m, look-ahead {lookahead:g} m)")
+
+    def clear_road(self, plan, speed, route, drivable, context, i) -> np.ndarray | None:
+        """:func:`clear_road_start`'s plan where, continued to its horizon, it meets no agent extrapolated
+        at constant velocity and keeps every point on the drivable area; else None."""
+        faster = clear_road_start(plan, speed, self.plan_dt, route, self.params)
+        if faster is None or not on_drivable_area(faster, drivable, self.bev_cfg):
+            return None
+        inputs = context.inputs
+        first = first_overlaps(faster[None], inputs["agents"][i], inputs["agents_mask"][i], self.plan_dt,
+                               self.ego_size, self.max_curvature)
+        if first[0] < len(faster):
+            return None
+        return faster[: plan.shape[0]]
 
 
 def drivable_channel(bev: np.ndarray, channel_names: list[str], cfg) -> int | None:

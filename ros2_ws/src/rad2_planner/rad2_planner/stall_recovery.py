@@ -30,6 +30,17 @@ instead (no ROS, no networks).
    keeps close to the route, a long one cuts the corner); the first plan whose every point lies on the
    drivable area of the observation's BEV is used. When none does, the plan stays as it was.
 
+3. **A crawl on a clear road.** Trained on recorded traffic where a slow car beside the ego meant a
+   slow lane for it too (NGSIM's congested freeway and arterial), the generator keeps a slow ego slow
+   beside cars at the kerb: on an Argoverse 2 street, after braking for a car pulling out, it stayed at
+   about 1 m/s with nothing ahead in its lane while the logged driver went on at 5-9 m/s.
+   :func:`clear_road_start`: below ``clear_road_below``, a plan that gains less than the ego would by
+   accelerating at ``accel`` towards ``clear_road_speed`` is re-timed to do so along its own path and
+   then the route (never slower than the plan at any point, never faster in a bend than
+   ``clear_road_curve_accel`` allows). The stage keeps it only where that plan, continued to
+   ``clear_road_horizon_s``, overlaps no observed agent extrapolated at constant velocity and keeps
+   every point on the BEV's drivable area; else the plan stays as it was.
+
 The later stages apply to the result as to any plan: a red signal still stops it, the safety envelope
 stops it behind agents in its path, and the comfort limits slow it through the corner and soften its
 start. Parameters: ``stall_recovery.*`` in params/planner.yaml.
@@ -46,6 +57,8 @@ from rad2_core.bicycle import VehicleParams, clamp_controls, step
 from rad2_core.route_path import RoutePath
 from rad2_core.tokens import arc_lengths
 
+from rad2_planner.comfort_limits import continued_path, path_curvature
+
 
 @dataclass(frozen=True)
 class StallRecoveryParams:
@@ -59,6 +72,12 @@ class StallRecoveryParams:
     step_s: float  # s, integration step of the bicycle rollout
     start_speed: float  # m/s, below it the plan's start is evened out (even_start)
     start_horizon_s: float  # s, the plan's speed at this time is reached by accelerating evenly from now
+    # the crawl on a clear road (clear_road_start); clear_road_below 0: off
+    clear_road_below: float = 0.0  # m/s, below it a crawling plan is made to accelerate
+    clear_road_speed: float = 5.0  # m/s, ... towards this speed at ``accel``
+    clear_road_horizon_s: float = 6.0  # s, the faster plan must meet no agent until then
+    clear_road_curve_accel: float = 1.5  # m/s^2, its largest v^2 * curvature
+    clear_road_min_gain_m: float = 1.0  # m, less gained over the plan's horizon: the plan is kept
 
     def __post_init__(self):
         for name in ("reverse_tolerance_m", "speed", "accel", "decel", "step_s", "start_speed",
@@ -66,6 +85,17 @@ class StallRecoveryParams:
             value = getattr(self, name)
             if not np.isfinite(value) or value <= 0.0:
                 raise ValueError(f"stall_recovery.{name}: must be a positive number, got {value!r}")
+        for name in ("clear_road_below", "clear_road_speed", "clear_road_horizon_s", "clear_road_curve_accel",
+                     "clear_road_min_gain_m"):
+            value = getattr(self, name)
+            if not np.isfinite(value) or value < 0.0:
+                raise ValueError(f"stall_recovery.{name}: must be a number >= 0, got {value!r}")
+        if self.clear_road_below > 0.0 and not (self.clear_road_speed > self.clear_road_below
+                                                 and self.clear_road_horizon_s > 0.0
+                                                 and self.clear_road_curve_accel > 0.0):
+            raise ValueError(f"stall_recovery.clear_road_speed ({self.clear_road_speed!r}) must exceed "
+                             f"clear_road_below ({self.clear_road_below!r}), with clear_road_horizon_s and "
+                             f"clear_road_curve_accel positive")
         if not self.lookahead_m or not all(np.isfinite(v) and v > 0.0 for v in self.lookahead_m):
             raise ValueError(f"stall_recovery.lookahead_m: needs positive distances, got {self.lookahead_m}")
         if not self.straight_m or not all(np.isfinite(v) and v >= 0.0 for v in self.straight_m):
@@ -79,7 +109,9 @@ class StallRecoveryParams:
         return cls(bool(c["enabled"]), float(c["reverse_tolerance_m"]), float(c["speed"]), float(c["accel"]),
                    float(c["decel"]), tuple(float(v) for v in c["lookahead_m"]),
                    tuple(float(v) for v in c["straight_m"]), float(c["step_s"]), float(c["start_speed"]),
-                   float(c["start_horizon_s"]))
+                   float(c["start_horizon_s"]), float(c["clear_road_below"]), float(c["clear_road_speed"]),
+                   float(c["clear_road_horizon_s"]), float(c["clear_road_curve_accel"]),
+                   float(c["clear_road_min_gain_m"]))
 
 
 def even_start(plan: np.ndarray, ego_speed: float, plan_dt: float, p: StallRecoveryParams
@@ -111,6 +143,40 @@ def even_start(plan: np.ndarray, ego_speed: float, plan_dt: float, p: StallRecov
     s_new = np.where(t <= horizon + 1e-9, early, cum[1:] + gained)
     s_new = np.minimum(np.maximum.accumulate(s_new), cum[-1])
     return np.stack([np.interp(s_new, cum, path[:, 0]), np.interp(s_new, cum, path[:, 1])], axis=-1)
+
+
+def clear_road_start(plan: np.ndarray, ego_speed: float, plan_dt: float, route: np.ndarray | None,
+                     p: StallRecoveryParams) -> np.ndarray | None:
+    """``plan`` [T, 2] (ego frame, point k at (k+1)·plan_dt) re-timed so that a slow ego (below
+    ``clear_road_below``) accelerates at ``accel`` towards ``clear_road_speed``: along the plan's path,
+    then along ``route`` (ego frame, [P, 2]; straight on without one), and never behind the plan itself
+    at any point. Its speed stays within ``sqrt(clear_road_curve_accel / curvature)`` of the path ahead
+    (not below the ego's). Returned continued to ``clear_road_horizon_s`` (at least T points), for the
+    caller's agent check; None when the plan already gains as much (less ``clear_road_min_gain_m``), the
+    ego is not slow, or the path's bends leave nothing to gain."""
+    v0 = max(float(ego_speed), 0.0) if np.isfinite(ego_speed) else np.nan
+    pts = np.asarray(plan, np.float64)
+    if (p.clear_road_below <= 0.0 or not np.isfinite(v0) or v0 >= p.clear_road_below or len(pts) == 0
+            or not np.isfinite(pts).all()):
+        return None
+    cum = arc_lengths(np.vstack([np.zeros((1, 2)), pts]))
+    n = max(len(pts), int(np.ceil(p.clear_road_horizon_s / plan_dt - 1e-9)))
+    t = np.arange(1, n + 1) * plan_dt
+    reach = v0 * t[-1] + 0.5 * p.accel * t[-1] ** 2  # no further than this, whatever the speed cap
+    path, knots = continued_path(pts, cum, route, reach)
+    stations, kappa = path_curvature(path[:-1] if len(path) > 2 else path, 2.0)
+    bend = float(kappa[stations <= reach].max(initial=0.0))
+    v_top = p.clear_road_speed if bend <= 0.0 else min(p.clear_road_speed,
+                                                        float(np.sqrt(p.clear_road_curve_accel / bend)))
+    v_top = max(v_top, v0)
+    t_top = (v_top - v0) / p.accel
+    floor = np.where(t <= t_top, v0 * t + 0.5 * p.accel * t**2,
+                     v0 * t_top + 0.5 * p.accel * t_top**2 + v_top * (t - t_top))
+    own = np.concatenate([cum[1:], np.full(n - len(pts), cum[-1])])  # the plan stays at its end
+    s_new = np.maximum(floor, own)
+    if s_new[len(pts) - 1] < cum[-1] + p.clear_road_min_gain_m:
+        return None
+    return np.stack([np.interp(s_new, knots, path[:, 0]), np.interp(s_new, knots, path[:, 1])], axis=-1)
 
 
 def asks_for_reversing(plan: np.ndarray, p: StallRecoveryParams) -> bool:
@@ -188,5 +254,5 @@ def recovery_plan(route: np.ndarray, ego_speed: float, ego_steer: float, plan_dt
     return None, float("nan"), float("nan")
 
 
-__all__ = ["StallRecoveryParams", "asks_for_reversing", "follow_route", "on_drivable_area", "recovery_plan",
+__all__ = ["StallRecoveryParams", "asks_for_reversing", "clear_road_start", "follow_route", "on_drivable_area", "recovery_plan",
            "even_start"]
