@@ -247,6 +247,14 @@ def test_a_bend_ahead_caps_the_faster_plan():
     assert speeds.max() < CR.clear_road_speed - 1.0
 
 
+def test_a_plan_braking_for_a_bend_the_ego_is_too_fast_for_is_left_alone():
+    """A 2.9 m/s ego whose plan slows for a turn on a 4 m radius (cap sqrt(1.5 * 4) = 2.4 m/s) keeps
+    that plan: held at its speed it would leave the road (a SUMO pull-out clip did)."""
+    route = _right_turn_route(corner_x=3.0, radius=4.0)
+    assert clear_road_start(_crawl(1.0), 2.9, DT, route, CR) is None
+    assert clear_road_start(_crawl(1.0), 1.0, DT, route, CR) is not None  # slower than the bend allows
+
+
 def test_a_clear_road_leaves_fast_egos_fast_plans_and_bad_values_alone():
     route = np.stack([np.arange(0.0, 60.0, 2.5), np.zeros(24)], axis=-1)
     assert clear_road_start(_crawl(4.0), CR.clear_road_below + 0.1, DT, route, CR) is None  # not slow

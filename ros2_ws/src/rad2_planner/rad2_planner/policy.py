@@ -226,18 +226,19 @@ class Rad2Policy:
         self.device = device or p["device"]
         self.budget_stop_count = 0  # rows whose rejection sampling the time budget stopped (safety layer)
         self.critic_stage = CriticStage(self, critic)
+        drivable = DrivableAreaParams.from_params(params)
         self.pipeline = StagePipeline((
             self.critic_stage,
             StallRecoveryStage(recovery, self.plan_dt, vehicle, self.bev_cfg,
                                self.cfg.input_channel_names(self.bev_cfg.channels), self.ego_size,
-                               self.max_curvature),
+                               self.max_curvature, drivable),
             PlanBrakingStage(comfort, self.plan_dt, self.ego_size, self.max_curvature),
             TrafficRuleStage(rules, self.plan_dt, vehicle.length),
             # braking up to the vehicle's emergency limit where the envelope needs it
             SafetyEnvelopeStage(envelope, self.plan_dt, self.ego_size, -float(vehicle.min_accel),
                                 float(vehicle.max_speed)),
             ComfortLimitStage(comfort, self.plan_dt),
-            DrivableAreaStage(DrivableAreaParams.from_params(params), self.plan_dt, self.ego_size,
+            DrivableAreaStage(drivable, self.plan_dt, self.ego_size,
                               self.bev_cfg, self.cfg.input_channel_names(self.bev_cfg.channels)),
         ))
         self.set_safety_layer(safety_layer or SafetyLayerParams.from_params(params))

@@ -165,8 +165,10 @@ class StallRecoveryStage(RetimingStage):
     note_key = "stall_recovery"
 
     def __init__(self, params: StallRecoveryParams, plan_dt: float, vehicle, bev_cfg,
-                 channel_names: list[str], ego_size: tuple[float, float], max_curvature: float):
+                 channel_names: list[str], ego_size: tuple[float, float], max_curvature: float,
+                 drivable: DrivableAreaParams):
         self.params = params
+        self.drivable = drivable
         self.plan_dt = float(plan_dt)
         self.vehicle = vehicle
         self.bev_cfg = bev_cfg
@@ -204,9 +206,13 @@ class StallRecoveryStage(RetimingStage):
 
     def clear_road(self, plan, speed, route, drivable, context, i) -> np.ndarray | None:
         """:func:`clear_road_start`'s plan where, continued to its horizon, it meets no agent extrapolated
-        at constant velocity and keeps every point on the drivable area; else None."""
+        at constant velocity, keeps every point on the drivable area and the ego's box on it over the
+        drivable-area check's horizon; else None."""
         faster = clear_road_start(plan, speed, self.plan_dt, route, self.params)
         if faster is None or not on_drivable_area(faster, drivable, self.bev_cfg):
+            return None
+        # the ego's box too, as the drivable-area check will sweep it (a corner cut by the box)
+        if first_exit(faster, self.plan_dt, self.ego_size, drivable, self.bev_cfg, self.drivable) is not None:
             return None
         inputs = context.inputs
         first = first_overlaps(faster[None], inputs["agents"][i], inputs["agents_mask"][i], self.plan_dt,

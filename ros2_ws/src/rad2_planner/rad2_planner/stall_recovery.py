@@ -37,9 +37,12 @@ instead (no ROS, no networks).
    :func:`clear_road_start`: below ``clear_road_below``, a plan that gains less than the ego would by
    accelerating at ``accel`` towards ``clear_road_speed`` is re-timed to do so along its own path and
    then the route (never slower than the plan at any point, never faster in a bend than
-   ``clear_road_curve_accel`` allows). The stage keeps it only where that plan, continued to
+   ``clear_road_curve_accel`` allows; with a bend ahead that the ego is already too fast for, the plan
+   stays as it is: on the SUMO stress set a 5.5 m/s plan braking for a sharp turn was held at 5.5 m/s
+   and left the road). The stage keeps it only where that plan, continued to
    ``clear_road_horizon_s``, overlaps no observed agent extrapolated at constant velocity and keeps
-   every point on the BEV's drivable area; else the plan stays as it was.
+   every point on the BEV's drivable area, and the ego's box on it over the drivable-area check's
+   horizon; else the plan stays as it was.
 
 The later stages apply to the result as to any plan: a red signal still stops it, the safety envelope
 stops it behind agents in its path, and the comfort limits slow it through the corner and soften its
@@ -151,7 +154,8 @@ def clear_road_start(plan: np.ndarray, ego_speed: float, plan_dt: float, route: 
     ``clear_road_below``) accelerates at ``accel`` towards ``clear_road_speed``: along the plan's path,
     then along ``route`` (ego frame, [P, 2]; straight on without one), and never behind the plan itself
     at any point. Its speed stays within ``sqrt(clear_road_curve_accel / curvature)`` of the path ahead
-    (not below the ego's). Returned continued to ``clear_road_horizon_s`` (at least T points), for the
+    (a bend the ego is already too fast for leaves the plan alone: it may be braking for it). Returned
+    continued to ``clear_road_horizon_s`` (at least T points), for the
     caller's agent check; None when the plan already gains as much (less ``clear_road_min_gain_m``), the
     ego is not slow, or the path's bends leave nothing to gain."""
     v0 = max(float(ego_speed), 0.0) if np.isfinite(ego_speed) else np.nan
@@ -168,7 +172,8 @@ def clear_road_start(plan: np.ndarray, ego_speed: float, plan_dt: float, route: 
     bend = float(kappa[stations <= reach].max(initial=0.0))
     v_top = p.clear_road_speed if bend <= 0.0 else min(p.clear_road_speed,
                                                         float(np.sqrt(p.clear_road_curve_accel / bend)))
-    v_top = max(v_top, v0)
+    if v_top <= v0 + 1e-6:
+        return None  # a bend ahead that the ego is already fast enough for: the plan may be braking for it
     t_top = (v_top - v0) / p.accel
     floor = np.where(t <= t_top, v0 * t + 0.5 * p.accel * t**2,
                      v0 * t_top + 0.5 * p.accel * t_top**2 + v_top * (t - t_top))
