@@ -264,6 +264,10 @@ def test_a_clear_road_leaves_fast_egos_fast_plans_and_bad_values_alone():
     bad[3] = np.nan
     assert clear_road_start(bad, 1.0, DT, route, CR) is None
     assert clear_road_start(_crawl(), float("nan"), DT, route, CR) is None
+    assert clear_road_start(_crawl(), 1e6, DT, route, CR) is None  # an impossible speed is not slow
+    far = _crawl()
+    far[-1] = [1000.0, 1000.0]  # a plan point 1 km away: that plan already goes further
+    assert clear_road_start(far, 1.0, DT, route, CR) is None
     # a route of one repeated point: straight on along the plan
     out = clear_road_start(_crawl(), 1.0, DT, np.zeros((5, 2)), CR)
     assert out is not None and np.all(np.isfinite(out)) and np.allclose(out[:, 1], 0.0)
