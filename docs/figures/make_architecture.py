@@ -68,7 +68,8 @@ def draw(out: Path) -> None:
         "scores candidates;\nargmax over the safe\nset + κ·consensus prior\n(rule fallback: safe_medoid)",
         "rad2_planner", "planner")
     box(ax, xs[4], y, w, h, "Post-planning",
-        "stall recovery → plan\nbraking → traffic rules\n→ safety envelope →\ncomfort limits →\ndrivable area (+ critic)",
+        "stall recovery → plan\nbraking → traffic rules\n→ safety envelope →\n"
+        "comfort limits →\ndrivable area (+ critic)",
         "rad2_planner", "planner")
     box(ax, xs[5], y, w, h, "iLQR tracker",
         "kinematic bicycle,\n4 s horizon, 30 Hz,\nminimal-risk stop\non stale input",

@@ -209,8 +209,8 @@ def test_impossible_ego_values_stay_within_the_vehicle():
     assert np.all(np.isfinite(plan)) and np.hypot(*plan[-1]) < 2.0 + P.speed * 8 * DT
 
 # the crawl on a clear road, switched on with the values the tests assume (whatever the default)
-CR = replace(P, clear_road_below=3.0, clear_road_speed=5.0, clear_road_horizon_s=6.0, clear_road_curve_accel=1.5,
-             clear_road_min_gain_m=1.0)
+CR = replace(P, clear_road_below=3.0, clear_road_speed=5.0, clear_road_horizon_s=6.0,
+             clear_road_curve_accel=1.5, clear_road_min_gain_m=1.0)
 
 
 def _crawl(speed: float = 1.0, n: int = 8) -> np.ndarray:

@@ -259,5 +259,5 @@ def recovery_plan(route: np.ndarray, ego_speed: float, ego_steer: float, plan_dt
     return None, float("nan"), float("nan")
 
 
-__all__ = ["StallRecoveryParams", "asks_for_reversing", "clear_road_start", "follow_route", "on_drivable_area", "recovery_plan",
-           "even_start"]
+__all__ = ["StallRecoveryParams", "asks_for_reversing", "clear_road_start", "even_start", "follow_route",
+           "on_drivable_area", "recovery_plan"]
