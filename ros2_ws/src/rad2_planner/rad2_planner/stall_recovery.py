@@ -168,12 +168,12 @@ def clear_road_start(plan: np.ndarray, ego_speed: float, plan_dt: float, route: 
     t = np.arange(1, n + 1) * plan_dt
     reach = v0 * t[-1] + 0.5 * p.accel * t[-1] ** 2  # no further than this, whatever the speed cap
     path, knots = continued_path(pts, cum, route, reach)
-    stations, kappa = path_curvature(path[:-1] if len(path) > 2 else path, 2.0)
+    stations, kappa = path_curvature(path[:-1] if len(path) > 2 else path, 2.0)  # a 2 m chord
     bend = float(kappa[stations <= reach].max(initial=0.0))
     v_top = p.clear_road_speed if bend <= 0.0 else min(p.clear_road_speed,
                                                         float(np.sqrt(p.clear_road_curve_accel / bend)))
     if v_top <= v0 + 1e-6:
-        return None  # a bend ahead that the ego is already fast enough for: the plan may be braking for it
+        return None  # a bend ahead that the ego is already too fast for: the plan may be braking for it
     t_top = (v_top - v0) / p.accel
     floor = np.where(t <= t_top, v0 * t + 0.5 * p.accel * t**2,
                      v0 * t_top + 0.5 * p.accel * t_top**2 + v_top * (t - t_top))
