@@ -12,6 +12,11 @@ format             what is on disk                                              
 ``commonroad``     CommonRoad scenario ``*.xml`` (NGSIM and others; no recorded ego: the    1 per ego
                    best ``egos_per_scenario`` candidates of ``rank_egos`` each give a clip)
 ``womd``           Waymo Open Motion TFRecord ``*.tfrecord*`` (one clip per ``Scenario``)   many
+``interaction``    INTERACTION dataset track file ``*.csv`` (recognised by its header;      1 per ego
+                   the map ``<root>/maps/<location>.osm`` for
+                   ``<root>/recorded_trackfiles/<location>/vehicle_tracks_NNN.csv``, else a
+                   ``.osm`` beside it; no recorded ego: the best ``egos_per_scenario``
+                   vehicles, each a window of its track)
 ``clip``           a clip ``.npz`` written by this project                                 1
 ``dataset``        a clip dataset directory of this project (``index.json``)               many
 =================  =====================================================================  ==========
@@ -32,7 +37,7 @@ from typing import Any
 
 from rad2_core.clip import Clip
 
-FORMATS = ("av2", "av2_sensor", "commonroad", "womd", "clip", "dataset")
+FORMATS = ("av2", "av2_sensor", "commonroad", "womd", "interaction", "clip", "dataset")
 
 
 class LogFormatError(ValueError):
@@ -59,6 +64,11 @@ def log_format(path: str | os.PathLike) -> str | None:
             return "clip"
         if name.startswith("scenario_") and name.endswith(".parquet"):
             return "av2"
+        if name.endswith(".csv"):
+            from rad2_datasets.adapters.interaction import track_file_kind
+
+            # a pedestrian track file is read with the vehicle file of its number, not on its own
+            return "interaction" if track_file_kind(path) == "vehicle" else None
         return None
     if not path.is_dir():
         return None
@@ -108,7 +118,7 @@ def find_logs(inputs: str | os.PathLike | Iterable[str | os.PathLike],
                 sub = root_path / name
                 sub_fmt = log_format(sub)
                 # a scenario parquet belongs to its AV2 directory, found as a directory
-                if sub_fmt in ("commonroad", "womd", "clip") and sub_fmt in wanted:
+                if sub_fmt in ("commonroad", "womd", "interaction", "clip") and sub_fmt in wanted:
                     found.append(LogSource(sub_fmt, sub))
     if not found:
         raise LogFormatError(
@@ -146,9 +156,9 @@ def clips_in_log(source: LogSource, params: dict[str, Any], *, egos_per_scenario
     """The clips of one log (readers' clips through :func:`plausible_clip`). ``params``:
     params/bev.yaml, sim.yaml and validators.yaml as loaded, merged
     (:func:`rad2_core.config.merged`); ``verify_crc``: check WOMD TFRecord CRCs (off: faster, corruption
-    then shows as decode errors). With an ``errors`` list, a WOMD record or a CommonRoad ego that does
-    not convert is skipped and its message appended; otherwise, and for a log that does not open at
-    all, :class:`LogFormatError` names the log."""
+    then shows as decode errors). With an ``errors`` list, a WOMD record or a CommonRoad or INTERACTION
+    ego that does not convert is skipped and its message appended; otherwise, and for a log that does
+    not open at all, :class:`LogFormatError` names the log."""
     fmt, path = source.format, source.path
     try:
         if fmt == "av2":
@@ -188,6 +198,11 @@ def clips_in_log(source: LogSource, params: dict[str, Any], *, egos_per_scenario
                     if errors is None:
                         raise
                     errors.append(str(exc))
+        elif fmt == "interaction":
+            from rad2_datasets.adapters.interaction import iter_interaction_clips
+
+            yield from iter_interaction_clips(path, params, egos_per_scenario=egos_per_scenario,
+                                              errors=errors)
         elif fmt == "clip":
             from rad2_core.storage import load_clip
 
@@ -271,7 +286,7 @@ def _expected_clips(source: LogSource, egos_per_scenario: int) -> int:
             return count_tfrecords(source.path)
         except Exception:  # noqa: BLE001 - a broken file is reported when it is read, not here
             return 1
-    if source.format == "commonroad":
+    if source.format in ("commonroad", "interaction"):
         return egos_per_scenario
     if source.format == "dataset":
         from rad2_core.storage import read_index
