@@ -54,10 +54,14 @@ the one signal that restarts the odometry history. Odometry arriving faster than
 ``validators.odometry.max_rate_hz`` by its stamps is read at most once per period (``RateGate``): a
 flood is dropped unread, counted and reported, never queued.
 
-Braking: a command that decelerates harder than ``comfort_decel`` always carries its reason: a fault
-(the minimal-risk stop itself brakes at ``stop_decel``), the plan's own demand (reason set, emergency
-flag off), or, within ``recovery_window_s`` after a fault cleared, the fault it follows (reason names
-it, emergency flag set): the transition back to tracking after a rejected burst is never unexplained.
+Braking (``rad2_control.braking``): a tracking command brakes harder than ``comfort_decel`` only as
+hard as the plan it tracks brakes itself over ``plan_demand_window_s`` (read from the plan's speeds,
+not from how far the vehicle is from them), and its reason names that plan; beyond
+``emergency_decel`` it is flagged emergency_stop. Within ``recovery_window_s`` of a fault stop it
+brakes no harder than the minimal-risk stop (``stop_decel``) unless a plan made after the stop asks
+for more (the reason says so): a pose that jumped when odometry resumed, or a fallback stop timed
+while the vehicle did something else, is tracking error, and the planner's next plan starts from the
+true state. A constant-speed plan never produces a command below ``-comfort_decel``.
 While tracking, the commanded acceleration changes from the last command at most at the jerk limits
 of ``controller.command`` (``TrackingController.limit_jerk``, as the simulator applies them); the
 minimal-risk stop is not limited.
@@ -86,6 +90,7 @@ import time
 import numpy as np
 from nav_msgs.msg import Odometry
 from rad2_control import TrackingController, shift_controls
+from rad2_control.braking import BrakingLimits, bound_braking, plan_acceleration
 from rad2_control.estimation import StateEstimator, bicycle_state, steps_advance
 from rad2_control.reference import plan_to_world
 from rad2_core.geometry import world_to_ego
@@ -179,7 +184,7 @@ class ControllerNode(Node):
         self.planner_name = str(cfg["planner_name"])
         self.heartbeats = HeartbeatMonitor({self.planner_name: float(cfg["planner_heartbeat_timeout_s"])})
         self.latch = FaultLatch()
-        self.comfort_decel = float(cfg["comfort_decel"])
+        self.braking = BrakingLimits.from_params(cfg)
         self.recovery_window_ns = int(float(cfg["recovery_window_s"]) * 1e9)
         self.watchdog_period_ns = int(float(cfg["watchdog_period_s"]) * 1e9)
         self._fault_steady_ns: int | None = None  # steady time of the last cycle that stopped for a fault
@@ -187,6 +192,7 @@ class ControllerNode(Node):
         self._tracked = False  # whether a cycle has tracked a plan yet
         self._fault_now_ns = 0  # node clock of the last cycle that stopped for a fault
         self.hard_brake_count = 0  # commands braking beyond comfort_decel (each with its reason)
+        self.bounded_brake_count = 0  # commands whose tracker braking was bounded by the plan's own demand
         self._last_cmd_steady_ns: int | None = None  # steady time of the last command published
         self._last_accel: float | None = None  # acceleration of the last command (the jerk limit's start)
         self._last_accel_ns = 0  # and its node-clock time
@@ -416,12 +422,13 @@ class ControllerNode(Node):
                     # the inputs of the emergency test are passed too (the first one alone would
                     # never count as an emergency stop the way the simulator judges it)
                     window = sol.controls[0, : self.tracker.emergency_window]
-                    limited = float(self.tracker.limit_jerk(window, self._last_accel,
-                                                            elapsed_s=elapsed)[0, 0])
-                    if limited != accel:
-                        accel = limited
-                        speed_next = max(0.0, float(state[3]) + accel * self.tracker.dt)
-                reason, emergency = self._hard_braking_reason(accel, steady)
+                    accel = float(self.tracker.limit_jerk(window, self._last_accel, elapsed_s=elapsed)[0, 0])
+                # braking beyond comfort only as the plan brakes itself; after a fault no harder than the
+                # minimal-risk stop unless a plan made since asks for it (rad2_control/braking.py)
+                decision = self._bound_braking(accel, ref.states[0, :, 3], plan, steady)
+                accel, reason, emergency = decision.accel, decision.reason, decision.emergency
+                if accel != float(sol.controls[0, 0, 0]):
+                    speed_next = max(0.0, float(state[3]) + accel * self.tracker.dt)
         except Exception as exc:  # noqa: BLE001 -- any failure ends in the stop manoeuvre
             reason = f"controller failure: {type(exc).__name__}: {exc}"
             emergency = fault_stop = True
@@ -456,24 +463,23 @@ class ControllerNode(Node):
             return f"stale trajectory: {(now - self.plan.received_ns) / 1e9:.2f} s since reception"
         return ""
 
-    def _hard_braking_reason(self, accel: float, steady: int) -> tuple[str, bool]:
-        """(reason, emergency) of a tracking command: ("", False) within the comfort deceleration; beyond
-        it, the fault it follows (within recovery_window_s of the last stop for a fault, on a plan made
-        before that stop ended: flagged) or the plan's own demand (a plan made since: not flagged, the
-        planner asked for it; a reason still says so)."""
-        if accel >= -self.comfort_decel:
-            return "", False
-        self.hard_brake_count += 1
-        braking = f"braking {accel:.2f} m/s^2 beyond the comfort limit -{self.comfort_decel:g} m/s^2"
-        stamp_ns = self.plan.stamp_ns if self.plan is not None else 0
-        # the transition back: the plan tracked now was made before the fault stop ended (a planner
-        # fallback issued meanwhile, or the plan of before), soon after it
-        if (self._fault_steady_ns is not None and steady - self._fault_steady_ns <= self.recovery_window_ns
-                and stamp_ns <= self._fault_now_ns):
+    def _bound_braking(self, accel: float, ref_speed: np.ndarray, plan: _Plan, steady: int):
+        """The tracking command's braking bounded by what demands it (``braking.bound_braking``): the plan's
+        own braking over ``plan_demand_window_s``; within ``recovery_window_s`` of a fault stop, the
+        minimal-risk stop's unless the plan was made after that stop."""
+        plan_accel = plan_acceleration(ref_speed, self.tracker.dt, self.braking.demand_window_s)
+        recovering = ""
+        if self._fault_steady_ns is not None and steady - self._fault_steady_ns <= self.recovery_window_ns:
             since = (steady - self._fault_steady_ns) / 1e9
-            return (f"{braking}: recovering {since:.2f} s after a fault stop, on a plan made before it "
-                    f"ended ({self._fault_text[:300]})"), True
-        return f"{braking}: the plan stamped {stamp_ns / 1e9:.3f} s demands it", False
+            recovering = f"{since:.2f} s after: {self._fault_text}"
+        decision = bound_braking(accel, plan_accel, self.braking, plan_label=f"the plan stamped "
+                                 f"{plan.stamp_ns / 1e9:.3f} s", recovering=recovering,
+                                 plan_after_fault=plan.stamp_ns > self._fault_now_ns)
+        if decision.bounded:
+            self.bounded_brake_count += 1
+        if decision.reason:
+            self.hard_brake_count += 1
+        return decision
 
     def on_watchdog(self) -> None:
         """Steady-clock check: while the cycle timer does not run (simulated time paused between clips, a
@@ -549,7 +555,8 @@ class ControllerNode(Node):
                 "planner_heartbeat": self.heartbeats.status(steady)[0].message,
                 "odometry_resets": self.gate.reset_count,
                 "odometry_clock_faults": sum(self.gate.clock.faults.values()),
-                "hard_brake_count": self.hard_brake_count, "watchdog_stops": self.watchdog_stops,
+                "hard_brake_count": self.hard_brake_count, "bounded_brake_count": self.bounded_brake_count,
+                "watchdog_stops": self.watchdog_stops,
                 "odometry_rate_hz": f"{self.odom_rate.rate_hz(steady):.0f}",
                 "odometry_flood_dropped": self.odom_rate.dropped})
             self.pub_diag.publish(rc.planning_diagnostics_to_msg(
