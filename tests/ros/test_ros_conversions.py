@@ -553,6 +553,35 @@ def test_perception_inputs_round_trip_and_validation():
         rc.perception_inputs_to_msg(agents)
 
 
+@pytest.mark.parametrize("theta", [1e9, -7.0, float("nan")])
+def test_a_heading_far_outside_one_turn_is_refused_naming_the_field(arrays, theta):
+    """float32 has no fraction of a turn left at 1e9 rad: such a heading (agents in object lists and
+    scene tokens, lane headings, route poses) is refused naming the field, like NaN; +-2 pi (a wrapped
+    or unwrapped heading) is read."""
+    agents = rc.AgentList(ids=np.array([4, 9]), types=np.array([0, 0], np.uint8), x=np.array([1.0, 5.0]),
+                          y=np.zeros(2), yaw=np.array([0.1, 2 * math.pi]), length=np.full(2, 4.5),
+                          width=np.full(2, 1.9), vx=np.zeros(2), vy=np.zeros(2))
+    msg = rc.perception_inputs_to_msg(agents, STAMP)
+    assert rc.perception_inputs_from_msg(msg)[0].yaw[1] == pytest.approx(2 * math.pi)
+    msg.agents[1].pose.theta = theta
+    with pytest.raises(rc.MessageValidationError, match=r"PerceptionInputs.agents\[1\].pose.theta is"):
+        rc.perception_inputs_from_msg(msg)
+    tokens = rc.scene_tokens_to_msg(_tokens(arrays))
+    tokens.agents[0].pose.theta = theta
+    with pytest.raises(rc.MessageValidationError, match=r"SceneTokens.agents\[0\].pose.theta is"):
+        rc.scene_tokens_from_msg(tokens, SIZES)
+    tokens = rc.scene_tokens_to_msg(_tokens(arrays))
+    tokens.map_polylines[2].headings[3] = theta
+    with pytest.raises(rc.MessageValidationError, match=r"SceneTokens.map_polylines\[2\].headings (is|has) "
+                                                        r".* at index \(3,\)"):
+        rc.scene_tokens_from_msg(tokens, SIZES)
+    tokens = rc.scene_tokens_to_msg(_tokens(arrays))
+    tokens.route[1].theta = theta
+    with pytest.raises(rc.MessageValidationError,
+                       match=r"SceneTokens.route(\[1\].theta is| has 1 non-finite)"):
+        rc.scene_tokens_from_msg(tokens, SIZES)
+
+
 def test_time_conversions():
     assert rc.time_to_ns(rc.ns_to_time(STAMP)) == STAMP
     t = rc.ns_to_time(2_500_000_001)

@@ -58,6 +58,30 @@ def check_rows_finite(message_type: str, field_pattern: str, values: np.ndarray)
     check_finite(message_type, field_pattern.format(row), values[row])
 
 
+# A heading or other angle in radians is read within one turn either way of zero: every source rad2
+# knows wraps it (atan2, a quaternion) or unwraps it over a clip at most. A finite value far beyond
+# (1e9 rad) is no angle at all: float32 has no fraction of a turn left at that magnitude, and its
+# cos/sin would be noise. The 1e-3 absorbs float32 rounding of values at +-2 pi.
+MAX_ABS_ANGLE_RAD = 2.0 * math.pi + 1e-3
+
+
+def check_angles(message_type: str, field_name: str, values: np.ndarray) -> None:
+    """Refuse non-finite angles and finite ones outside [-2 pi, 2 pi] (``MAX_ABS_ANGLE_RAD``), naming
+    the first one out with its index. A ``field_name`` with ``{}`` names values stacked from many
+    sub-messages (axis 0) by the sub-message's index, as ``check_rows_finite`` does."""
+    values = np.asarray(values, dtype=np.float64)
+    out = ~(np.abs(values) <= MAX_ABS_ANGLE_RAD)  # NaN is out too
+    if not out.any():
+        return
+    first = tuple(int(i) for i in np.argwhere(out)[0])
+    name, index = field_name, first
+    if "{}" in field_name:
+        name, index = field_name.format(first[0]), first[1:]
+    where = f" at index {index}" if index else ""
+    raise fail(message_type, name, f"is {values[first]!r} rad{where}, expected a finite angle within "
+                                   f"[-2 pi, 2 pi]")
+
+
 def check_scalar(message_type: str, field_name: str, value: float) -> float:
     """``value`` as a float, refused when it is not finite."""
     value = float(value)

@@ -14,7 +14,15 @@ from geometry_msgs.msg import Pose2D
 from rad2_datasets.bags import time_to_ns
 from rad2_msgs.msg import AgentState, PerceptionInputs, TrafficSignal
 
-from rad2_ros.conversions.common import WORLD_FRAME, as_array, check_finite, f32, fail, make_header
+from rad2_ros.conversions.common import (
+    WORLD_FRAME,
+    as_array,
+    check_angles,
+    check_finite,
+    f32,
+    fail,
+    make_header,
+)
 
 AGENT_TYPES = (
     AgentState.TYPE_VEHICLE,
@@ -81,8 +89,9 @@ def agent_states_to_list(kind: str, states: Sequence[AgentState]) -> AgentList:
         vx=np.array([s.velocity_x for s in states], dtype=np.float64),
         vy=np.array([s.velocity_y for s in states], dtype=np.float64),
     )
-    for name in ("x", "y", "yaw", "length", "width", "vx", "vy"):
+    for name in ("x", "y", "length", "width", "vx", "vy"):
         check_finite(kind, f"agents.{name}", getattr(out, name))
+    check_angles(kind, "agents[{}].pose.theta", out.yaw)
     bad = [int(t) for t in out.types if int(t) not in AGENT_TYPES]
     if bad:
         raise fail(kind, "agents.type", f"has unknown values {bad[:5]}, expected one of {AGENT_TYPES}")

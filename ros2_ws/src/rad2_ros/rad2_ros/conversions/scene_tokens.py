@@ -19,6 +19,7 @@ from rad2_msgs.msg import AgentState, MapPolyline, SceneTokens
 from rad2_ros.conversions.common import (
     EGO_FRAME,
     as_array,
+    check_angles,
     check_finite,
     check_rows_finite,
     check_scalar,
@@ -221,6 +222,7 @@ def scene_tokens_from_msg(msg: SceneTokens, sizes: TokenSizes) -> SceneTokenArra
             else:
                 headings[m] = headings_from_points(xy[m], start_xy=None)
         check_rows_finite(kind, "map_polylines[{}].headings", headings)
+        check_angles(kind, "map_polylines[{}].headings", headings)
         speed_limits = np.array([poly.speed_limit for poly in polys], dtype=np.float64)
         check_rows_finite(kind, "map_polylines[{}].speed_limit", speed_limits)
         polylines[:n_poly, :, 0:2] = xy
@@ -264,6 +266,7 @@ def scene_tokens_from_msg(msg: SceneTokens, sizes: TokenSizes) -> SceneTokenArra
     if msg.route:
         poses = np.array([(p.x, p.y, p.theta) for p in msg.route], dtype=np.float64)
         check_finite(kind, "route", poses)
+        check_angles(kind, "route[{}].theta", poses[:, 2])
         k = len(poses)
         route[:k] = np.stack([poses[:, 0], poses[:, 1], np.cos(poses[:, 2]), np.sin(poses[:, 2])], axis=1)
         route_mask[:k] = True
