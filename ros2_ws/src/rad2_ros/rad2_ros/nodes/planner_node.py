@@ -138,9 +138,11 @@ class PlannerNode(Node):
         self._clock_start_ns = 0
         self._previous: tuple[int, np.ndarray] | None = None  # (stamp_ns, selected [T, 2]) of the last plan
         self._last_fault = ""
-        # ego speed of the last validated input (a starved fallback starts there); None before any: a
-        # straight stop cannot be timed then, and none is published (the controller stops on its own)
-        self._last_speed: float | None = None
+        # ego speed of the last validated input and the node time it was taken: a straight fallback stop
+        # starts there while it is younger than fallback_max_plan_age_s. None before any, and a speed
+        # older than that is stale (the vehicle has since braked or not): no straight stop is timed
+        # from it, and the controller stops on its own from the odometry it has
+        self._last_speed: tuple[float, int] | None = None
         self.input_frame = str(n["input_frame"])
         # the stamps of the input pairs: the one clock model of stamped inputs, with this node's tolerances
         skew = future_tolerance_s(self.use_sim_time, n["max_stamp_skew_s"], n["max_stamp_skew_sim_s"])
@@ -260,7 +262,7 @@ class PlannerNode(Node):
                                     self.cfg["sync_tolerance_s"], last)
         self._clock_start_ns = now
         t_start = time.perf_counter()
-        self._fallback(0, reason, {}, t_start, self._last_speed)
+        self._fallback(0, reason, {}, t_start, self._recent_speed(now))
 
     def _try_cycle(self) -> None:
         if self._bev is None or self._tokens is None:
@@ -326,7 +328,7 @@ class PlannerNode(Node):
             self._fallback(stamp_ns, reason, stages, t_start, self._safe_speed(obs), stamp_valid)
             return
         self._count_missed_cycles(stamp_ns)
-        self._last_speed = float(obs.ego_state[0])
+        self._last_speed = (float(obs.ego_state[0]), self._clock_start_ns)
 
         try:
             result = self.policy.plan(obs)
@@ -383,13 +385,22 @@ class PlannerNode(Node):
 
     def _safe_speed(self, obs: Observation | None) -> float | None:
         """The ego speed a fallback starts from: this input's if plausible, else the last validated one
-        (None: none known)."""
+        while it is recent (None: none known)."""
         if obs is not None:
             speed = float(obs.ego_state[0])
             tok = self.limits["tokens"]
             if -float(tok["max_reverse_speed_m_s"]) <= speed <= float(tok["max_abs_speed_m_s"]):
                 return speed
-        return self._last_speed
+        return self._recent_speed(self._now_ns())
+
+    def _recent_speed(self, now_ns: int) -> float | None:
+        """The last validated ego speed if taken within fallback_max_plan_age_s of ``now_ns``, else None:
+        a fallback stop timed from an older speed would be tracked from a state the vehicle left long
+        ago (after a 2 s fault, a stop from 8 m/s for a vehicle the controller has slowed to 3 m/s)."""
+        if self._last_speed is None:
+            return None
+        speed, taken_ns = self._last_speed
+        return speed if 0 <= now_ns - taken_ns <= self.cfg["fallback_max_plan_age_s"] * 1e9 else None
 
     def _count_missed_cycles(self, stamp_ns: int) -> None:
         last = self._last_input_ns
@@ -434,7 +445,7 @@ class PlannerNode(Node):
         published; the report says so and the controller stops on its own (no trajectory)."""
         if self.throttle(reason[:48]):
             what = ("publishing a fallback stop" if speed is not None or self._previous is not None else
-                    "no fallback stop (the ego's speed is unknown)")
+                    "no fallback stop (the ego's speed is unknown now)")
             self.get_logger().error(f"cycle at stamp {input_stamp_ns / 1e9:.3f} s: {reason}; {what} "
                                     f"(rejected inputs: {self.stats.rejected_input_count})")
         t_pub = time.perf_counter()
@@ -454,8 +465,8 @@ class PlannerNode(Node):
                 stop = None
         if stop is None and speed is None:
             stages["publish"] = (time.perf_counter() - t_pub) * 1e3
-            unknown = ("; no fallback plan published: the ego's speed is unknown (no valid input yet), "
-                       "the controller stops on its own")
+            unknown = ("; no fallback plan published: the ego's speed is unknown now (no valid input "
+                       f"within {self.cfg['fallback_max_plan_age_s']:g} s), the controller stops on its own")
             self._report(input_stamp_ns, stages, t_start, reason + unknown, stamp_valid)
             return
         if stop is None:
