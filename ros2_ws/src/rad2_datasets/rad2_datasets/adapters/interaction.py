@@ -374,11 +374,12 @@ def pedestrian_file_of(path: str | os.PathLike) -> Path | None:
     return other if other.is_file() else None
 
 
-def read_track_file(path: str | os.PathLike, params: dict[str, Any]) -> TrackFile:
+def read_track_file(path: str | os.PathLike, params: dict[str, Any], lane_map: LaneMap | None = None
+                    ) -> TrackFile:
     """The road users of the vehicle track file ``path`` and of its pedestrian file (``params``:
-    params/bev.yaml, sim.yaml and validators.yaml as loaded, merged). Raises
-    :class:`InteractionFormatError` naming the file, the line, the field and its value at the first
-    malformed row."""
+    params/bev.yaml, sim.yaml and validators.yaml as loaded, merged; ``lane_map``: the location's map,
+    to check that every position lies on its scene). Raises :class:`InteractionFormatError` naming the
+    file, the line, the field and its value at the first malformed row."""
     path = Path(path)
     if not path.is_file():
         raise InteractionFormatError(f"{path}: no such track file", "malformed row")
@@ -395,9 +396,11 @@ def read_track_file(path: str | os.PathLike, params: dict[str, Any]) -> TrackFil
                     dt=step_ms / 1000.0, pedestrian_path=ped_path)
     for pedestrian, rows in ((False, vehicles), (True, pedestrians)):
         for key, rec in rows.items():
-            track = _make_track(key, rec, pedestrian, sizes)
-            _check_jumps(ped_path if pedestrian else path, track, step_ms, params)
-            out.tracks[key] = track
+            out.tracks[key] = _make_track(key, rec, pedestrian, sizes)
+    if lane_map is not None:
+        _check_on_scene(out, lane_map)
+    for track in out.tracks.values():
+        _check_jumps(ped_path if track.from_pedestrian_file else path, track, step_ms, params)
     return out
 
 
@@ -683,11 +686,8 @@ def open_track_file(path: str | os.PathLike, params: dict[str, Any]):
     """(TrackFile, LaneMap, drivable area) of the vehicle track file ``path`` with its location's map,
     every row checked (on the map's scene too)."""
     path = Path(path)
-    map_path = find_map(path)
-    tf = read_track_file(path, params)
-    lane_map, area = load_location_map(map_path, params)
-    _check_on_scene(tf, lane_map)
-    return tf, lane_map, area
+    lane_map, area = load_location_map(find_map(path), params)
+    return read_track_file(path, params, lane_map), lane_map, area
 
 
 def iter_interaction_clips(path: str | os.PathLike, params: dict[str, Any], *, egos_per_scenario: int = 1,
