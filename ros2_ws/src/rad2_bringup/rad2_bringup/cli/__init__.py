@@ -32,6 +32,8 @@ COMMANDS: dict[str, tuple[str, dict[str, tuple[str, str]] | None]] = {
         "generate": ("data_generate", "generate SUMO clips with injected safety events or efficiency cases"),
         "curate": ("data_curate", "curate the RL training sets (elevated collision risk, poor progress)"),
         "render": ("data_render", "render a clip or a log to PNG (one frame) and/or GIF"),
+        "headway": ("data_headway", "time gaps, closing speeds and braking logged drivers keep behind the "
+                                    "vehicle ahead"),
         "merge": ("data_merge", "merge clip datasets into a new one (clip ids must be unique)"),
         "mirror": ("data_mirror", "mirror a clip dataset left-right (right-hand traffic as left-hand)"),
         "to-bag": ("data_to_bag", "write a clip as a rosbag2 MCAP bag of perception inputs"),
