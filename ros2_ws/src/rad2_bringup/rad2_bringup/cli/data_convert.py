@@ -1,5 +1,6 @@
 """Convert real driving logs (Argoverse 2 scenarios and sensor logs, CommonRoad XML, Waymo Open Motion
-TFRecords, or clips of this project) into one rad2 clip dataset, and print what it holds.
+TFRecords, INTERACTION track files, or clips of this project) into one rad2 clip dataset, and print what
+it holds.
 
 Inputs are files or directories, searched recursively; the format of each log is recognised from what
 is on disk (see rad2_datasets/adapters/logs.py); --format keeps only logs of the formats named. Every
@@ -7,7 +8,9 @@ clip is at the simulator's step (params/sim.yaml sim.dt); conversion parameters 
 adapters.*. CommonRoad scenes recorded without an ego (NGSIM) give one clip per promoted ego: moving
 vehicles of passenger-car size, best first (adapters.promoted_ego). Waymo Open Motion (WOMD) needs no
 TensorFlow: each Scenario record becomes one clip with the SDC as the ego (adapters/womd.py), and the
-record CRCs are checked unless --no-verify-crc. Output: index.json, clips/<clip_id>.npz, maps/<map_id>.npz.
+record CRCs are checked unless --no-verify-crc. INTERACTION track files (vehicle_tracks_NNN.csv, with the
+location's map <root>/maps/<location>.osm) give one clip per promoted ego, each a window of its track
+(adapters/interaction.py). Output: index.json, clips/<clip_id>.npz, maps/<map_id>.npz.
 
 examples:
   rad2 data convert ~/av2/motion-forecasting/val --out out/av2_val --limit 200 --skip-bad
@@ -15,6 +18,7 @@ examples:
   rad2 data convert tests/fixtures/av2 tests/fixtures/commonroad --out out/real_fixtures
   rad2 data convert ~/womd/validation --format womd --out out/womd_val --limit 200 --skip-bad
   rad2 data convert shard.tfrecord --format womd --out out/womd --append
+  rad2 data convert ~/interaction --format interaction --out out/interaction --egos-per-scenario 10
   rad2 eval policy --policy rad2 idm --split out/real_fixtures --out runs/real
 """
 
@@ -38,8 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--format", nargs="+", choices=FORMATS, dest="formats",
                     help="convert only logs of these formats (default: every format found)")
     ap.add_argument("--egos-per-scenario", type=int_at_least(1), default=1,
-                    help="CommonRoad scenes without a recorded ego: clips per scene, one per promoted ego "
-                         "(default 1)")
+                    help="CommonRoad scenes and INTERACTION track files (no recorded ego): clips per scene "
+                         "or file, one per promoted ego (default 1)")
     ap.add_argument("--limit", type=int_at_least(1), help="write at most this many clips")
     ap.add_argument("--append", action="store_true",
                     help="add to an existing dataset (same clip_id replaced) instead of starting a new index")
