@@ -434,6 +434,17 @@ def test_a_file_with_no_car_to_promote(tmp_path):
         list(iter_interaction_clips(path, PARAMS))
 
 
+def test_a_car_whose_box_overlaps_another_is_not_promoted(tmp_path):
+    # 6 drives 3 m behind 1 (boxes 4.6 m long): the log itself collides, so 6 is no ego, nor is 1
+    rows = vehicle_rows() + _vehicle(6, FRAMES, X0 + 7.0, Y0 - 1.75, 10.0, 4.5, 1.8)
+    path = make_dataset(tmp_path, rows=rows, pedestrians=False)
+    assert [c.metadata["ego_track_id"] for c in iter_interaction_clips(path, PARAMS, egos_per_scenario=3,
+                                                                       errors=[])] == [2]
+    alone = make_dataset(tmp_path / "alone", rows=[r for r in rows if r[0] in (1, 6)], pedestrians=False)
+    with pytest.raises(InteractionFormatError, match="no ego: the logged box of every moving car overlaps"):
+        list(iter_interaction_clips(alone, PARAMS, errors=[]))
+
+
 # ------------------------------------------------------------------------------------------------------
 # the real sample (evaluation only: converted into tmp_path, never into the repository)
 # ------------------------------------------------------------------------------------------------------

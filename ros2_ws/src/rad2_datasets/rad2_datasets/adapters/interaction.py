@@ -719,12 +719,15 @@ def iter_interaction_clips(path: str | os.PathLike, params: dict[str, Any], *, e
             f"{path}: no ego: no track is a moving car of passenger-car size (adapters.promoted_ego)",
             "no ego")
     attempted = 0
+    overlaps: list[str] = []
     for win in ranked:
         if attempted >= quota:
             break
         ego = tf.tracks[win.track_id]
-        if win.refusal is None and ego_track_ids is None and _overlap(tf, ego, win) is not None:
-            continue  # not promotable, as NGSIM vehicles whose boxes overlap (no refusal: a filter)
+        overlap = None if win.refusal is not None or ego_track_ids is not None else _overlap(tf, ego, win)
+        if overlap is not None:  # not promotable, as NGSIM vehicles whose boxes overlap (a filter)
+            overlaps.append(f"track {ego.raw_id}: {overlap}")
+            continue
         attempted += 1
         t0 = float(ego.timestamps_ms[win.start]) / 1000.0
         who = f"{path}: ego track {ego.raw_id} (from {t0:.1f} s)"
@@ -749,6 +752,9 @@ def iter_interaction_clips(path: str | os.PathLike, params: dict[str, Any], *, e
             errors.append(str(exc))
             continue
         yield replace(clip, metadata={**clip.metadata, "ego_rank": attempted})
+    if attempted == 0:
+        raise InteractionFormatError(f"{path}: no ego: the logged box of every moving car overlaps another "
+                                     f"road user's ({'; '.join(overlaps[:3])})", "no ego")
 
 
 def load_interaction_clip(path: str | os.PathLike, params: dict[str, Any], ego_track_id: int | None = None,
