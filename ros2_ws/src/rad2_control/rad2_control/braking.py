@@ -93,10 +93,11 @@ def bound_braking(accel: float, plan_accel: float, limits: BrakingLimits, *, pla
         return BrakingDecision(accel, "", False, bounded)
     braking = f"braking {accel:.2f} m/s^2"
     if recovering:
-        # only a fresh plan's own braking goes below the minimal-risk stop here
-        why = (f"{braking}, harder than the minimal-risk stop's -{limits.stop_decel:g} m/s^2, "
-               f"recovering after a fault stop ({recovering[:300]}): {plan_label}, made after the fault "
-               f"cleared, brakes at {plan_accel:.2f} m/s^2 itself (a hazard seen in the state of now)")
+        # only a fresh plan's own braking goes below the minimal-risk stop here (what demands it first:
+        # readers cut long reasons)
+        why = (f"{braking}, harder than the minimal-risk stop's -{limits.stop_decel:g} m/s^2: {plan_label}, "
+               f"made after the fault cleared, brakes at {plan_accel:.2f} m/s^2 itself (a hazard seen in the "
+               f"state of now); recovering after a fault stop ({recovering[:300]})")
     else:
         why = (f"{braking} beyond the comfort limit -{limits.comfort_decel:g} m/s^2: {plan_label} "
                f"brakes at {plan_accel:.2f} m/s^2 itself")

@@ -31,6 +31,7 @@ Times are integer nanoseconds on the caller's clock (the node clock: system or s
 from __future__ import annotations
 
 import math
+import statistics
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -157,7 +158,12 @@ class RateGate:
     a validation and a state update each, and the sample used is never older than one period behind
     the newest. Admission is by stamp, not by arrival, so samples that a stalled receiver takes in one
     burst are all admitted; a stamp behind the last admitted one is admitted (the clock model rejects
-    it by name). ``rate_hz`` is the arrival rate over the last second (the flood's size, for reports)."""
+    it by name).
+
+    ``rate_hz`` is the stream's rate for reports: the larger of the arrivals over the last second and
+    the rate the stamps of consecutive samples seen in that second show (the median spacing). The
+    second is what a polled reader sees of a flood: it reads only the newest samples of its reader's
+    history, 20 every 0.1 s, spaced 1.2 ms apart by their stamps."""
 
     def __init__(self, max_rate_hz: float):
         if not max_rate_hz > 0:
@@ -167,12 +173,19 @@ class RateGate:
         self.last_ns: int | None = None
         self.dropped = 0
         self._arrivals: deque[int] = deque()
+        self._last_seen_ns: int | None = None  # stamp of the last sample offered, admitted or not
+        self._spacings: deque[tuple[int, int]] = deque()  # (arrival, stamp gap to the previous sample)
 
     def admit(self, stamp_ns: int, arrived_ns: int) -> bool:
-        self._arrivals.append(int(arrived_ns))
+        arrived_ns, stamp_ns = int(arrived_ns), int(stamp_ns)
+        self._arrivals.append(arrived_ns)
         while self._arrivals and arrived_ns - self._arrivals[0] > 1_000_000_000:
             self._arrivals.popleft()
-        stamp_ns = int(stamp_ns)
+        if self._last_seen_ns is not None and stamp_ns > self._last_seen_ns:
+            self._spacings.append((arrived_ns, stamp_ns - self._last_seen_ns))
+        while self._spacings and arrived_ns - self._spacings[0][0] > 1_000_000_000:
+            self._spacings.popleft()
+        self._last_seen_ns = stamp_ns
         if self.last_ns is not None and 0 <= stamp_ns - self.last_ns < self.min_period_ns:
             self.dropped += 1
             return False
@@ -180,8 +193,12 @@ class RateGate:
         return True
 
     def rate_hz(self, now_ns: int) -> float:
-        """Arrivals over the last second before ``now_ns``."""
-        return float(sum(1 for t in self._arrivals if now_ns - t <= 1_000_000_000))
+        """Messages per second over the last second before ``now_ns``: by arrivals or by the stamps'
+        spacing, whichever is higher."""
+        arrivals = float(sum(1 for t in self._arrivals if now_ns - t <= 1_000_000_000))
+        gaps = [gap for t, gap in self._spacings if now_ns - t <= 1_000_000_000]
+        by_stamps = 1e9 / float(statistics.median(gaps)) if len(gaps) >= 3 else 0.0
+        return max(arrivals, by_stamps)
 
     def flooding(self, now_ns: int) -> bool:
         return self.rate_hz(now_ns) > self.max_rate_hz

@@ -1,7 +1,7 @@
 """Controller node: tracks the selected trajectory with the iLQR tracker and publishes commands.
 
 Subscribes ``planning/trajectory`` (rad2_msgs/Trajectory, reliable keep-last-1) and
-``localization/odometry`` (nav_msgs/Odometry, best effort keep-last-1); publishes
+``localization/odometry`` (nav_msgs/Odometry, best effort keep-last-``POLLED_DEPTH``, polled); publishes
 ``control/command`` (rad2_msgs/ControlCommand) at ``controller.node.rate_hz`` and
 ``control/diagnostics`` (rad2_msgs/PlanningDiagnostics) every cycle.
 
@@ -52,7 +52,10 @@ not after the previous accepted stamp, is rejected with the field, the offset an
 count towards a relocalisation; the node clock itself going back (the simulator restarting time) is
 the one signal that restarts the odometry history. Odometry arriving faster than
 ``validators.odometry.max_rate_hz`` by its stamps is read at most once per period (``RateGate``): a
-flood is dropped unread, counted and reported, never queued.
+flood is dropped unread, counted and reported, never queued. Odometry is polled
+(``common.PolledCallbackGroup``): the executor never wakes for a sample; each cycle, each trajectory
+and the watchdog take what waits in the reader (newest ``POLLED_DEPTH`` samples), so a 1 kHz flood
+costs this process no wake-ups and the cycle keeps its rate.
 
 Braking (``rad2_control.braking``): a tracking command brakes harder than ``comfort_decel`` only as
 hard as the plan it tracks brakes itself over ``plan_demand_window_s`` (read from the plan's speeds,
@@ -112,10 +115,11 @@ from std_msgs.msg import Header
 
 from rad2_ros import conversions as rc
 from rad2_ros.nodes.common import (
-    EVERY_SAMPLE_DEPTH,
+    POLLED_DEPTH,
     CycleStats,
     DiagnosticsReporter,
     Heartbeat,
+    PolledCallbackGroup,
     Throttle,
     cdr_header_stamp_ns,
     command_qos,
@@ -125,6 +129,7 @@ from rad2_ros.nodes.common import (
     run_node,
     sensor_qos,
     stop_heartbeat,
+    take_waiting,
     use_udp_transport,
 )
 from rad2_ros.nodes.parameters import declare_parameters
@@ -205,8 +210,11 @@ class ControllerNode(Node):
         # and stopped for even when a good one follows before this process runs (a loaded host).
         self.sub_trajectory = self.create_subscription(Trajectory, "planning/trajectory", self.on_trajectory,
                                                        command_qos(depth=4))
+        # polled: read where it is used (each cycle, each trajectory), never an executor wake-up per
+        # sample, so a flood costs the middleware's copy and the newest POLLED_DEPTH win
         self.sub_odometry = self.create_subscription(Odometry, "localization/odometry", self.on_odometry,
-                                                     sensor_qos(EVERY_SAMPLE_DEPTH), raw=True)
+                                                     sensor_qos(POLLED_DEPTH), raw=True,
+                                                     callback_group=PolledCallbackGroup())
         self.pub_cmd = self.create_publisher(ControlCommand, "control/command", command_qos())
         self.pub_diag = self.create_publisher(PlanningDiagnostics, "control/diagnostics", report_qos())
         # the planner's beats only (their own topic): no other node writes into this process's port
@@ -272,7 +280,11 @@ class ControllerNode(Node):
             self.fault = f"localization reset: {why}; waiting for a trajectory planned after it"
             self._warn("jump", self.fault)
 
+    def _take_odometry(self) -> None:
+        take_waiting(self.sub_odometry, self.on_odometry, POLLED_DEPTH)
+
     def on_trajectory(self, msg: Trajectory) -> None:
+        self._take_odometry()  # the poses up to now, to place the plan at its stamp
         now = self._now_ns()
         self.heartbeats.refresh(self.planner_name, self._steady_ns())  # a trajectory shows it alive too
         try:
@@ -333,22 +345,7 @@ class ControllerNode(Node):
     def _drain_heartbeats(self, now: int) -> None:
         """Take the heartbeats that arrived but wait behind this timer in the executor (after a stall the
         executor runs ready timers before ready subscriptions): they were received, not lost."""
-        self._drain(self.sub_heartbeat, lambda msg: self.heartbeats.beat(msg.frame_id, now))
-
-    @staticmethod
-    def _drain(sub, handle_message, limit: int = 50) -> None:
-        """Hand every message waiting on ``sub`` to ``handle_message`` now. The single-threaded executor
-        runs a ready timer before ready subscriptions, so when a cycle takes longer than the timer period
-        (a loaded CPU) the timer is always ready and subscriptions would wait indefinitely."""
-        try:
-            for _ in range(limit):
-                with sub.handle:
-                    taken = sub.handle.take_message(sub.msg_type, sub.raw)
-                if taken is None:
-                    return
-                handle_message(taken[0])
-        except Exception:  # noqa: BLE001 -- a destroyed subscription at shutdown: nothing to take
-            return
+        take_waiting(self.sub_heartbeat, lambda msg: self.heartbeats.beat(msg.frame_id, now))
 
     # -- cycle ----------------------------------------------------------------------------------------
     def _stop(self, state: np.ndarray | None, steer_now: float) -> tuple[float, float, float, float]:
@@ -367,8 +364,8 @@ class ControllerNode(Node):
             # and a planner beat missed meanwhile is not evidence of its loss
             self.heartbeats.rebase(steady)
         self._drain_heartbeats(steady)
-        self._drain(self.sub_odometry, self.on_odometry)  # the freshest state, even if starved
-        self._drain(self.sub_trajectory, self.on_trajectory)  # and the newest plan
+        self._take_odometry()  # the freshest state (polled: see the module's docstring)
+        take_waiting(self.sub_trajectory, self.on_trajectory)  # and the newest plan, even if starved
         # the cycle's time once its inputs are in: a plan taken by the drains above is received at or
         # before it (taken first, a plan received during a slow drain was "received after now", and
         # its age came out negative: the ReferenceError "age must be >= 0" of a loaded host)
@@ -494,6 +491,7 @@ class ControllerNode(Node):
         if self._last_cmd_steady_ns is not None and steady - self._last_cmd_steady_ns <= 2 * period_ns:
             return  # the cycle runs: it judges the inputs itself
         self._drain_heartbeats(steady)
+        self._take_odometry()  # held cycle or not, odometry that arrived is not lost
         why = []
         lost = self.heartbeats.lost(steady)
         if lost:

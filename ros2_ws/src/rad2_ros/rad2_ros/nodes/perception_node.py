@@ -50,6 +50,8 @@ faults, never a relocalisation); an object list whose ``header.frame_id`` is not
 ``perception.world_frame`` is rejected naming it. Each stream is read at most once per period of its
 stamps (``validators.odometry.max_rate_hz``, ``validators.objects.max_rate_hz``): a flood is dropped
 unread, counted (``*_flood_dropped``) and reported, so it cannot take the CPU the planner needs.
+Odometry is polled (``common.PolledCallbackGroup``): read with each object list, the newest
+``POLLED_DEPTH`` samples, never an executor wake-up per sample.
 """
 
 from __future__ import annotations
@@ -69,15 +71,17 @@ from rclpy.serialization import deserialize_message
 
 from rad2_ros import conversions as rc
 from rad2_ros.nodes.common import (
-    EVERY_SAMPLE_DEPTH,
+    POLLED_DEPTH,
     DiagnosticsReporter,
     Heartbeat,
+    PolledCallbackGroup,
     Throttle,
     cdr_header_stamp_ns,
     command_qos,
     run_node,
     sensor_qos,
     stop_heartbeat,
+    take_waiting,
 )
 from rad2_ros.nodes.parameters import declare_parameters
 
@@ -115,8 +119,11 @@ class PerceptionNode(Node):
         self.diagnostics = DiagnosticsReporter(self)
         self.pub_bev = self.create_publisher(BevFeatures, "perception/bev_features", command_qos())
         self.pub_tokens = self.create_publisher(SceneTokens, "perception/scene_tokens", command_qos())
-        self.create_subscription(Odometry, "localization/odometry", self._on_odom,
-                                 sensor_qos(EVERY_SAMPLE_DEPTH), raw=True)
+        # polled with each object list (the one use of the pose): no executor wake-up per sample, so an
+        # odometry flood costs this process nothing but the newest POLLED_DEPTH samples per list
+        self.sub_odom = self.create_subscription(Odometry, "localization/odometry", self._on_odom,
+                                                 sensor_qos(POLLED_DEPTH), raw=True,
+                                                 callback_group=PolledCallbackGroup())
         # object lists: reliable keep-last-1 request would also match; best effort keeps up with 10 Hz
         self.create_subscription(PerceptionInputs, "perception/objects", self._on_objects, sensor_qos())
         self.get_logger().info(f"perception features ready: map {scene.source} "
@@ -173,6 +180,7 @@ class PerceptionNode(Node):
         t0 = time.perf_counter()
         if not self.objects_rate.admit(rc.time_to_ns(msg.header.stamp), time.monotonic_ns()):
             return  # a flood: dropped unread
+        take_waiting(self.sub_odom, self._on_odom, POLLED_DEPTH)  # the poses up to this list
         try:
             frame_id = str(msg.header.frame_id)
             if frame_id != self.world_frame:
