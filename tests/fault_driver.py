@@ -9,7 +9,8 @@ controller with dt 1000 s / 1e-6 s, a point at 1e6 m, reversed, all zero or of 1
 tokens that are empty, in the world frame or reversing at 30 m/s, an object list in the ego frame,
 odometry clock faults
 (stamps 2 s back or 10 s ahead for 0.5 s, one sample 10 s ahead, 1 h ahead for 0.5 s), a 0.5 s burst
-of 1e6 m/s odometry, an odometry flood (830 samples/s for 5 s), planner starvation
+of 1e6 m/s odometry, odometry lost or frozen (stamps advance, the pose stands still) for 0.5 s and
+2 s while the ego drives on, an odometry flood (1,000 samples/s for 5 s), planner starvation
 (perception SIGSTOPped, scene tokens only, then SIGCONT), and finally SIGKILL of the planner. It
 records, on its own monotonic clock, every command, trajectory, planner diagnostics report and every
 non-OK /diagnostics status, and prints ``RESULT {json}``.
@@ -131,7 +132,8 @@ odom_fault: dict = {}
 CLOCK_FAULTS = {"odom_back_2s": (-2.0, 0.5), "odom_fwd_10s": (10.0, 0.5), "odom_single_fwd_10s": (10.0, 0.0),
                 "odom_fwd_1h": (3600.0, 0.5)}
 burst: dict = {}  # odometry fault applied to every sample until "until" (driver time)
-FLOOD_HZ = 830.0
+LOST_OR_FROZEN = {"odom_lost_0.5s": 0.5, "odom_lost_2s": 2.0, "odom_frozen_0.5s": 0.5, "odom_frozen_2s": 2.0}
+FLOOD_HZ = 1000.0
 flood: dict = {}  # odometry flood: extra valid samples at FLOOD_HZ until "until"
 next_odom = next_obj = 0.0
 tokens_only = False
@@ -162,6 +164,11 @@ def tick() -> None:
         kind = odom_fault.pop("kind", None)
         if kind is None and burst and t < burst["until"]:
             kind = burst["kind"]
+        if kind is not None and kind.startswith("odom_lost"):
+            next_odom = t + ODOM_PERIOD
+            kind = "lost"  # nothing sent
+        elif kind is not None and kind.startswith("odom_frozen"):
+            msg = rc.odometry_to_msg(rc.EgoMotion(*burst["frozen"][:5], node.get_clock().now().nanoseconds))
         if kind == "odom_speed_1e6" or kind == "odom_1e6_burst":
             msg.twist.twist.linear.x = 1e6
         elif kind == "odom_yaw_rate_1e9":
@@ -172,7 +179,8 @@ def tick() -> None:
             msg = Odometry()
         elif kind in CLOCK_FAULTS:
             msg = _shifted(msg, CLOCK_FAULTS[kind][0])
-        pub_odom.publish(msg)
+        if kind != "lost":
+            pub_odom.publish(msg)
         next_odom = t + ODOM_PERIOD
     if t >= next_obj:
         if not tokens_only:
@@ -213,6 +221,9 @@ def fault(kind: str) -> None:  # noqa: C901 -- one branch per fault kind
         burst.update(kind=kind, until=now_s() + CLOCK_FAULTS[kind][1])
     elif kind == "odom_1e6_burst":
         burst.update(kind=kind, until=now_s() + 0.5)
+    elif kind in LOST_OR_FROZEN:
+        m = ego_at(now_s() - t_start)
+        burst.update(kind=kind, until=now_s() + LOST_OR_FROZEN[kind], frozen=(m.x, m.y, m.yaw, m.speed, 0.0))
     elif kind.startswith("odom_"):
         odom_fault["kind"] = kind
     elif kind == "bev_1e30":
@@ -289,16 +300,17 @@ def main() -> int:
     while now_s() < end:
         run(0.2)
         recent = [c for c in rec["commands"] if c[0] > now_s() - 1.0]
-        if len(recent) > 15 and not any(c[5] for c in recent):
+        # tracking: no stop (a flag for the plan's own hard braking names the plan "itself")
+        if len(recent) > 15 and not any(c[5] and "itself" not in c[6] for c in recent):
             break
     rec["warm_s"] = now_s() - t_start
     for kind in ("odom_speed_1e6", "odom_yaw_rate_1e9", "odom_jump_1km", "odom_empty", "bev_1e30",
                  "traj_dt_1000", "traj_dt_1e-6", "traj_point_1e6", "traj_reversed", "traj_all_zero",
                  "traj_10000_points", "tokens_empty", "tokens_frame_map", "tokens_reverse_30",
-                 "objects_frame_base_link", *CLOCK_FAULTS, "odom_1e6_burst"):
+                 "objects_frame_base_link", *CLOCK_FAULTS, "odom_1e6_burst", *LOST_OR_FROZEN):
         fault(kind)
         lasts = CLOCK_FAULTS[kind][1] if kind in CLOCK_FAULTS else (0.5 if kind == "odom_1e6_burst" else 0.0)
-        run(WINDOW_S + lasts)
+        run(WINDOW_S + LOST_OR_FROZEN.get(kind, lasts))
     # an odometry flood: FLOOD_S of FLOOD_HZ valid samples on top of the 50 Hz stream
     rec["faults"].append((now_s(), "flood"))
     flood.update(until=now_s() + FLOOD_S, next=now_s(), sent=0)

@@ -197,6 +197,30 @@ def test_no_command_brakes_beyond_comfort_without_a_reason(fault_run):
     assert all("made after the fault cleared" in c[6] for c in hazard), [c[6][:120] for c in hazard]
 
 
+LOST_OR_FROZEN = {"odom_lost_0.5s": 0.5, "odom_lost_2s": 2.0, "odom_frozen_0.5s": 0.5, "odom_frozen_2s": 2.0}
+
+
+@pytest.mark.parametrize("kind", sorted(LOST_OR_FROZEN))
+def test_after_lost_or_frozen_odometry_no_command_brakes_harder_than_the_stop(fault_run, kind):
+    """Odometry lost (none sent) or frozen (stamps advance, the pose stands still) for 0.5 s or 2 s while
+    the ego drives on. From the fault until WINDOW_S after it, no command brakes harder than the
+    minimal-risk stop unless it names a plan braking that hard itself, none beyond emergency_decel
+    unflagged; a lost stream is stopped for, naming it; then tracking resumes."""
+    res = fault_run
+    ctrl = load_params("controller")["controller"]["node"]
+    stop, emergency = float(ctrl["stop_decel"]), float(ctrl["emergency_decel"])
+    t = res["t_fault"][kind]
+    window = _commands(res, t, t + LOST_OR_FROZEN[kind] + WINDOW_S)
+    harder = [(round(c[1], 2), c[6][:100]) for c in window if c[1] < -stop - 1e-3 and "itself" not in c[6]]
+    print(f"{kind}: hardest command {min(c[1] for c in window):.2f} m/s^2; harder than the stop without "
+          f"a plan's own braking named: {len(harder)}")
+    assert not harder, harder
+    assert not [c for c in window if c[1] < -emergency - 1e-3 and not c[5]]
+    if kind.startswith("odom_lost"):
+        assert any(c[5] and "odometry lost" in c[6] for c in window), [c[6][:60] for c in window][:5]
+    assert _tracking(window[-1]), window[-1][6]
+
+
 def test_odometry_flood_is_dropped_not_queued_and_the_planner_keeps_its_cycle(fault_run):
     res = fault_run
     t0, t1 = res["t_fault"]["flood"], res["t_fault"]["flood_end"]
