@@ -156,9 +156,12 @@ def test_odometry_jump_bound():
 def test_pose_lookup_by_stamp_and_window():
     hist = OdometryHistory(1000 * MS)
     assert hist.pose_at(0) is None and hist.latest is None
-    for k in range(3):  # stamped and received at 0, 100, 200 ms
-        hist.add(Motion(float(k), 10.0 * k, 0.1 * k, 5.0, stamp_ns=k * 100 * MS), k * 100 * MS)
+    for k in range(3):  # stamped and received at 0, 100, 200 ms, slowing down
+        hist.add(Motion(float(k), 10.0 * k, 0.1 * k, 5.0 - k, stamp_ns=k * 100 * MS), k * 100 * MS)
     np.testing.assert_allclose(hist.pose_at(140 * MS), [1.0, 10.0, 0.1])
+    # the whole sample too: a plan's start is judged at the speed of its stamp, not the latest
+    assert hist.motion_at(40 * MS).speed == 5.0 and hist.latest.speed == 3.0
+    assert hist.motion_at(1201 * MS) is None
     np.testing.assert_allclose(hist.pose_at(160 * MS), [2.0, 20.0, 0.2])
     np.testing.assert_allclose(hist.pose_at(1200 * MS), [2.0, 20.0, 0.2])  # exactly the window away
     assert hist.pose_at(1201 * MS) is None

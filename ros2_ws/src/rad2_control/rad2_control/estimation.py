@@ -258,15 +258,18 @@ class OdometryHistory:
         """Time since the latest sample was received (a very large number when there is none)."""
         return int(now_ns - self.samples[-1].received_ns) if self.samples else 2**62
 
-    def pose_at(self, stamp_ns: int) -> np.ndarray | None:
-        """``(x, y, yaw)`` of the sample stamped nearest ``stamp_ns``; None when none lies within
-        ``keep_ns`` of it (a pose that far off would misplace the trajectory)."""
+    def motion_at(self, stamp_ns: int) -> Motion | None:
+        """The sample stamped nearest ``stamp_ns``; None when none lies within ``keep_ns`` of it (a pose
+        that far off would misplace the trajectory)."""
         if not self.samples:
             return None
         best = min(self.samples, key=lambda s: abs(s.motion.stamp_ns - stamp_ns)).motion
-        if abs(best.stamp_ns - stamp_ns) > self.keep_ns:
-            return None
-        return np.array([best.x, best.y, best.yaw])
+        return None if abs(best.stamp_ns - stamp_ns) > self.keep_ns else best
+
+    def pose_at(self, stamp_ns: int) -> np.ndarray | None:
+        """``(x, y, yaw)`` of :meth:`motion_at`."""
+        best = self.motion_at(stamp_ns)
+        return None if best is None else np.array([best.x, best.y, best.yaw])
 
 
 # --------------------------------------------------------------------------------------------------

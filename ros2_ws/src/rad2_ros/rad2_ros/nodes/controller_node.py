@@ -319,10 +319,12 @@ class ControllerNode(Node):
             else:
                 raise ValueError(f"Trajectory.header.frame_id: is {traj.frame_id!r}, expected "
                                  f"{self.world_frame!r} or {self.ego_frame!r}")
-            # the ego's speed: the latest accepted odometry's, unknown while a jump awaits confirmation
-            latest = None if self.gate.pending else self.estimator.odometry.latest
+            # the ego's speed at the plan's start (its stamp: a fallback keeps an older plan's stamp, and
+            # the speed of now against it would invent an acceleration), unknown while a jump awaits
+            # confirmation
+            at_stamp = None if self.gate.pending else self.estimator.odometry.motion_at(traj.stamp_ns)
             bad = check_plan_kinematics(world_to_ego(pts, origin), traj.dt, self.limits, self.tracker.vehicle,
-                                        None if latest is None else max(latest.speed, 0.0))
+                                        None if at_stamp is None else max(at_stamp.speed, 0.0))
             if bad:
                 raise ValueError(f"implausible {describe_violations(bad)}")
         except Exception as exc:  # noqa: BLE001 -- reject, stop, keep running

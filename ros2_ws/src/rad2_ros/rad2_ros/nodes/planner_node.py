@@ -137,6 +137,7 @@ class PlannerNode(Node):
         self._last_cycle_ns: int | None = None  # node clock at the start of the last cycle on paired input
         self._clock_start_ns = 0
         self._previous: tuple[int, np.ndarray] | None = None  # (stamp_ns, selected [T, 2]) of the last plan
+        self._previous_speed: float | None = None  # the ego's speed at that plan's stamp
         self._last_fault = ""
         # ego speed of the last validated input and the node time it was taken: a straight fallback stop
         # starts there while it is younger than fallback_max_plan_age_s. None before any, and a speed
@@ -365,6 +366,7 @@ class PlannerNode(Node):
         score = float(scores[selected]) if math.isfinite(scores[selected]) else float("nan")
         self._publish_plan(stamp_ns, cands, scores, selected, traj, score, int(result.info.get("K", 0)))
         self._previous = (stamp_ns, traj.copy())
+        self._previous_speed = ego_speed
         stages["publish"] = (time.perf_counter() - t_pub) * 1e3
         self._report(stamp_ns, stages, t_start, "")
 
@@ -461,7 +463,9 @@ class PlannerNode(Node):
             # The previous plan was judged over its first kinematics_horizon_s only; shifted by the
             # elapsed time its tail (a kink, a hook) can come into that horizon, and the controller would
             # reject the fallback itself. Then stop straight ahead instead.
-            if check_plan_kinematics(stop, self.plan_dt, self.limits, self.vehicle, None):
+            # The fallback starts where that plan did: judged from the ego's speed at its stamp, within
+            # the vehicle's limits like any plan.
+            if check_plan_kinematics(stop, self.plan_dt, self.limits, self.vehicle, self._previous_speed):
                 stop = None
         if stop is None and speed is None:
             stages["publish"] = (time.perf_counter() - t_pub) * 1e3
