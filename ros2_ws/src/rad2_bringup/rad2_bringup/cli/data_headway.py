@@ -44,7 +44,7 @@ def _parser():
                     help="time gaps only at or above this follower speed, m/s (2)")
     ap.add_argument("--accel-window", type=float_in(0.1, 5.0), default=1.0,
                     help="window (s) over which speeds are smoothed before braking is taken (1.0)")
-    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ap.add_argument("--no-progress", action="store_true", help="no progress display")
     return ap
 
 
