@@ -25,8 +25,8 @@ COMMANDS: dict[str, tuple[str, dict[str, tuple[str, str]] | None]] = {
     "demo": ("the closed-loop demo: sim, planner and controller as ROS 2 processes on bundled clips",
              {"": ("demo", "")}),
     "data": ("clip datasets: convert logs, generate and curate scenarios, render, merge, bags", {
-        "convert": ("data_convert", "convert driving logs (AV2, CommonRoad, WOMD, rad2 clips) into a rad2 "
-                                    "clip dataset"),
+        "convert": ("data_convert", "convert driving logs (AV2, CommonRoad, WOMD, INTERACTION, rad2 "
+                                    "clips) into a rad2 clip dataset"),
         "corpus": ("data_corpus", "a real-traffic corpus (NGSIM) with every qualifying vehicle as the ego, "
                                   "as train / val / test datasets"),
         "generate": ("data_generate", "generate SUMO clips with injected safety events or efficiency cases"),
