@@ -255,6 +255,27 @@ def test_experiment_arms_parse_the_discriminator_candidates_option():
         parse_arm(f"ckpt:{CHECKPOINT}@N=per_day", str(CHECKPOINT), CANDIDATES, noise_modes)
 
 
+def test_a_learned_only_arm_runs_the_networks_with_every_rule_stage_off():
+    """@R=off: the selected plan executed as the networks chose it (what is learned, beside what the
+    rules add); reference policies have no rule stages to turn off."""
+    from rad2_evaluation.experiments import parse_arm, policy_spec
+    from rad2_planner.policy import Rad2Policy
+    from rad2_planner.stages import RULE_STAGE_BLOCKS
+
+    arm = parse_arm(f"ckpt:{CHECKPOINT}@R=off", str(CHECKPOINT), CANDIDATES)
+    assert not arm.rule_stages
+    params = policy_spec(arm, threads=1).planner_params(PARAMS)
+    assert all(params[block]["enabled"] is False for block in RULE_STAGE_BLOCKS)
+    assert all(PARAMS[block]["enabled"] for block in RULE_STAGE_BLOCKS)  # the run's own params untouched
+    policy = Rad2Policy.from_params(params, checkpoint_dir=str(CHECKPOINT))
+    assert not any(stage.enabled for stage in policy.pipeline.stages[1:])
+    assert parse_arm("il:safe_medoid@R=on", str(CHECKPOINT), CANDIDATES).rule_stages
+    with pytest.raises(ValueError, match="R=on|off"):
+        parse_arm("il:safe_medoid@R=none", str(CHECKPOINT), CANDIDATES)
+    with pytest.raises(ValueError, match="takes only @H"):
+        parse_arm("ref:pdm_closed@R=off", str(CHECKPOINT), CANDIDATES)
+
+
 def test_rule_arms_on_an_rl_checkpoint_never_select_by_its_discriminator():
     """il:RULE --il-checkpoint <RL checkpoint>: the rule, in this process and in every Ray worker (each
     builds its decider from the spec); a worker that rebuilt the policy without the flag once used the

@@ -38,6 +38,7 @@ class Arm:
     prior_weight: float | None = None  # planner.discriminator_prior_weight (None: planner.yaml's)
     reference: str | None = None  # a reference policy (pdm_closed, idm, ...) instead of the planner
     initial_noise: str | None = None  # planner.initial_noise (None: planner.yaml's)
+    rule_stages: bool = True  # False ("@R=off"): the networks alone, every rule stage after them off
 
 
 def parse_arm(text: str, il_checkpoint: str, discriminator_candidates: Sequence[str],
@@ -48,8 +49,12 @@ def parse_arm(text: str, il_checkpoint: str, discriminator_candidates: Sequence[
     head, *opts = text.split("@")
     kind, _, arg = head.partition(":")
     m = h = d = p = n = None
+    rules = True
     for opt in opts:
         key, _, value = opt.partition("=")
+        if key == "R" and value in ("on", "off"):
+            rules = value == "on"
+            continue
         if key == "D" and value in discriminator_candidates:
             d = value
             continue
@@ -61,22 +66,22 @@ def parse_arm(text: str, il_checkpoint: str, discriminator_candidates: Sequence[
             continue
         if key not in ("M", "H") or not value.isdigit() or int(value) < 1:
             raise ValueError(f"arm {text!r}: option {opt!r} is not M=<int >= 1>, H=<int >= 1>, "
-                             f"D={'|'.join(discriminator_candidates)}, N={'|'.join(noise_modes)} "
-                             "or P=<float in [0, 1000]>")
+                             f"D={'|'.join(discriminator_candidates)}, N={'|'.join(noise_modes)}, "
+                             "R=on|off or P=<float in [0, 1000]>")
         m, h = (int(value), h) if key == "M" else (m, int(value))
     if kind == "il":
         if arg not in RULES:
             raise ValueError(f"arm {text!r}: il:{arg} is not one of il:{'|il:'.join(RULES)}")
-        return Arm(text, il_checkpoint, arg, m, h, d, p, initial_noise=n)
+        return Arm(text, il_checkpoint, arg, m, h, d, p, initial_noise=n, rule_stages=rules)
     if kind == "ckpt":
         if not (Path(arg) / "config.json").is_file():
             raise ValueError(f"arm {text!r}: {arg} is not a planner checkpoint (no config.json)")
-        return Arm(text, arg, None, m, h, d, p, initial_noise=n)
+        return Arm(text, arg, None, m, h, d, p, initial_noise=n, rule_stages=rules)
     if kind == "ref":
         names = reference_names()
         if arg not in names:
             raise ValueError(f"arm {text!r}: ref:{arg} is not one of ref:{'|ref:'.join(names)}")
-        if m is not None or d is not None or p is not None or n is not None:
+        if m is not None or d is not None or p is not None or n is not None or not rules:
             raise ValueError(f"arm {text!r}: a reference policy takes only @H=<int>")
         return Arm(text, "", None, None, h, reference=arg)
     raise ValueError(f"arm {text!r}: expected il:RULE, ckpt:PATH or ref:POLICY")
@@ -116,14 +121,16 @@ def policy_spec(arm: Arm, threads: int | None, backend: str | None = None, devic
         overrides["discriminator_prior_weight"] = arm.prior_weight
     if arm.initial_noise:
         overrides["initial_noise"] = arm.initial_noise
+    off = not arm.rule_stages
     if arm.rule == "uniform":
         return PolicySpec(checkpoint_dir=arm.checkpoint, selection="sample", distribution="uniform",
-                          planner_overrides=overrides, threads=threads, backend=backend)
+                          planner_overrides=overrides, threads=threads, backend=backend, rule_stages_off=off)
     if arm.rule is not None:
         overrides["fallback_selection"] = arm.rule
     # a rule arm selects by its rule, never by the checkpoint's discriminator, in a Ray worker as here
     return PolicySpec(checkpoint_dir=arm.checkpoint, selection="deterministic", planner_overrides=overrides,
-                      threads=threads, backend=backend, ignore_discriminator=arm.rule is not None)
+                      threads=threads, backend=backend, ignore_discriminator=arm.rule is not None,
+                      rule_stages_off=off)
 
 
 def arm_settings(arm: Arm, spec, files: dict, workers: int, max_clips: int | None) -> dict:

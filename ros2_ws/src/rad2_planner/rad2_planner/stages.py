@@ -52,6 +52,11 @@ from rad2_planner.stall_recovery import (
 )
 from rad2_planner.traffic_rules import TrafficRuleParams, allowed_distance, limit_progress
 
+# The parameter blocks (params/planner.yaml) of the rule stages 2-7, each with its ``enabled`` switch
+# (plan braking is comfort_limits'). All off: the networks' selected plan is executed as it is ("learned
+# only" in rad2 eval experiments, arm option @R=off).
+RULE_STAGE_BLOCKS = ("stall_recovery", "traffic_rules", "safety_envelope", "comfort_limits", "drivable_area")
+
 
 @dataclass(frozen=True)
 class CyclePlans:

@@ -54,6 +54,9 @@ class PolicySpec:
     # rule arms of rad2 eval experiments on an RL checkpoint)
     ignore_discriminator: bool = False
     planner_overrides: dict[str, Any] = field(default_factory=dict)  # planner.* keys
+    # the networks alone: every rule stage after selection off (rad2_planner.stages.RULE_STAGE_BLOCKS),
+    # to show what is learned beside what the rules add
+    rule_stages_off: bool = False
     # runtime.* keys; a dict value updates that block's keys ({"openvino": {"precision": "bf16"}})
     runtime_overrides: dict[str, Any] = field(default_factory=dict)
 
@@ -64,6 +67,10 @@ class PolicySpec:
 
         params = {**params, "planner": {**params["planner"], **self.planner_overrides},
                   "runtime": dict(params["runtime"])}
+        if self.rule_stages_off:
+            from rad2_planner.stages import RULE_STAGE_BLOCKS
+
+            params.update({block: {**params[block], "enabled": False} for block in RULE_STAGE_BLOCKS})
         merge_runtime_overrides(params["runtime"], self.runtime_overrides)
         if self.threads is not None:
             params["runtime"]["ort_intra_op_threads"] = int(self.threads)

@@ -15,6 +15,9 @@ An arm is written ``KIND[:ARG][@M=..][@H=..]``:
   discriminator's logits; evaluate an RL discriminator with the κ it was trained with);
 - ``@N=per_episode`` | ``@N=per_cycle``: ``planner.initial_noise`` (one noise draw for the whole episode, so
   consecutive plans change only as the scene does, or a new draw every cycle);
+- ``@R=off``: learned only, every rule stage after the selection off (stall recovery, plan braking,
+  traffic rules, safety envelope, comfort limits, drivable area): what the networks do, beside the
+  shipped planner's row, which shows what the rules add;
 - ``@M=64``: candidates per cycle (inference-time scaling, RAD-2 Table 10); ``@H=4``: replanning period
   in steps (latched execution, RAD-2 Table 5; evaluation default ``evaluation.h_reuse``).
 
