@@ -12,7 +12,9 @@ function, never an edit of the simulator.
 - ``plan_r1``: Plan-R1's rule-based reward (gates × weighted soft terms, below);
 - ``correction_planner``: CorrectionPlanner's ``min(ρ, 1) · 1[no collision] − 1[collision]``;
 - ``laviplan``: LaViPlan's planning reward ``−log(1 + ADE) − log(1 + FDE)`` of the driven ego positions
-  against the logged ones over the executed steps.
+  against the logged ones over the executed steps;
+- ``safe_score``: the nuPlan-style closed-loop score rebuilt so that no progress can pay for an at-fault
+  collision (below).
 
 Definitions:
 
@@ -32,6 +34,20 @@ Definitions:
   (0/1 from the nuPlan comfort thresholds), TTC (1 when min T_t ≥ ``ttc_threshold_s``), speed-limit
   compliance (``max(0, 1 − ∫ overspeed dt / (max_overspeed · duration))``, the nuPlan form) and
   progress (``min(ρ, 1)``).
+- ``safe_score`` (``rewards.safe_score``), from the pieces of :mod:`bev_warp_sim.nuplan_score`::
+
+      R = −1                                                  at-fault collision or off the drivable area
+      R = f_nf^[collided] · f_ttc^[TTC < τ] · D · P · (w_p p + w_s s + w_c c) / (w_p + w_s + w_c)   otherwise
+
+  with the at-fault verdict of :func:`bev_warp_sim.safety.classify_collision` (any at-fault collision,
+  objects included), ``f_nf`` (``not_at_fault_collision_factor``) after a collision that was not the
+  ego's fault, ``f_ttc`` (``near_miss_factor``) when the TTC before the first collision fell below
+  τ = ``near_miss_ttc_s``, ``D`` and ``P`` nuPlan's driving-direction and making-progress multipliers,
+  ``p`` nuPlan's progress ratio ``min(1, max(p_ego, θ) / max(p_expert, θ))`` (capped at the human's:
+  driving farther than the log earns nothing), ``s`` speed-limit compliance and ``c`` comfort (0/1).
+  Every factor and term lies in [0, 1], so an episode without an at-fault collision scores in [0, 1]
+  and one with it at −1, below all of them whatever its progress. An additive reward (``rad2``: r_coll +
+  r_eff) lets enough progress outweigh a collision margin, and RL found that trade.
 """
 
 from __future__ import annotations
@@ -302,6 +318,42 @@ def reward_laviplan(trace: EpisodeTrace, params: dict[str, Any]) -> float:
     return float(-np.log1p(err.mean()) - np.log1p(err[-1]))
 
 
+# The reward of an episode with an at-fault collision or off the drivable area: below the [0, 1] of every
+# other episode of safe_score
+SAFE_SCORE_FLOOR = -1.0
+
+
+def safe_score_terms(trace: EpisodeTrace, params: dict[str, Any]) -> dict[str, float]:
+    """``safe_score`` of the rollout with its parts (module docstring): the nuPlan-style score's
+    multipliers and terms (:func:`bev_warp_sim.nuplan_score.nuplan_score_terms`) recombined with the TTC
+    taken out of the weighted average and made a multiplier, the safety gates as the floor."""
+    from bev_warp_sim import nuplan_score as ns  # it imports this module
+
+    cfg = params["rewards"]["safe_score"]
+    weights = {"progress": float(cfg["weight_progress"]), "ttc": 0.0,
+               "speed_limit": float(cfg["weight_speed_limit"]), "comfort": float(cfg["weight_comfort"])}
+    if sum(weights.values()) <= 0.0:
+        raise ValueError("rewards.safe_score: the weights sum to 0")
+    nu = ns.nuplan_score_terms(trace, params)
+    at_fault = bool(trace.at_fault) or nu["no_at_fault_collisions"] < 1.0
+    offroad = nu["drivable_area"] < 1.0
+    not_at_fault = bool(trace.collided) and not at_fault
+    near_miss = ns.episode_min_ttc_before_collision(trace) < float(cfg["near_miss_ttc_s"])
+    factor = ((float(cfg["not_at_fault_collision_factor"]) if not_at_fault else 1.0)
+              * (float(cfg["near_miss_factor"]) if near_miss else 1.0))
+    rest = ns.combine({k: nu[k] for k in ns.MULTIPLIER_TERMS}, nu, weights)
+    total = SAFE_SCORE_FLOOR if (at_fault or offroad) else factor * rest
+    return {"total": float(total), "at_fault": float(at_fault), "offroad": float(offroad),
+            "not_at_fault_collision": float(not_at_fault), "near_miss": float(near_miss),
+            "factor": float(factor), "rest": float(rest), "progress": float(nu["progress"]),
+            "speed_limit": float(nu["speed_limit"]), "comfort": float(nu["comfort"])}
+
+
+def reward_safe_score(trace: EpisodeTrace, params: dict[str, Any]) -> float:
+    """nuPlan-style gates where no progress outweighs an at-fault collision (module docstring)."""
+    return safe_score_terms(trace, params)["total"]
+
+
 REWARDS: dict[str, RewardFn] = {
     "rad2_collision": reward_rad2_collision,
     "rad2_efficiency": reward_rad2_efficiency,
@@ -311,6 +363,7 @@ REWARDS: dict[str, RewardFn] = {
     "plan_r1": reward_plan_r1,
     "correction_planner": reward_correction_planner,
     "laviplan": reward_laviplan,
+    "safe_score": reward_safe_score,
 }
 
 
