@@ -237,17 +237,27 @@ def rank_egos(scenario, lane_map: LaneMap, params: dict[str, Any]) -> list[int]:
     return [int(o.obstacle_id) for o in ranked]
 
 
+def _xml_reader():
+    """The XML scenario reader of the installed commonroad-io. From 2022.2 on, ``CommonRoadFileReader``
+    also imports the protobuf reader, whose generated modules (protobuf 3.20 style) do not load under
+    the protobuf 7 that rad2 pins (the Waymo reader's runtime); its XML reader alone does. 2022.1 has
+    only ``CommonRoadFileReader``, which reads XML."""
+    try:
+        from commonroad.common.reader.file_reader_xml import XMLFileReader
+    except ImportError:
+        from commonroad.common.file_reader import CommonRoadFileReader as XMLFileReader
+    return XMLFileReader
+
+
 def read_commonroad_file(path: str | os.PathLike):
     """(scenario, planning problem set) of the CommonRoad XML file ``path``; a missing, truncated or
     malformed file is a :class:`CommonRoadAdapterError` naming it (commonroad-io raises whatever its
     XML parser or object constructors meet)."""
-    from commonroad.common.file_reader import CommonRoadFileReader
-
     path = Path(path)
     if not path.is_file():
         raise CommonRoadAdapterError(f"CommonRoad file {path} does not exist")
     try:
-        return CommonRoadFileReader(str(path)).open()
+        return _xml_reader()(str(path)).open()
     except Exception as exc:  # noqa: BLE001 - the reader's failures have no common base class
         raise CommonRoadAdapterError(
             f"{path}: not a readable CommonRoad scenario ({type(exc).__name__}: {exc})") from exc
