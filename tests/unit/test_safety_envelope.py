@@ -288,3 +288,62 @@ def test_entry_parameters_are_validated():
     for name in ("entry_brake_decel", "entry_imminent_s"):
         with pytest.raises(ValueError, match=f"safety_envelope.{name}: must be a number >= 0"):
             SafetyEnvelopeParams(**{**P.__dict__, name: -1.0})
+
+
+HEADWAY = SafetyEnvelopeParams(**{**P.__dict__, "follow_time_gap_s": 1.0, "closing_decel": 2.0})
+
+
+def _speeds(plan: np.ndarray, v0: float) -> np.ndarray:
+    return np.diff(np.concatenate([[0.0], np.linalg.norm(plan, axis=1)])) / DT
+
+
+def _gaps(plan: np.ndarray, x: float, v: float) -> np.ndarray:
+    """Bumper-to-bumper gap at every plan point to a 4.5 m car starting x m ahead at v m/s."""
+    t = DT * (np.arange(T) + 1.0)
+    return (x + v * t - 0.5 * 4.5) - (np.linalg.norm(plan, axis=1) + 0.5 * EGO[0])
+
+
+@pytest.mark.parametrize(("x", "v"), [(22.0, 12.0), (30.0, 12.0), (25.0, 10.0)])
+def test_the_plan_never_closes_on_a_leader_faster_than_careful_humans(x, v):
+    """16 m/s towards a slower car ahead: the stopping bound alone lets the plan settle at a 0.5 s gap
+    (its reaction time); the headway bound slows it, never faster than the stopping bound would, to keep
+    follow_time_gap_s at the leader's speed, braking for it at closing_decel at most."""
+    plan = straight_plan(16.0)
+    leader = agent(x, 0.0, vx=v)
+    hard_only = run(plan, 16.0, [leader])
+    res = run(plan, 16.0, [leader], HEADWAY)
+    assert res.fired and res.agent == 0
+    speeds, hard_speeds = _speeds(res.plan, 16.0), _speeds(hard_only.plan, 16.0)
+    assert np.all(speeds <= hard_speeds + 1e-6)
+    gap, hard_gap = _gaps(res.plan, x, v), _gaps(hard_only.plan, x, v)
+    assert gap[-1] >= hard_gap[-1] + 0.5, (gap, hard_gap)
+    # what the headway bound adds is braking at closing_decel at most
+    extra = np.flatnonzero(speeds < hard_speeds - 1e-6)
+    decel = -np.diff(np.concatenate([[16.0], speeds])) / DT
+    assert extra.size and decel[extra].max() <= HEADWAY.closing_decel + 1e-6, decel.round(2)
+    # closing no faster than a human could still come down from at closing_decel, with its time gap
+    closing = np.maximum(speeds - v, 0.0)
+    needed = HEADWAY.follow_time_gap_s * speeds + closing**2 / (2 * HEADWAY.closing_decel) + HEADWAY.margin_m
+    assert np.all(gap[3:] >= needed[3:] - 1.5), (gap.round(1), needed.round(1))
+
+
+def test_a_leader_far_ahead_or_pulling_away_leaves_the_plan_alone():
+    plan = straight_plan(12.0)
+    assert not run(plan, 12.0, [agent(150.0, 0.0, vx=12.0)], HEADWAY).fired
+    assert not run(plan, 12.0, [agent(30.0, 0.0, vx=16.0)], HEADWAY).fired  # pulling away, 1.8 s gap
+
+
+def test_the_headway_bound_leaves_crossing_traffic_to_the_stopping_bound():
+    """A car crossing the path is no leader: the headway bound adds nothing to the stopping bound's
+    answer (which stops for it, or not, as before)."""
+    plan = straight_plan(10.0)
+    crossing = agent(25.0, -6.0, vx=0.0, vy=8.0)
+    crossing[2:4] = [0.0, 1.0]  # heading +y, across the path
+    np.testing.assert_allclose(run(plan, 10.0, [crossing], HEADWAY).plan, run(plan, 10.0, [crossing]).plan)
+
+
+def test_headway_parameters_are_checked():
+    for name in ("follow_time_gap_s", "closing_decel"):
+        with pytest.raises(ValueError, match=name):
+            SafetyEnvelopeParams(**{**P.__dict__, name: -1.0})
+    assert not SafetyEnvelopeParams(**{**P.__dict__, "follow_time_gap_s": 1.0}).closing_bound

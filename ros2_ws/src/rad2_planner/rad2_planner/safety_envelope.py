@@ -73,6 +73,9 @@ class SafetyEnvelopeParams:
     alongside_horizon_s: float  # s, ... and one doing so while alongside the ego only this soon
     entry_brake_decel: float  # m/s^2, braking for predicted entries not yet imminent (0: emergency limit)
     entry_imminent_s: float  # s, an entry predicted this soon is braked for up to the emergency limit
+    # the headway careful humans keep (module doc, "Closing on a leader"); 0 switches the bound off
+    follow_time_gap_s: float = 0.0  # s, time gap kept behind an agent in the path once at its speed
+    closing_decel: float = 0.0  # m/s^2, braking the ego may need to come down to a leader's speed
 
     def __post_init__(self):
         for name in ("ego_decel", "agent_decel", "station_step_m"):
@@ -83,7 +86,8 @@ class SafetyEnvelopeParams:
             raise ValueError(f"safety_envelope.crossing_angle_deg: must be in (0, 90], got "
                              f"{self.crossing_angle_deg!r}")
         for name in ("reaction_time_s", "margin_m", "lateral_margin_m", "crossing_horizon_s",
-                     "cut_in_horizon_s", "alongside_horizon_s", "entry_brake_decel", "entry_imminent_s"):
+                     "cut_in_horizon_s", "alongside_horizon_s", "entry_brake_decel", "entry_imminent_s",
+                     "follow_time_gap_s", "closing_decel"):
             value = getattr(self, name)
             if not np.isfinite(value) or value < 0.0:
                 raise ValueError(f"safety_envelope.{name}: must be a number >= 0, got {value!r}")
@@ -98,7 +102,11 @@ class SafetyEnvelopeParams:
                    float(c["station_step_m"]), float(c["crossing_angle_deg"]),
                    float(c["crossing_horizon_s"]), float(c["cut_in_horizon_s"]),
                    float(c["alongside_horizon_s"]), float(c["entry_brake_decel"]),
-                   float(c["entry_imminent_s"]))
+                   float(c["entry_imminent_s"]), float(c["follow_time_gap_s"]), float(c["closing_decel"]))
+
+    @property
+    def closing_bound(self) -> bool:
+        return self.follow_time_gap_s > 0.0 and self.closing_decel > 0.0
 
 
 def constant_velocity_boxes(agents: np.ndarray, times: np.ndarray) -> np.ndarray:
@@ -178,6 +186,9 @@ def apply_envelope(plan: np.ndarray, plan_dt: float, ego_speed: float, agents: n
         v_top = min(v_top, float(max_speed))
     a_speed = np.hypot(a[:, 4], a[:, 5])
     reach = v_top * (p.reaction_time_s + plan_dt) + v_top**2 / (2.0 * p.ego_decel) + p.margin_m + ego_size[0]
+    if p.closing_bound:  # far enough to see a standing leader the ego must come down to at closing_decel
+        reach = max(reach, v_top * (p.follow_time_gap_s + plan_dt) + v_top**2 / (2.0 * p.closing_decel)
+                    + p.margin_m + ego_size[0])
     path, cum = _path(pts, max(reach, 1.0) + p.station_step_m)
     # the ego box swept along the path: stations every station_step_m with the path's heading there
     s = np.arange(0.0, cum[-1] + 1e-9, p.station_step_m)
@@ -214,11 +225,30 @@ def apply_envelope(plan: np.ndarray, plan_dt: float, ego_speed: float, agents: n
     beside = np.where(alongside, p.alongside_horizon_s, p.cut_in_horizon_s)
     horizon = np.where(crossing, p.crossing_horizon_s, np.where(any_hit[:, :1], np.inf, beside[:, None]))
     limit = np.where(times[None, :] > horizon + 1e-9, np.inf, limit)
+    # the closing bound's agents: those the ego follows or that move in ahead of it, never crossing ones
+    # (crossing traffic is stopped for by the bound above only), within the same horizons
+    close_at = np.where(crossing | ~np.isfinite(limit), np.inf, s_hit - p.margin_m)  # N T+1
     # the middle of the stations touching the agent: where it is along the path
     last = hit.shape[-1] - 1 - hit[..., ::-1].argmax(-1)
     middle = np.where(any_hit, 0.5 * (s[first] + s[last]), -np.inf)  # N T+1
     b = p.reaction_time_s + plan_dt
     step_down = emergency_decel * plan_dt
+    c_gap = p.follow_time_gap_s + plan_dt
+
+    def closing_speed(k: int, s_now: float) -> tuple[float, int]:
+        """The largest speed u on interval k from which the ego keeps follow_time_gap_s behind every
+        leader ahead (at constant velocity) and can come down to its speed at closing_decel:
+        s_now + u·(dt + follow_time_gap_s) + max(u - v_a, 0)²/(2·closing_decel) <= s_hit - margin."""
+        who = np.flatnonzero((middle[:, k + 1] > s_now) & np.isfinite(close_at[:, k + 1]))
+        if len(who) == 0:
+            return np.inf, -1
+        room, v_a = np.maximum(close_at[who, k + 1] - s_now, 0.0), v_along[who, k + 1]
+        # below the leader's speed only the time gap binds; above it the closing term too
+        disc = np.maximum(c_gap * c_gap + 2.0 * (room - c_gap * v_a) / p.closing_decel, 0.0)
+        above = v_a + p.closing_decel * (-c_gap + np.sqrt(disc))
+        u = np.where(v_a * c_gap >= room, room / c_gap, above)
+        j = int(np.argmin(u))
+        return float(u[j]), int(who[j])
 
     def room_at(lim: np.ndarray, k: int, s_now: float) -> tuple[float, np.ndarray]:
         ahead_now = middle[:, k + 1] > s_now  # agents ahead of the ego where they meet its path
@@ -234,6 +264,14 @@ def apply_envelope(plan: np.ndarray, plan_dt: float, ego_speed: float, agents: n
         lowered, short_of, binding = False, -1, -1
         for k, v_own in enumerate(own_speed):
             u = float(v_own)
+            if p.closing_bound:
+                # never closing on a leader faster than careful humans do: slowed at closing_decel at
+                # most (a comfort bound; the stopping bound below stays the hard one)
+                u_close, leader = closing_speed(k, s_now)
+                if u_close < u - 1e-6:
+                    u = min(u, max(u_close, v_prev - p.closing_decel * plan_dt, 0.0))
+                    lowered = True
+                    binding = leader if binding < 0 else binding
             room, ahead_now = room_at(lim, k, s_now)
             # the largest constant speed u on the interval with s_now + u·dt + u·reaction_time_s
             # + u²/(2·ego_decel) <= the limit at its end
