@@ -48,7 +48,9 @@ def plot_history(history: list[dict], path: Path, start: dict[str, float] | None
               ("entropy", "policy entropy (nats)"), ("clip_filter_rate", "clip-filter rate"),
               ("ogo_loss", "OGO generator loss (Eq. 19)"),
               ("ogo_decelerate_share", "OGO: deceleration targets"),
-              ("val_collision_rate", "validation CR"), ("val_progress_ratio", "validation progress")]
+              ("val_collision_rate", "validation CR"),
+              ("val_at_fault_collisions", "validation at-fault collisions"),
+              ("val_score", "validation nuPlan-style score"), ("val_progress_ratio", "validation progress")]
     panels = [(k, t) for k, t in panels if any(k in h for h in history)]
     cols = math.ceil(len(panels) / 2)
     fig, axes = plt.subplots(2, cols, figsize=(4.4 * cols, 6), squeeze=False)
@@ -94,14 +96,22 @@ def split_clips(clips: list, cfg, groups: Sequence[int] | None = None) -> tuple[
     16 validation clips from the old safety set). One group gives the unstratified split."""
     order = np.random.default_rng(cfg.seed).permutation(len(clips))
     n_val = min(cfg.validation_clips, max(len(clips) - cfg.clips_per_iteration, 0))
+    held = _stratified_pick(order, groups, n_val, "split_clips")
+    held_set = set(held)
+    return [clips[i] for i in order if int(i) not in held_set], [clips[i] for i in held]
+
+
+def _stratified_pick(order: np.ndarray, groups: Sequence | None, n: int, what: str) -> list[int]:
+    """``n`` indices of ``order`` (a permutation), each group's share in proportion to its size
+    (largest remainders), taken in the permutation's order."""
     if groups is None:
-        groups = [0] * len(clips)
-    if len(groups) != len(clips):
-        raise ValueError(f"split_clips: {len(groups)} group labels for {len(clips)} clips")
+        groups = [0] * len(order)
+    if len(groups) != len(order):
+        raise ValueError(f"{what}: {len(groups)} group labels for {len(order)} clips")
     labels, sizes = np.unique(np.asarray(groups), return_counts=True)
-    exact = n_val * sizes / max(len(clips), 1)
+    exact = n * sizes / max(len(order), 1)
     quota = np.floor(exact).astype(int)
-    for j in np.argsort(-(exact - quota), kind="stable")[: n_val - int(quota.sum())]:
+    for j in np.argsort(-(exact - quota), kind="stable")[: n - int(quota.sum())]:
         quota[j] += 1
     left = dict(zip(labels.tolist(), quota.tolist()))
     held = []
@@ -109,8 +119,22 @@ def split_clips(clips: list, cfg, groups: Sequence[int] | None = None) -> tuple[
         if left[groups[i]] > 0:
             left[groups[i]] -= 1
             held.append(int(i))
-    held_set = set(held)
-    return [clips[i] for i in order if int(i) not in held_set], [clips[i] for i in held]
+    return held
+
+
+def validation_from(pool: list, cfg, groups: Sequence | None = None, train_clips: Sequence = ()) -> list:
+    """The validation clips drawn from a separate pool (``rl.validation_data``: e.g. clips of
+    locations no training set covers): ``validation_clips`` of them, a seeded draw stratified by
+    ``groups`` (which directory each came from) as :func:`split_clips` does, in the pool's order. A
+    clip that is also a training clip (same id) is refused: it would be validated on what it was
+    trained on."""
+    shared = sorted({c.clip_id for c in pool} & {c.clip_id for c in train_clips})
+    if shared:
+        raise ValueError(f"rl.validation_data: {len(shared)} clip(s) are also training clips "
+                         f"(e.g. {shared[:3]}); validate on clips the run does not train on")
+    order = np.random.default_rng(cfg.seed).permutation(len(pool))
+    picked = _stratified_pick(order, groups, min(cfg.validation_clips, len(pool)), "validation_from")
+    return [pool[i] for i in sorted(picked)]
 
 
 def rollout_pool(ckpt: Path, cfg, params: dict, workers: int):
@@ -212,10 +236,13 @@ def run_session(model, ckpt: Path, params: dict, cfg, tc_cfg, ogo_cfg, train_cli
     export_final(model, state, cfg, out, export_fp16)
     if state.start_validation:
         v = state.start_validation
-        print(f"start (round 0) validation: reward {v['val_reward']:.3f}, CR {v['val_collision_rate']:.3f}, "
-              f"progress {v['val_progress_ratio']:.3f}")
-    best = (f", best validation {out / 'best'} (round {state.best_iteration})"
-            if state.best_val_reward is not None else "")
+        print(f"start (round 0) validation: at-fault collisions "
+              f"{v.get('val_at_fault_collisions', math.nan):g}, score {v.get('val_score', math.nan):.3f}, "
+              f"reward {v['val_reward']:.3f}, "
+              f"CR {v['val_collision_rate']:.3f}, progress {v['val_progress_ratio']:.3f}")
+    kept = state.best_validation is not None or state.best_val_reward is not None
+    best = (f", kept round (rl.keep_round_by {cfg.keep_round_by}) {out / 'best'} "
+            f"(round {state.best_iteration})" if kept else "")
     print(f"{state.iteration} rounds ({state.updates} discriminator updates, "
           f"{state.generator_updates} generator updates, {state.env_steps} env steps) in "
           f"{time.time() - t0:.0f} s this session; "

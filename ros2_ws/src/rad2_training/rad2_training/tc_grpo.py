@@ -20,7 +20,12 @@ behaviour policy kept when R1Sim's entropy-guided truncation was on). One update
    ``ρ = π(τ*) / π_old(τ*)``, ``π_old`` the behaviour policy's probability recorded at collection.
 4. **Adaptive entropy** (Eq. 17): ``β = exp(λ) · 1[H̄ < H_target]``; ``λ`` moves only under a deficit
    (up while the mean entropy stays below target), so a healthy policy is not pushed flat.
-5. **Objective** (Eq. 18): ``J = (1 / Σ|K_i|) Σ_i Σ_{t∈K_i} (L_{i,t} + β H_{i,t})``, maximised.
+5. **Objective** (Eq. 18): ``J = (1 / Σ|K_i|) Σ_i Σ_{t∈K_i} (L_{i,t} + β H_{i,t} − η KL_{i,t})``,
+   maximised. ``KL_{i,t} = KL(π ‖ π_prior)`` is a trust region to the imitation ranking (not in RAD-2;
+   ``prior_kl_weight`` η, 0 by default): ``π_prior = softmax(κ·prior / T)`` over the same candidates,
+   the consensus prior the rollouts recorded with ``planner.discriminator_prior_weight`` κ > 0, whose
+   argmax is the medoid rule's choice. The clipped ratio bounds one update's step from the behaviour
+   policy; the KL bounds how far the whole run drifts from the ranking it started near.
 
 Batches enter a FIFO buffer of ``buffer_batches``; every new batch triggers an update over the buffer:
 one gradient step on the whole buffer (``minibatch_decisions: 0``), or ``minibatches_per_update`` steps on
@@ -60,6 +65,7 @@ class TCGRPOConfig:
     # rl.tc_grpo.minibatch_* of params/training.yaml, with no default here: the file is where they are set
     minibatch_decisions: int = field(kw_only=True)  # 0: every decision of the buffer in one step
     minibatches_per_update: int = field(kw_only=True)  # gradient steps per new batch (drawn from the buffer)
+    prior_kl_weight: float = 0.0  # η of the KL to the consensus prior's distribution (needs κ > 0)
 
     def __post_init__(self) -> None:
         if self.advantage not in ADVANTAGES:
@@ -76,6 +82,8 @@ class TCGRPOConfig:
                              f"got {self.minibatch_decisions!r}")
         if self.minibatches_per_update < 1:
             raise ValueError(f"minibatches_per_update: must be >= 1, got {self.minibatches_per_update!r}")
+        if not self.prior_kl_weight >= 0:
+            raise ValueError(f"prior_kl_weight: must be >= 0, got {self.prior_kl_weight!r}")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -232,7 +240,19 @@ def tc_grpo_loss(model, batch: DecisionBatch, cfg: TCGRPOConfig, entropy: Adapti
     p = logp.exp()
     ent = -(p * logp.masked_fill(~allowed, 0.0)).sum(-1)
     beta = entropy.beta(float(ent.mean().detach()))
-    objective = (surrogate + beta * ent).mean()  # the mean is 1/Σ|K_i| Σ over every decision point
+    per_decision = surrogate + beta * ent
+    kl = None
+    if cfg.prior_kl_weight > 0:
+        from rad2_planner.policy import SELECTION_PRIOR
+
+        if SELECTION_PRIOR not in batch.inputs:
+            raise ValueError("rl.tc_grpo.prior_kl_weight > 0 needs the consensus prior the rollouts record "
+                             "with rl.discriminator_prior_weight > 0")
+        prior = torch.as_tensor(batch.inputs[SELECTION_PRIOR], device=logits.device)
+        prior_logp = policy_log_probs(prior, allowed, cfg.temperature)
+        kl = (p * (logp - prior_logp).masked_fill(~allowed, 0.0)).sum(-1)
+        per_decision = per_decision - cfg.prior_kl_weight * kl
+    objective = per_decision.mean()  # the mean is 1/Σ|K_i| Σ over every decision point
     ratio = torch.exp(new - old).detach()
     stats = {
         "objective": float(objective.detach()), "entropy": float(ent.mean().detach()), "beta": beta,
@@ -242,6 +262,8 @@ def tc_grpo_loss(model, batch: DecisionBatch, cfg: TCGRPOConfig, entropy: Adapti
         "decisions": float(len(batch)),
         "clip_filter_rate": 1.0 - batch.groups_kept / max(batch.groups_total, 1),
     }
+    if kl is not None:
+        stats["prior_kl"] = float(kl.mean().detach())
     return -objective, stats
 
 

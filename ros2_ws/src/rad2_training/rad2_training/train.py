@@ -15,9 +15,19 @@ One iteration:
 4. OGO: every ``ogo_every`` iterations (one circulation of the buffer: the 8:1 schedule) the
    re-timed segments collected since the last generator update fine-tune the generator;
 5. every ``validate_every`` iterations: deterministic (argmax) closed-loop evaluation on held-out
-   clips (collision rate, progress); every ``checkpoint_every`` iterations and at the end: a
-   checkpoint from which :func:`train` resumes exactly (weights, both optimisers, the buffer, λ of
-   the entropy term, every random generator, the pending OGO targets and the iteration).
+   clips (at-fault collisions, nuPlan-style score, collision rate, progress); the round kept in
+   ``best/`` is chosen on them by :func:`better_round` (``rl.keep_round_by``); every
+   ``checkpoint_every`` iterations and at the end: a checkpoint from which :func:`train` resumes
+   exactly (weights, both optimisers, the buffer, λ of the entropy term, every random generator, the
+   pending OGO targets and the iteration).
+
+Which round is kept (``rl.keep_round_by: safety``): the fewest at-fault collisions on the validation
+clips, then the highest mean nuPlan-style score, then the lowest collision rate; a later round replaces
+the kept one only when it is strictly better, so ties keep the earlier round (the starting planner
+first). ``reward`` keeps the highest mean validation reward, as the shipped runs did: a reward that
+trades safety for progress then picks the round that made the trade. Point ``rl.validation_data`` at
+clips from locations the training sets do not cover, so that the kept round is the one that
+generalises, not the one that fits the training roads.
 
 Rollouts run the PyTorch backend on the very model being trained, so an update is live at the next
 collection with no re-export; Ray workers receive the weights after every update.
@@ -54,6 +64,7 @@ from rad2_training.ogo import minibatch as ogo_minibatch
 from rad2_training.tc_grpo import DecisionBatch, TCGRPOConfig, Trainer, decision_batch
 
 DISCRIMINATOR_INITS = ("generator", "random")
+KEEP_ROUND_BY = ("safety", "reward")
 
 
 @dataclass(frozen=True)
@@ -83,9 +94,15 @@ class RLConfig:
     ogo_imitation_weight: float = 0.0  # logged-sample imitation loss mixed into each OGO step (Table 4 row 3)
     validate_every: int = 8
     validation_clips: int = 16
+    # dataset directories the validation clips are drawn from (empty: held out of the training sets)
+    validation_data: Sequence[str] = ()
+    keep_round_by: str = "safety"  # which validated round best/ keeps: safety | reward (better_round)
     checkpoint_every: int = 4
 
     def __post_init__(self) -> None:
+        if self.keep_round_by not in KEEP_ROUND_BY:
+            raise ValueError(f"rl.keep_round_by: unknown value {self.keep_round_by!r} "
+                             f"(choose from {KEEP_ROUND_BY})")
         if self.discriminator_init not in DISCRIMINATOR_INITS:
             raise ValueError(f"rl.discriminator_init: unknown value {self.discriminator_init!r} "
                              f"(choose from {DISCRIMINATOR_INITS})")
@@ -134,9 +151,11 @@ class RunState:
     log_beta: float = 0.0
     rng: dict[str, Any] | None = None  # numpy bit generator state
     history: list[dict[str, float]] | None = None
-    # the best validation so far (val_reward) and its round: ``best/`` holds that round's planner
+    # the kept round's validation (better_round), its reward and its round: ``best/`` holds that
+    # round's planner
     best_val_reward: float | None = None
     best_iteration: int = 0
+    best_validation: dict[str, float] | None = None
     # the starting planner's validation (round 0), taken before the first round of a fresh run
     start_validation: dict[str, float] | None = None
 
@@ -300,9 +319,13 @@ class RLRun:
         rollouts, _ = run_rollouts(self.sim, self.deploy, self.val_clips, group_size=1,
                                    batch_size=self.cfg.batch_size, seed=seed, rewards=[self.cfg.reward])
         results = [r.result for r in rollouts]
+        scores = np.array([r.score for r in results], dtype=float)
         return {
+            "val_clips": float(len(results)),
+            "val_at_fault_collisions": float(sum(r.at_fault for r in results)),
             "val_collision_rate": float(np.mean([r.collided for r in results])),
             "val_at_fault_collision_rate": float(np.mean([r.at_fault for r in results])),
+            "val_score": float(np.mean(scores)) if np.isfinite(scores).all() else math.nan,
             "val_progress_ratio": float(np.mean([r.rho for r in results])),
             "val_reward": float(np.mean([r.rewards[self.cfg.reward] for r in rollouts])),
         }
@@ -377,27 +400,63 @@ class RLRun:
             self.pool.set_weights(self.model.state_dict(), self.model.discriminator_trained)
 
 
+def round_key(validation: dict[str, float], keep_round_by: str = "safety") -> tuple[float, ...] | None:
+    """A validated round's rank, smaller is better: ``safety`` (at-fault collisions, −score, collision
+    rate), ``reward`` (−reward); None when a value it needs is missing or not finite (such a round is
+    never kept, and NaN would block every later comparison)."""
+    if keep_round_by not in KEEP_ROUND_BY:
+        raise ValueError(f"rl.keep_round_by: unknown value {keep_round_by!r} (choose from {KEEP_ROUND_BY})")
+    if keep_round_by == "reward":
+        values = [validation.get("val_reward", math.nan)]
+        signs = (-1.0,)
+    else:
+        values = [validation.get(k, math.nan)
+                  for k in ("val_at_fault_collisions", "val_score", "val_collision_rate")]
+        signs = (1.0, -1.0, 1.0)
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
+        return None
+    return tuple(s * float(v) for s, v in zip(signs, values))
+
+
+def better_round(validation: dict[str, float], kept: dict[str, float] | None,
+                 keep_round_by: str = "safety") -> bool:
+    """Whether a round validated as ``validation`` replaces the kept round (``kept``; None: none yet):
+    strictly better by :func:`round_key`, so a tie keeps the earlier round."""
+    key = round_key(validation, keep_round_by)
+    if key is None:
+        return False
+    kept_key = None if kept is None else round_key(kept, keep_round_by)
+    return kept_key is None or key < kept_key
+
+
 def train(run: RLRun, out_dir: str | Path, budget_s: float = math.inf,
           log: Callable[[int, dict[str, float]], None] | None = None,
           progress: Callable[[int], None] | None = None,
           on_iteration: Callable[[int], None] | None = None) -> RunState:
     """Iterate until ``run.cfg.iterations`` or the wall-clock ``budget_s``; checkpoints in ``out_dir``
-    (``last/``; resume with :meth:`RLRun.restore`), and ``best/``: the planner of the round with the
-    highest validation reward so far."""
+    (``last/``; resume with :meth:`RLRun.restore`), and ``best/``: the planner of the round kept so far
+    (:func:`better_round` by ``rl.keep_round_by``)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     cfg = run.cfg
+
+    def keep_if_better(val: dict[str, float], it: int) -> None:
+        kept = run.state.best_validation
+        if kept is None and run.state.best_val_reward is not None:  # a run saved before best_validation
+            kept = {"val_reward": run.state.best_val_reward}
+        if better_round(val, kept, cfg.keep_round_by):
+            run.state.best_validation, run.state.best_iteration = dict(val), it
+            run.state.best_val_reward = val.get("val_reward")
+            run.save_best(out / "best", val)
+
     if run.state.iteration == 0 and run.state.start_validation is None and run.val_clips:
         # The starting planner competes for best/ too. A run that fine-tunes a good checkpoint and
         # whose rounds all validate worse (OGO on the shipped planner, docs/results.md) must leave
         # best/ = the start, not its least bad round.
         val = run.validate()
         run.state.start_validation = val
-        reward = val.get("val_reward", math.nan)
-        if math.isfinite(reward):
-            run.state.best_val_reward, run.state.best_iteration = reward, 0
-            run.save_best(out / "best", val)
+        keep_if_better(val, 0)
     while run.state.iteration < cfg.iterations:
         logs = run.iteration(progress=progress)
         it = run.state.iteration
@@ -405,11 +464,7 @@ def train(run: RLRun, out_dir: str | Path, budget_s: float = math.inf,
             val = run.validate()
             logs.update(val)
             run.state.history[-1].update(val)  # the history keeps them too (curves.png, history.json)
-            best, reward = run.state.best_val_reward, val.get("val_reward", math.nan)
-            # a non-finite reward is never the best (NaN would also block every later comparison)
-            if math.isfinite(reward) and (best is None or reward > best):
-                run.state.best_val_reward, run.state.best_iteration = reward, it
-                run.save_best(out / "best", val)
+            keep_if_better(val, it)
         if log is not None:
             log(it, logs)
         over_budget = time.monotonic() - start > budget_s
@@ -427,7 +482,11 @@ def config_from_params(training: dict[str, Any],
     """The three configurations of ``training.yaml``'s ``rl:`` block (``overrides``: RLConfig fields)."""
     rl = training["rl"]
     cfg = RLConfig.from_params(rl, **overrides)
-    return cfg, TCGRPOConfig(**rl["tc_grpo"]), OGOConfig(**rl["ogo"])
+    tc = TCGRPOConfig(**rl["tc_grpo"])
+    if tc.prior_kl_weight > 0 and cfg.discriminator_prior_weight == 0:
+        raise ValueError("rl.tc_grpo.prior_kl_weight > 0: the KL is to the consensus prior's distribution, "
+                         "which the rollouts record only with rl.discriminator_prior_weight > 0")
+    return cfg, tc, OGOConfig(**rl["ogo"])
 
 
 # ----------------------------------------------------------------------------------------------------

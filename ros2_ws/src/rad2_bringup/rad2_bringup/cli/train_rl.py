@@ -6,9 +6,12 @@ params/training.schema.yaml). The run directory gets TensorBoard curves (``tb/``
 entropy, β, clip-filter rate, collision rate and progress of the validation clips), a resumable
 checkpoint ``last/`` every ``rl.checkpoint_every`` rounds, ``history.json`` and ``curves.png``; the trained
 planner checkpoint (generator + discriminator, safetensors, fp16 with --export-fp16) is ``final/``, and
-``best/`` is the planner of the round with the highest validation reward (the round is recorded in its
-config.json under ``training.rl_best``). A run started from an RL checkpoint keeps that run's record
-under ``training.previous_rl``.
+``best/`` is the planner of the round kept on validation (``rl.keep_round_by``: by default the fewest
+at-fault collisions, then the highest nuPlan-style score, then the lowest collision rate; the round is
+recorded in its config.json under ``training.rl_best``). The validation clips are held out of the
+training sets, or with ``rl.validation_data`` drawn from other dataset directories (clips of locations
+the training sets do not cover). A run started from an RL checkpoint keeps that run's record under
+``training.previous_rl``.
 Every clip is checked before the first rollout as the simulator will check it; refused clips are
 listed with their reasons and the run stops, unless ``--skip-bad`` trains without them.
 Kill it at any time and rerun with ``--resume``: it continues from the last checkpoint with the same
@@ -76,7 +79,7 @@ def main(argv: list[str]) -> int:
     from rad2_core.config import ParameterError, merged
     from rad2_planner.networks.model import CheckpointError, PlannerModel
     from rad2_planner.policy import resolve_path
-    from rad2_training.session import rl_config, run_session, split_clips
+    from rad2_training.session import rl_config, run_session, split_clips, validation_from
     from rad2_training.train import check_simulator
 
     if args.threads:
@@ -127,8 +130,32 @@ def main(argv: list[str]) -> int:
     for n, c in enumerate(checked):
         clips += c.clips
         groups += [n] * len(c.clips)
-    # validation clips are drawn from every --train-data set in proportion to its size
-    train_clips, val_clips = split_clips(clips, cfg, groups)
+    if cfg.validation_data:  # validation on clips of their own (another location): train on all of these
+        val_dirs = list(cfg.validation_data)
+        trained = {resolve_path(d).resolve() for d in args.train_data}
+        for d in val_dirs:
+            if not (resolve_path(d) / "index.json").is_file():
+                ap.error(f"rl.validation_data: {d} is not a dataset directory (no index.json)")
+            if resolve_path(d).resolve() in trained:
+                ap.error(f"rl.validation_data: {d} is also a --train-data set")
+        try:
+            checked_val = check_splits([resolve_path(d) for d in val_dirs], Simulator(params),
+                                       skip_bad=args.skip_bad, progress=not args.no_progress)
+        except RefusedClipsError as exc:
+            ap.error(f"rl.validation_data: {exc}")
+        for r in (r for c in checked_val for r in c.refused):
+            print(f"skipping refused validation clip {r}")
+            skipped.append(r)
+        pool = [clip for c in checked_val for clip in c.clips]
+        pool_groups = [n for n, c in enumerate(checked_val) for _ in c.clips]
+        train_clips = clips
+        try:
+            val_clips = validation_from(pool, cfg, pool_groups, train_clips)
+        except ValueError as exc:
+            ap.error(str(exc))
+    else:
+        # validation clips are drawn from every --train-data set in proportion to its size
+        train_clips, val_clips = split_clips(clips, cfg, groups)
     ckpt = resolve_path(args.checkpoint or params["planner"]["checkpoint_dir"])
     try:
         model = PlannerModel.load(ckpt)
