@@ -8,7 +8,7 @@ One iteration:
    from its start with the current policy: M candidates from the generator, the executed one sampled
    from the discriminator's distribution (softmax of logits / T, optionally R1Sim's entropy-guided
    top-K_t), latched for H_reuse steps (``bev_warp_sim.rollout``; in this process or Ray workers);
-2. rewards (``rewards.rl_reward`` of params/sim.yaml, any of ``bev_warp_sim.rewards.REWARDS``) →
+2. rewards (``rl.reward`` of params/training.yaml, any of ``bev_warp_sim.rewards.REWARDS``) →
    group advantages → clip filtering → the decision points of the kept groups (one batch);
 3. TC-GRPO: the batch enters the FIFO buffer and the discriminator is updated on the buffer (one step
    on all of it, or ``minibatches_per_update`` steps on minibatches drawn with the run's generator);
