@@ -53,6 +53,8 @@ COMMANDS: dict[str, tuple[str, dict[str, tuple[str, str]] | None]] = {
     "eval": ("evaluation: closed loop, experiments, safety layer, bag replay, latency, runtime consistency", {
         "policy": ("eval_policy", "closed-loop metrics of policies on dataset splits (tables, JSON, GIFs)"),
         "experiments": ("eval_experiments", "planner configurations (arms) over evaluation seeds, one table"),
+        "commonroad": ("eval_commonroad", "CommonRoad planning problems closed loop, judged by the official "
+                                          "solution checker"),
         "safety-layer": ("eval_safety_layer", "RAD-2 without and with each safety layer, closed loop"),
         "replay": ("eval_replay", "replay a bag of perception inputs through the real nodes, open-loop "
                                   "metrics"),
