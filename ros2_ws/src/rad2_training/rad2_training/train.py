@@ -79,7 +79,7 @@ class RLConfig:
     h_reuse: int = 8
     window_steps: int = 0
     num_candidates: int = 32
-    reward: str = "rad2"
+    reward: str = "safe_score"
     train_discriminator: bool = True
     train_generator: bool = True
     discriminator_init: str = "generator"
