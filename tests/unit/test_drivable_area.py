@@ -95,3 +95,38 @@ def test_the_stage_reports_or_stops_before_the_exit():
     assert travelled <= found.inside_m - P.stop_margin_m + 1e-3
     assert first_exit(plan, DT, EGO, ROAD, CFG, P) is None  # the stopped plan stays on the road
     assert stopped.executed[0] is None
+
+
+def test_a_whole_candidate_set_is_checked_as_first_exit_checks_one_plan():
+    """candidate_exit_times (the safe set's drivable-area preference, every cycle) finds the exits
+    first_exit finds, within one sub-sample, for a set of candidates drifting off a straight road."""
+    from rad2_planner.drivable_area import candidate_exit_times
+
+    drivable = _drivable(lambda x, y: np.abs(y) < 3.5)
+    rng = np.random.default_rng(0)
+    cands = np.stack([np.cumsum(np.full((32, 8), 5.0), 1), np.cumsum(rng.normal(0.0, 0.6, (32, 8)), 1)], -1)
+    got = candidate_exit_times(cands, DT, EGO, drivable, CFG, P)
+    want = np.array([e.time_s if (e := first_exit(c, DT, EGO, drivable, CFG, P)) else np.inf for c in cands])
+    assert np.isinf(got).sum() == np.isinf(want).sum() and 0 < np.isfinite(want).sum() < 32
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], atol=DT / 8 + 0.06)
+    assert candidate_exit_times(cands[:0], DT, EGO, drivable, CFG, P).shape == (0,)
+
+
+def test_the_safe_set_prefers_candidates_that_stay_on_the_road():
+    from rad2_planner.candidates import safe_candidates, safe_medoid_index
+    from rad2_planner.drivable_area import candidate_exit_times
+
+    drivable = _drivable(lambda x, y: np.abs(y) < 3.5)
+    x = np.cumsum(np.full(8, 5.0))
+    on_road = [np.stack([x, np.zeros(8)], -1), np.stack([x, np.full(8, 0.5)], -1)]
+    off_road = [np.stack([x, np.linspace(0.5, 8.0, 8) * k], -1) for k in (1.0, 1.5, 2.0)]
+    cands = np.stack(on_road + off_road)  # the medoid of all five drifts off the road
+    no_agents, mask = np.zeros((1, 10)), np.zeros(1, bool)
+    exits = candidate_exit_times(cands, DT, EGO, drivable, CFG, P)
+    assert np.isinf(exits[:2]).all() and np.isfinite(exits[2:]).all()
+    assert list(safe_candidates(cands, no_agents, mask, DT, EGO, 0.3)) == [0, 1, 2, 3, 4]
+    assert list(safe_candidates(cands, no_agents, mask, DT, EGO, 0.3, exits)) == [0, 1]
+    assert safe_medoid_index(cands, no_agents, mask, DT, EGO, 0.3, exit_times=exits) in (0, 1)
+    # every candidate leaves the road: those leaving it latest
+    assert list(safe_candidates(cands[2:], no_agents, mask, DT, EGO, 0.3, exits[2:])) == [0]

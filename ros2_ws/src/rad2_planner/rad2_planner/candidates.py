@@ -160,25 +160,34 @@ def first_overlaps(
 
 def safe_candidates(
     candidates: np.ndarray, agents: np.ndarray, agents_mask: np.ndarray, plan_dt: float,
-    ego_size: tuple[float, float], max_curvature: float,
+    ego_size: tuple[float, float], max_curvature: float, exit_times: np.ndarray | None = None,
 ) -> np.ndarray:
     """Indices of the candidates ``[M, T, 2]`` whose ego box overlaps no observed agent extrapolated at
     constant velocity; when every candidate overlaps one, those whose first overlap comes latest (never
-    empty). The safe set of ``safe_medoid`` and of ``planner.discriminator_candidates: safe``."""
+    empty). The safe set of ``safe_medoid`` and of ``planner.discriminator_candidates: safe``.
+
+    ``exit_times`` ([M] s until each candidate's box leaves the BEV's drivable area, inf: never;
+    :func:`rad2_planner.drivable_area.candidate_exit_times`, ``planner.selection_drivable``): of those,
+    the ones that stay on the drivable area longest (all that stay on it, when any does)."""
     first = first_overlaps(candidates, agents, agents_mask, plan_dt, ego_size, max_curvature)
-    return np.nonzero(first == first.max())[0]
+    keep = np.nonzero(first == first.max())[0]
+    if exit_times is not None and len(keep) > 1:
+        stay = np.asarray(exit_times, np.float64)[keep]
+        keep = keep[stay == stay.max()]
+    return keep
 
 
 def safe_medoid_index(
     candidates: np.ndarray, agents: np.ndarray, agents_mask: np.ndarray, plan_dt: float,
     ego_size: tuple[float, float], max_curvature: float, route: np.ndarray | None = None,
-    progress_quantile: float = 0.0,
+    progress_quantile: float = 0.0, exit_times: np.ndarray | None = None,
 ) -> int:
     """Medoid of the candidates that avoid the constant-velocity extrapolation of the observed agents.
 
     ``agents [N, 10]`` are observation agent tokens (x, y, cos, sin, vx, vy, length, width, ...), ego
     frame. Candidates overlapping an agent are dropped; if none is left, those whose first overlap is
-    latest are kept.
+    latest are kept; with ``exit_times``, of those the ones that stay on the drivable area longest
+    (:func:`safe_candidates`).
 
     ``progress_quantile`` q in [0, 1) (``planner.selection_progress_quantile``): of the safe candidates,
     only those whose end point gets at least as far along ``route`` (``[P >= 2, 2]`` ego-frame points,
@@ -188,7 +197,7 @@ def safe_medoid_index(
     the medoid of the whole set sits at that mode; q = 0 keeps every safe candidate. Progress is
     counted up to the route's last point only.
     """
-    keep = safe_candidates(candidates, agents, agents_mask, plan_dt, ego_size, max_curvature)
+    keep = safe_candidates(candidates, agents, agents_mask, plan_dt, ego_size, max_curvature, exit_times)
     if progress_quantile > 0.0 and route is not None and len(keep) > 1:
         path = RoutePath(route)
         # past the route's last point there is nothing to gain (RoutePath extrapolates beyond it)

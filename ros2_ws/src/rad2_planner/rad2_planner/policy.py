@@ -76,7 +76,7 @@ from rad2_planner.candidates import (
 )
 from rad2_planner.comfort_limits import ComfortLimitParams
 from rad2_planner.diffusion import NoiseSchedule, SamplerSpec, initial_noise
-from rad2_planner.drivable_area import DrivableAreaParams
+from rad2_planner.drivable_area import DrivableAreaParams, candidate_exit_times
 from rad2_planner.runtime.base import DISCRIMINATOR_INPUTS, SCENE_INPUTS, make_backend
 from rad2_planner.safety_envelope import SafetyEnvelopeParams
 from rad2_planner.safety_layer import CriticStage, SafetyLayerParams
@@ -92,6 +92,7 @@ from rad2_planner.stages import (
     StagePipeline,
     StallRecoveryStage,
     TrafficRuleStage,
+    drivable_channel,
 )
 from rad2_planner.stall_recovery import StallRecoveryParams
 from rad2_planner.traffic_rules import TrafficRuleParams
@@ -199,6 +200,7 @@ class Rad2Policy:
                               ("planner.selection_mode", self.selection)):
             validate_value(self._schema, dotted, value, "Rad2Policy")
         self.progress_quantile = float(quantile)
+        self.selection_drivable = bool(require(p, "selection_drivable", "planner.yaml", block="planner"))
         self.prior_weight = float(weight)
         self.always_score = always_score
         self.distribution = candidate_distribution or CandidateDistribution.from_params(p)
@@ -227,6 +229,8 @@ class Rad2Policy:
         self.budget_stop_count = 0  # rows whose rejection sampling the time budget stopped (safety layer)
         self.critic_stage = CriticStage(self, critic)
         drivable = DrivableAreaParams.from_params(params)
+        self._drivable = drivable  # the safe set's drivable-area preference reads its horizon and threshold
+        self._channel_names = self.cfg.input_channel_names(self.bev_cfg.channels)
         self.pipeline = StagePipeline((
             self.critic_stage,
             StallRecoveryStage(recovery, self.plan_dt, vehicle, self.bev_cfg,
@@ -517,8 +521,20 @@ class Rad2Policy:
         mask = np.zeros(candidates.shape[:2], dtype=bool)
         for i in range(candidates.shape[0]):
             mask[i, safe_candidates(candidates[i], inputs["agents"][i], inputs["agents_mask"][i],
-                                    self.plan_dt, self.ego_size, self.max_curvature)] = True
+                                    self.plan_dt, self.ego_size, self.max_curvature,
+                                    self._exit_times(candidates[i], inputs, i))] = True
         return mask
+
+    def _exit_times(self, candidates: np.ndarray, inputs: dict[str, np.ndarray], i: int) -> np.ndarray | None:
+        """[M'] when each of row ``i``'s candidates leaves the BEV's drivable area (inf: never) where the
+        safe set prefers those that stay on it (``planner.selection_drivable``), else None."""
+        if not self.selection_drivable:
+            return None
+        channel = drivable_channel(inputs["bev"], self._channel_names, self.bev_cfg)
+        if channel is None:
+            return None
+        return candidate_exit_times(candidates, self.plan_dt, self.ego_size, inputs["bev"][i, channel],
+                                    self.bev_cfg, self._drivable)
 
     def _safe_medoid(self, candidates: np.ndarray, inputs: dict[str, np.ndarray], i: int) -> int:
         """:func:`safe_medoid_index` of row ``i``'s candidates ``[M', T, 2]`` with this policy's settings."""
@@ -528,7 +544,8 @@ class Rad2Policy:
         if self.progress_quantile > 0.0 and inputs["route_mask"][i].all():
             route = observation_route(inputs["route"][i], inputs["route_mask"][i])
         return safe_medoid_index(candidates, inputs["agents"][i], inputs["agents_mask"][i], self.plan_dt,
-                                 self.ego_size, self.max_curvature, route, self.progress_quantile)
+                                 self.ego_size, self.max_curvature, route, self.progress_quantile,
+                                 self._exit_times(candidates, inputs, i))
 
     def _recorded_inputs(self, inputs: dict[str, np.ndarray], scene: dict[str, Any]) -> list[dict]:
         """Per row, the discriminator's inputs besides the trajectories (copies, float32 / bool)."""
