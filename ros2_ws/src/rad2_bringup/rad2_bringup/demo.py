@@ -19,9 +19,9 @@ from typing import Any
 
 # recorded real traffic (NGSIM US-101 and Lankershim Blvd; the SUMO sets are stress tests, not the demo)
 DEFAULT_SPLITS = ["data/eval_real"]
-# what `make demo` drives first for the side-by-side table: the default planner's imitation start (its
-# generator with the hand rule planner.fallback_selection, before RL trained the discriminator)
-DEFAULT_BASELINE = "checkpoints/rad2_il_real"
+# what `make demo` drives first for the side-by-side table: the default planner's generator with the
+# discriminator RL trained for it (not the default: away from the roads it trained on it was less safe)
+DEFAULT_BASELINE = "checkpoints/rad2_rl_real"
 COMPARED_METRICS = ("CR", "AF-CR", "Safety@1", "EP-Mean", "EP@1.0", "offroad_rate", "comfort_violation_clips")
 
 

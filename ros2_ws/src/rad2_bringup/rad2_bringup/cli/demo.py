@@ -10,8 +10,8 @@ clips from data/eval_efficiency and data/eval_safety in real time (10 Hz), and m
     publishes odometry, BEV, tokens of one step together) -> arrival of the trajectory planned from
     that stamp, and -> the first controller cycle that used that trajectory (control/diagnostics
     input_stamp), plus the planner's own per-stage timings from planning/diagnostics.
-First the same clips are driven with the imitation baseline (--baseline, the IL generator with the
-planner's fallback selection rule), then with the configured planner (params/planner.yaml); after both
+First the same clips are driven with the baseline (--baseline: by default the configured generator with
+the discriminator RL trained for it), then with the configured planner (params/planner.yaml); after both
 it prints them side by side (<out>/comparison.json, comparison.png; --no-baseline skips the first).
 Each run prints the closed-loop metric table (bev_warp_sim.metrics) and the latency tables, writes
 <out>/demo.json and a GIF of the worst clip (rad2_evaluation.closed_loop.render_episode_gif).
@@ -68,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--baseline", default=DEFAULT_BASELINE,
                     help="first drive the same clips with this planner checkpoint (its fallback selection "
                          "rule when its discriminator is untrained) and print both side by side "
-                         "(default %(default)s, the imitation baseline)")
+                         "(default %(default)s, the RL-trained discriminator on the default generator)")
     ap.add_argument("--no-baseline", action="store_true", help="drive the configured planner only")
     return ap
 
