@@ -781,8 +781,17 @@ def reactive_problem(item: Problem) -> Drive:
     planner = ReactivePlanner(config)
     cosys = DomainSafeCoordinateSystem(item.reference_path)
     planner.set_reference_path(coordinate_system=cosys)
-    planner.reset(initial_state_cart=planner.x_0, collision_checker=planner.collision_checker,
-                  coordinate_system=planner.coordinate_system)
+    try:
+        planner.reset(initial_state_cart=planner.x_0, collision_checker=planner.collision_checker,
+                      coordinate_system=planner.coordinate_system)
+    except Exception as exc:  # noqa: BLE001 - e.g. an initial state behind the reference path's start
+        init = item.problem.initial_state
+        state = KSState(position=np.asarray(init.position, float), steering_angle=0.0,
+                        velocity=float(init.velocity), orientation=float(init.orientation),
+                        time_step=int(init.time_step))
+        return Drive(planner="reactive", states=[state], plan_times_s=[],
+                     wall_s=time.perf_counter() - t_start, termination="planner_failed",
+                     note=f"could not start: {_why(exc)}")
     planner.record_state_and_input(planner.x_0)
     t_last = goal_time_end(item.problem)
     plan_times: list[float] = []

@@ -53,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", default="runs/commonroad", help="output directory (default %(default)s)")
     ap.add_argument("--reactive-agents", action="store_true",
                     help="the simulator's reactive agents (IDM along their recorded paths) instead of replay")
+    ap.add_argument("--ego-box", choices=("rad2", "benchmark"), default="rad2",
+                    help="the simulated ego's box: params/vehicle.yaml's (rad2, default) or the benchmark "
+                         "vehicle's (BMW_320i, 4.508 x 1.61 m), which the judge checks")
     ap.add_argument("--skip-bad", action="store_true",
                     help="name the bad inputs and go on without them (default: name them and stop, exit 2)")
     ap.add_argument("--limit", type=int_at_least(1), default=None,
@@ -97,6 +100,9 @@ def main(argv: list[str]) -> int:
     files["sim"]["sim"]["warp_max_uncovered"] = 0.0
     if args.reactive_agents:
         files["sim"]["sim"]["reactive_agents"] = True
+    if args.ego_box == "benchmark":  # the whole stack (simulator, planners, checks) sees the judge's box
+        vp = cb.vehicle_parameters()
+        files["vehicle"]["vehicle"]["length"], files["vehicle"]["vehicle"]["width"] = float(vp.l), float(vp.w)
     params = merged(files, *files)
     problems = cb.load_problems(files_in, params, progress=not args.no_progress)
     bad = [p for p in problems if p.bad]
@@ -126,6 +132,7 @@ def main(argv: list[str]) -> int:
         ap.error(f"--checkpoint: {exc}")
     rows = cb.summary(records)
     mode = "reactive agents" if args.reactive_agents else "recorded obstacles"
+    mode += f", {args.ego_box} ego box"
     title = f"CommonRoad benchmark ({len(records)} drives, {mode}; judged by commonroad-drivability-checker)"
     note = cb.bad_note(problems)
     console.print(cb.rich_table(rows, title))
@@ -136,7 +143,7 @@ def main(argv: list[str]) -> int:
         console.print(f"  {planner} @ {scenario}: {d}", markup=False)
     meta = {"date": datetime.date.today().isoformat(), "machine": f"{platform.node()} ({platform.machine()}, "
             f"{platform.processor() or 'cpu'})", "command": "rad2 eval commonroad " + " ".join(argv),
-            "vehicle_type": cb.VEHICLE_TYPE_NAME, "mode": mode}
+            "vehicle_type": cb.VEHICLE_TYPE_NAME, "mode": mode, "ego_box": args.ego_box}
     (out / "table.md").write_text(cb.markdown_table(rows) + "\n" + (f"\n{note}\n" if note else ""))
     (out / "results.json").write_text(json.dumps(
         {"meta": meta, "summary": rows, "bad": [{"path": p.path, "problem_id": p.problem_id, "reason": p.bad}
