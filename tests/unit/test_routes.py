@@ -187,6 +187,24 @@ def test_where_no_lane_route_follows_the_driver_the_logged_path_is_the_route():
     assert poly[-1, 0] > xy[-1, 0] + 50.0 and abs(poly[-1, 1]) < 1e-6  # back on the lane ahead
 
 
+def test_a_route_that_goes_straight_on_past_the_lanes_ends_where_the_road_does():
+    """The same swerve with the map ending 4 m after the last pose (a roundabout exit cut off by the
+    recording's map): the route is the logged path, and with no lane to join ahead it goes straight on,
+    but only as far as the road goes, never into unmapped space where the simulator would count an ego
+    ahead of the driver off the road before it reached the route's end."""
+    import shapely
+
+    lane_map = _map({1: [[0.0, 0.0], [202.5, 0.0]]})
+    x = np.arange(0.0, 200.0, 1.5)
+    y = 6.0 * np.exp(-(((x - 100.0) / 15.0) ** 2))
+    xy, yaw = _log(x, y)
+    ids, poly = _route(lane_map, xy, yaw)
+    _follows(poly, xy)
+    assert xy[-1, 0] <= poly[-1, 0] <= 202.5 + 1e-6, poly[-3:]
+    tail = poly[poly[:, 0] > xy[-1, 0]]  # past the last pose: on the road, all of it
+    assert len(tail) and shapely.contains_xy(lane_map.drivable_geometry(0.01), tail[:, 0], tail[:, 1]).all()
+
+
 def test_a_log_no_route_can_follow_is_refused_with_the_reason():
     """A vehicle that drives 30 m forward then reverses 20 m: progress along any route runs backward."""
     lane_map = _map({1: [[0.0, 0.0], [400.0, 0.0]]})

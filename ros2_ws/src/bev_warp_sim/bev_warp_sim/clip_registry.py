@@ -62,17 +62,8 @@ class MapGeometry:
 
     def __init__(self, lane_map, margin: float):
         import shapely
-        from shapely.geometry import Polygon
 
-        polys = []
-        for p in lane_map.drivable_areas:
-            if len(p) >= 3:
-                polys.append(Polygon(p).buffer(0))
-        for left, right in zip(lane_map.left_boundaries, lane_map.right_boundaries):
-            ring = np.concatenate([left, right[::-1]])
-            if len(ring) >= 3:
-                polys.append(Polygon(ring).buffer(0))
-        self.area = shapely.unary_union(polys).buffer(margin) if polys else None
+        self.area = lane_map.drivable_geometry(margin)
         if self.area is not None:
             shapely.prepare(self.area)
         segs, heads, limits = [], [], []

@@ -195,6 +195,20 @@ class LaneMap:
             add_polys("s", self.signal_stop_lines)
         return h.hexdigest()[:16]
 
+    def drivable_geometry(self, margin: float = 0.0):
+        """The road as one shapely geometry: the drivable-area polygons and every lane's ring (left bound,
+        right bound reversed), buffered by ``margin`` m; None for a map with neither. What the simulator
+        calls on the road, and where a logged route may run."""
+        import shapely
+        from shapely.geometry import Polygon
+
+        polys = [Polygon(p).buffer(0) for p in self.drivable_areas if len(p) >= 3]
+        for left, right in zip(self.left_boundaries, self.right_boundaries):
+            ring = np.concatenate([left, right[::-1]])
+            if len(ring) >= 3:
+                polys.append(Polygon(ring).buffer(0))
+        return shapely.unary_union(polys).buffer(margin) if polys else None
+
     def lane_index(self) -> dict[int, int]:
         """lane id -> index into the per-lane lists."""
         return {int(lid): k for k, lid in enumerate(self.lane_ids)}

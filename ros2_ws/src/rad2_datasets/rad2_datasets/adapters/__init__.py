@@ -455,8 +455,8 @@ def _path_route(lane_map: LaneMap, per_pose: np.ndarray, xy: np.ndarray, yaw: np
                 extension_m: float) -> tuple[list[int], np.ndarray]:
     """Lane indices and polyline of the route that is the logged path itself (thinned), continued past
     the last pose along its last matched lane and that lane's straightest successors (or straight on,
-    where that lane does not go the ego's way or the map ends within the join). The lanes are those
-    the ego occupied, in time order, then the continuation."""
+    where that lane does not go the ego's way or the map ends within the join, as far as the road
+    goes). The lanes are those the ego occupied, in time order, then the continuation."""
     path = _thin_path(xy, _PATH_STEP_M)
     if len(path) < 2:  # the ego hardly moved: a stub along its heading
         path = np.stack([xy[0], xy[0] + _PATH_STEP_M * np.array([np.cos(yaw[-1]), np.sin(yaw[-1])])])
@@ -484,6 +484,15 @@ def _path_route(lane_map: LaneMap, per_pose: np.ndarray, xy: np.ndarray, yaw: np
     if not len(tail):
         tail = path[-1] + np.outer(np.arange(1.0, 1.0 + extension_m / _PATH_STEP_M) * _PATH_STEP_M,
                                    [np.cos(heading), np.sin(heading)])
+        # straight on only as far as the road goes: a logged route ends where the recorded map does
+        # (the simulator's route_end), not in unmapped space past it, where an ego ahead of the logged
+        # driver would be counted off the road before reaching the route's end
+        road = lane_map.drivable_geometry()
+        if road is not None:
+            import shapely
+
+            off = ~shapely.contains_xy(road, tail[:, 0], tail[:, 1])
+            tail = tail[: int(np.argmax(off))] if off.any() else tail
     return [*lanes, *cont], clean_polyline(np.concatenate([path, tail]), 1e-6)
 
 
