@@ -339,10 +339,10 @@ def problem_clip(scenario, problem, params: dict[str, Any], lane_map, route_lane
     speed until the end of the problem's time window. The simulator takes only the start from it (and
     the progress reference of rad2's own metrics); ``sim.warp_max_uncovered`` 0 renders every
     observation at the simulated pose. Returns (clip, start offset in m)."""
-    from rad2_core.clip import AGENT_OTHER, Clip
+    from rad2_core.clip import Clip
     from rad2_core.geometry import wrap_angle
     from rad2_datasets.adapters import accel_from_speed
-    from rad2_datasets.adapters.commonroad import _TYPE_MAP, _velocity, box_size, obstacle_states
+    from rad2_datasets.adapters.commonroad import obstacle_arrays
 
     dt = float(scenario.dt)
     init = problem.initial_state
@@ -369,25 +369,7 @@ def problem_clip(scenario, problem, params: dict[str, Any], lane_map, route_lane
         speed[1:] = step
         speed[0] = v0
     others = sorted(scenario.obstacles, key=lambda o: o.obstacle_id)
-    m = len(others)
-    ax, ay, ayaw, avx, avy = (np.zeros((m, n)) for _ in range(5))
-    valid = np.zeros((m, n), bool)
-    types, lengths, widths = [], [], []
-    for i, o in enumerate(others):
-        states = obstacle_states(o)
-        if o in scenario.static_obstacles:
-            states = {t0 + j: o.initial_state for j in range(n)}
-        for ts, s in states.items():
-            j = ts - t0
-            if 0 <= j < n:
-                ax[i, j], ay[i, j] = float(s.position[0]), float(s.position[1])
-                ayaw[i, j] = float(wrap_angle(float(s.orientation)))
-                avx[i, j], avy[i, j] = _velocity(s)
-                valid[i, j] = True
-        types.append(_TYPE_MAP.get(o.obstacle_type.name, AGENT_OTHER))
-        ln, wd = box_size(o.obstacle_shape)
-        lengths.append(ln)
-        widths.append(wd)
+    ax, ay, ayaw, avx, avy, valid, types, lengths, widths = obstacle_arrays(scenario, others, t0, n)
     keep = valid.any(axis=1)
     idx = np.flatnonzero(keep)
     sid = str(scenario.scenario_id)

@@ -280,6 +280,32 @@ def load_commonroad_scenario(
     return scenario_clip(scenario, planning, ego_obstacle_id, params)
 
 
+def obstacle_arrays(scenario, others, t0: int, num_steps: int) -> tuple:
+    """The agents' arrays of ``others`` (CommonRoad obstacles) over time steps ``t0 .. t0 + num_steps - 1``:
+    x, y, yaw, vx, vy, valid ``[N, num_steps]`` and their types, lengths and widths. A static obstacle
+    is valid at every step."""
+    shape = (len(others), num_steps)
+    ax, ay, ayaw, avx, avy = (np.zeros(shape) for _ in range(5))
+    valid = np.zeros(shape, dtype=bool)
+    types, lengths, widths = [], [], []
+    for i, o in enumerate(others):
+        states = obstacle_states(o)
+        if o in scenario.static_obstacles:  # valid for the whole clip
+            states = {t0 + k: o.initial_state for k in range(num_steps)}
+        for k, st in states.items():
+            j = k - t0
+            if 0 <= j < num_steps:
+                ax[i, j], ay[i, j] = float(st.position[0]), float(st.position[1])
+                ayaw[i, j] = float(wrap_angle(float(st.orientation)))
+                avx[i, j], avy[i, j] = _velocity(st)
+                valid[i, j] = True
+        types.append(_TYPE_MAP.get(o.obstacle_type.name, AGENT_OTHER))
+        ln, wd = box_size(o.obstacle_shape)
+        lengths.append(ln)
+        widths.append(wd)
+    return ax, ay, ayaw, avx, avy, valid, types, lengths, widths
+
+
 def scenario_clip(scenario, planning, ego_obstacle_id: int | None, params: dict[str, Any],
                   lane_map: LaneMap | None = None) -> Clip:
     """The clip of an opened CommonRoad scenario with obstacle ``ego_obstacle_id`` as the ego (None: the
@@ -309,26 +335,7 @@ def scenario_clip(scenario, planning, ego_obstacle_id: int | None, params: dict[
     others = sorted(
         (o for o in scenario.obstacles if o.obstacle_id != ego.obstacle_id), key=lambda o: o.obstacle_id
     )
-    n = len(others)
-    shape = (n, num_steps)
-    ax, ay, ayaw, avx, avy = (np.zeros(shape) for _ in range(5))
-    valid = np.zeros(shape, dtype=bool)
-    types, lengths, widths = [], [], []
-    for i, o in enumerate(others):
-        states = obstacle_states(o)
-        if o in scenario.static_obstacles:  # valid for the whole clip
-            states = {t0 + k: o.initial_state for k in range(num_steps)}
-        for k, s in states.items():
-            j = k - t0
-            if 0 <= j < num_steps:
-                ax[i, j], ay[i, j] = float(s.position[0]), float(s.position[1])
-                ayaw[i, j] = float(wrap_angle(float(s.orientation)))
-                avx[i, j], avy[i, j] = _velocity(s)
-                valid[i, j] = True
-        types.append(_TYPE_MAP.get(o.obstacle_type.name, AGENT_OTHER))
-        ln, wd = box_size(o.obstacle_shape)
-        lengths.append(ln)
-        widths.append(wd)
+    ax, ay, ayaw, avx, avy, valid, types, lengths, widths = obstacle_arrays(scenario, others, t0, num_steps)
     keep = valid.any(axis=1)
     idx = np.flatnonzero(keep)
     scenario_id = str(scenario.scenario_id)
