@@ -114,6 +114,20 @@ def swept_samples(plan: np.ndarray, plan_dt: float, step_m: float) -> tuple[np.n
             np.concatenate(seg))
 
 
+def _corners_covered(corners: np.ndarray, drivable: np.ndarray, cfg: BevConfig,
+                     threshold: float) -> np.ndarray:
+    """Per corner ``[..., 2]`` (ego frame), whether its cell of ``drivable`` [H, W] is covered at least
+    ``threshold``; a corner outside the grid counts as covered (unknown is not off-road)."""
+    affine = ego_to_pixel_affine(cfg)
+    pix = corners @ affine[:, :2].T + affine[:, 2]
+    cols, rows = np.round(pix[..., 0]).astype(np.int64), np.round(pix[..., 1]).astype(np.int64)
+    h, w = drivable.shape
+    inside = (rows >= 0) & (rows < h) & (cols >= 0) & (cols < w)
+    covered = np.ones(rows.shape, dtype=bool)
+    covered[inside] = drivable[rows[inside], cols[inside]] >= threshold
+    return covered
+
+
 def first_exit(plan: np.ndarray, plan_dt: float, ego_size: tuple[float, float], drivable: np.ndarray,
                cfg: BevConfig, p: DrivableAreaParams) -> DrivableExit | None:
     """Where, within ``p.horizon_s``, the ego box swept along ``plan`` [T, 2] first has a corner on a
@@ -122,14 +136,7 @@ def first_exit(plan: np.ndarray, plan_dt: float, ego_size: tuple[float, float], 
     n = min(len(plan), max(int(np.ceil(p.horizon_s / plan_dt - 1e-9)), 1))
     pts, yaw, arc, times, seg = swept_samples(np.asarray(plan, np.float64)[:n], plan_dt, p.sample_step_m)
     corners = footprint_corners(pts, yaw, ego_size)  # [N, 4, 2]
-    affine = ego_to_pixel_affine(cfg)
-    pix = corners @ affine[:, :2].T + affine[:, 2]
-    cols, rows = np.round(pix[..., 0]).astype(np.int64), np.round(pix[..., 1]).astype(np.int64)
-    h, w = drivable.shape
-    inside = (rows >= 0) & (rows < h) & (cols >= 0) & (cols < w)
-    covered = np.ones(rows.shape, dtype=bool)
-    covered[inside] = drivable[rows[inside], cols[inside]] >= p.coverage_threshold
-    bad = ~covered.all(axis=1)
+    bad = ~_corners_covered(corners, drivable, cfg, p.coverage_threshold).all(axis=1)
     if not bad.any():
         return None
     j = int(np.argmax(bad))
@@ -165,14 +172,7 @@ def candidate_exit_times(candidates: np.ndarray, plan_dt: float, ego_size: tuple
     dx = np.array([1, 1, -1, -1]) * 0.5 * length
     dy = np.array([1, -1, -1, 1]) * 0.5 * width
     corners = np.stack([pts[..., :1] + cy * dx - sy * dy, pts[..., 1:] + sy * dx + cy * dy], -1)  # M n S 4 2
-    affine = ego_to_pixel_affine(cfg)
-    pix = corners @ affine[:, :2].T + affine[:, 2]
-    cols, rows = np.round(pix[..., 0]).astype(np.int64), np.round(pix[..., 1]).astype(np.int64)
-    h, w = drivable.shape
-    inside = (rows >= 0) & (rows < h) & (cols >= 0) & (cols < w)
-    covered = np.ones(rows.shape, dtype=bool)
-    covered[inside] = drivable[rows[inside], cols[inside]] >= p.coverage_threshold
-    bad = ~covered.all(axis=-1)  # M n S
+    bad = ~_corners_covered(corners, drivable, cfg, p.coverage_threshold).all(axis=-1)  # M n S
     bad = bad.reshape(m, -1)
     flat_times = np.broadcast_to(times, (m, n, samples_per_point)).reshape(m, -1)
     return np.where(bad.any(1), flat_times[np.arange(m), bad.argmax(1)], np.inf)
