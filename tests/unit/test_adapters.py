@@ -85,6 +85,39 @@ def test_av2_route_follows_the_ego(av2_clip):
     assert ahead > 20.0, "the route extends past the log"
 
 
+def test_commonroad_agent_velocities_follow_their_headings_and_positions(cr_clip):
+    """The recorded scenes' obstacle states give a speed along the heading (commonroad-io 2024's
+    ExtendedPMState also answers ``velocity_y`` with a world-frame component, which is not a lateral
+    speed): every moving agent's velocity points along its heading and matches its positions' rate."""
+    c = cr_clip
+    speed = np.hypot(c.agent_vx, c.agent_vy)
+    moving = c.agent_valid & (speed > 2.0)
+    off = np.abs((np.arctan2(c.agent_vy, c.agent_vx) - c.agent_yaw + np.pi) % (2 * np.pi) - np.pi)
+    assert moving.sum() > 100 and off[moving].max() < 1e-6
+    both = c.agent_valid[:, 1:] & c.agent_valid[:, :-1] & moving[:, 1:]
+    rate = np.hypot(np.diff(c.agent_x, axis=1), np.diff(c.agent_y, axis=1)) / c.dt
+    assert np.median(np.abs(rate[both] - speed[:, 1:][both])) < 0.5
+
+
+def test_commonroad_state_kinds_give_world_velocities():
+    """Each CommonRoad state kind's velocity in the world frame: a point-mass state's components as they
+    are (and its heading from them), a multi-body state's lateral speed turned by its orientation, a
+    single-track state's speed along heading plus slip."""
+    from commonroad.scenario.state import ExtendedPMState, MBState, PMState, STState
+    from rad2_datasets.adapters.commonroad import _velocity, _yaw
+
+    ext = ExtendedPMState(time_step=0, position=np.zeros(2), velocity=10.0, orientation=np.pi / 2,
+                          acceleration=0.0)
+    assert np.allclose(_velocity(ext), (0.0, 10.0), atol=1e-9)
+    pm = PMState(time_step=0, position=np.zeros(2), velocity=3.0, velocity_y=4.0)
+    assert np.allclose(_velocity(pm), (3.0, 4.0)) and _yaw(pm) == pytest.approx(np.arctan2(4.0, 3.0))
+    mb = MBState(time_step=0, position=np.zeros(2), velocity=10.0, orientation=np.pi / 2, velocity_y=1.0)
+    assert np.allclose(_velocity(mb), (-1.0, 10.0), atol=1e-9)
+    st = STState(time_step=0, position=np.zeros(2), velocity=10.0, orientation=0.0, slip_angle=0.1,
+                 steering_angle=0.0, yaw_rate=0.0)
+    assert np.allclose(_velocity(st), (10.0 * np.cos(0.1), 10.0 * np.sin(0.1)))
+
+
 def test_commonroad_promotes_an_ego(cr_clip):
     c = cr_clip.validate()
     assert c.metadata["source"] == "commonroad" and c.metadata["promoted_ego"]

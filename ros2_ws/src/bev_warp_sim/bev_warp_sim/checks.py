@@ -93,10 +93,21 @@ class SceneChecks:
         return bool(red_light_crossings(clip, track, first_step))
 
     def on_road(self, state: SimState, rows) -> np.ndarray:
+        """Per row, whether the ego is on the drivable area (grown by ``sim.offroad_margin_m``): its box
+        centre (``sim.offroad_check: centre``) or all four box corners (``box``, the CommonRoad judge's
+        rule with margin 0)."""
+        whole_box = self.params["sim"]["offroad_check"] == "box"
         out = np.ones(len(rows), bool)
         for k, b in enumerate(rows):
-            lane_map = self.clips.clip_data(state.clip_keys[b]).clip.map
-            out[k] = bool(self.clips.map_geometry(lane_map).on_road(state.ego[b, :2])[0])
+            clip = self.clips.clip_data(state.clip_keys[b]).clip
+            points = state.ego[b, :2][None]
+            if whole_box:
+                x, y, yaw = (float(v) for v in state.ego[b, :3])
+                c, s = np.cos(yaw), np.sin(yaw)
+                dx = 0.5 * clip.ego_length * np.array([1.0, 1.0, -1.0, -1.0])
+                dy = 0.5 * clip.ego_width * np.array([1.0, -1.0, -1.0, 1.0])
+                points = np.stack([x + c * dx - s * dy, y + s * dx + c * dy], axis=-1)
+            out[k] = bool(self.clips.map_geometry(clip.map).on_road(points).all())
         return out
 
 

@@ -137,6 +137,8 @@ class BatchedPolicy:
         self.selection = selection
         self.record_inputs = bool(record_discriminator_inputs)
         self.plan_kwargs = plan_kwargs
+        # (sim, state, rows) -> the speed each row's mission asks for (NaN: none), or None: no mission
+        self.mission_speeds: Callable[[Any, Any, np.ndarray], list[float]] | None = None
 
     def start_chunk(self, sim, state, rows, seeds) -> None:
         # each row's first decision seed names its episode: the noise seed of planner.initial_noise:
@@ -147,9 +149,12 @@ class BatchedPolicy:
         from rad2_core.observation import stack_observations
 
         batch = stack_observations(observations)
+        mission = {} if self.mission_speeds is None else {
+            "target_speeds": self.mission_speeds(sim, state, np.asarray(indices))}
         return self.policy.plan_batch(batch, seeds=list(seeds), selection=self.selection,
                                       noise_seeds=[self.episode_seeds[int(b)] for b in indices],
-                                      return_discriminator_inputs=self.record_inputs, **self.plan_kwargs)
+                                      return_discriminator_inputs=self.record_inputs, **mission,
+                                      **self.plan_kwargs)
 
 
 def expand_rows(clips: Sequence[Any], group_size: int = 1,

@@ -331,6 +331,50 @@ def goal_time_end(problem) -> int:
     return max(ends) if ends else int(problem.initial_state.time_step) + 100
 
 
+def _goal_centre(position) -> np.ndarray | None:
+    """The centre of a goal state's position (a shape, or a group of shapes), None without one."""
+    if position is None:
+        return None
+    centre = getattr(position, "center", None)
+    if centre is not None:
+        return np.asarray(centre, float)
+    shapes = getattr(position, "shapes", None)
+    if shapes:
+        centres = [c for c in (_goal_centre(sh) for sh in shapes) if c is not None]
+        return np.mean(centres, axis=0) if centres else None
+    return None
+
+
+def goal_pace(item: Problem, params: dict[str, Any], dt: float) -> Callable | None:
+    """The planning problem's mission speed for rad2 (:func:`rad2_planner.mission_pace.arrival_speed`):
+    ``(sim, state, rows) -> [m/s]``, the pace that brings the ego's reference point along the route to
+    the goal region's centre at the middle of its time window, then the goal's speed. None where the
+    goal has no position or no time window (the planner drives as it would)."""
+    from rad2_planner.mission_pace import MissionPaceParams, arrival_speed
+
+    goal = item.problem.goal.state_list[0]
+    centre = _goal_centre(getattr(goal, "position", None))
+    window = getattr(goal, "time_step", None)
+    if centre is None or window is None:
+        return None
+    pace = MissionPaceParams.from_params(params)
+    speed = getattr(goal, "velocity", None)
+    goal_speed = None if speed is None or not hasattr(speed, "start") else (float(speed.start),
+                                                                            float(speed.end))
+    poly = np.asarray(item.clip.route_polyline, float)
+    # the box centre the simulator carries is start_offset_m ahead of the judged reference point
+    s_goal = _project(poly, centre)[0] + float(item.start_offset_m)
+    t_mid = (0.5 * (float(window.start) + float(window.end)) - int(item.problem.initial_state.time_step)) * dt
+    max_speed = float(params["vehicle"]["max_speed"])
+
+    def speeds(sim, state, rows) -> list[float]:
+        return [arrival_speed(s_goal - _project(poly, np.asarray(state.ego[b, :2], float))[0],
+                              t_mid - float(state.t[b]) * float(sim.dt), goal_speed, max_speed,
+                              pace.min_time_s) for b in rows]
+
+    return speeds
+
+
 def problem_clip(scenario, problem, params: dict[str, Any], lane_map, route_lanes: list[int],
                  reference_path: np.ndarray):
     """The clip of one planning problem: the scenario's map and every obstacle on its recorded
@@ -671,6 +715,8 @@ def simulate_problem(item: Problem, sim, decider, params: dict[str, Any], planne
     yaw0 = float(item.problem.initial_state.orientation)
     row = RowSpec(clip, 0, group, 0)
     state = sim.init([clip], [0])
+    if hasattr(decider, "mission_speeds"):  # rad2 takes the problem's pace as its mission speed
+        decider.mission_speeds = goal_pace(item, params, float(item.scenario.dt))
     decider.start_chunk(sim, state, [row], [decision_seed(seed, group, 0, 0)])
     plan_times: list[float] = []
     n_dec = 0

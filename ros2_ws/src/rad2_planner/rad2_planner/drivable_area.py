@@ -117,12 +117,15 @@ def swept_samples(plan: np.ndarray, plan_dt: float, step_m: float) -> tuple[np.n
 def _corners_covered(corners: np.ndarray, drivable: np.ndarray, cfg: BevConfig,
                      threshold: float) -> np.ndarray:
     """Per corner ``[..., 2]`` (ego frame), whether its cell of ``drivable`` [H, W] is covered at least
-    ``threshold``; a corner outside the grid counts as covered (unknown is not off-road)."""
+    ``threshold``; a corner outside the grid, or on its border cells, counts as covered (unknown is not
+    off-road: the rasteriser's supersamples stop at the grid's edge, so a border cell of a road that runs
+    on past it reads about half covered, and a plan at 15 m/s reaching it within the check's horizon
+    was braked for a road that goes on)."""
     affine = ego_to_pixel_affine(cfg)
     pix = corners @ affine[:, :2].T + affine[:, 2]
     cols, rows = np.round(pix[..., 0]).astype(np.int64), np.round(pix[..., 1]).astype(np.int64)
     h, w = drivable.shape
-    inside = (rows >= 0) & (rows < h) & (cols >= 0) & (cols < w)
+    inside = (rows >= 1) & (rows < h - 1) & (cols >= 1) & (cols < w - 1)
     covered = np.ones(rows.shape, dtype=bool)
     covered[inside] = drivable[rows[inside], cols[inside]] >= threshold
     return covered

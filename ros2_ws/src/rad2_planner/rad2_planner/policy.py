@@ -77,6 +77,7 @@ from rad2_planner.candidates import (
 from rad2_planner.comfort_limits import ComfortLimitParams
 from rad2_planner.diffusion import NoiseSchedule, SamplerSpec, initial_noise
 from rad2_planner.drivable_area import DrivableAreaParams, candidate_exit_times
+from rad2_planner.mission_pace import MissionPaceParams
 from rad2_planner.runtime.base import DISCRIMINATOR_INPUTS, SCENE_INPUTS, make_backend
 from rad2_planner.safety_envelope import SafetyEnvelopeParams
 from rad2_planner.safety_layer import CriticStage, SafetyLayerParams
@@ -87,6 +88,7 @@ from rad2_planner.stages import (
     CycleContext,
     CyclePlans,
     DrivableAreaStage,
+    MissionPaceStage,
     PlanBrakingStage,
     SafetyEnvelopeStage,
     StagePipeline,
@@ -158,8 +160,8 @@ class Rad2Policy:
         from rad2_core.bicycle import VehicleParams, slip_and_curvature
 
         p = require(params, "planner", "planner.yaml")
-        for block in ("traffic_rules", "comfort_limits", "safety_envelope", "stall_recovery", "safety_layer",
-                      "drivable_area"):
+        for block in ("traffic_rules", "comfort_limits", "safety_envelope", "stall_recovery", "mission_pace",
+                      "safety_layer", "drivable_area"):
             require(params, block, "planner.yaml")
         # the ego box and its tightest turn for safe_medoid come from vehicle.yaml (``vehicle_params``:
         # that file when ``params`` holds no vehicle block)
@@ -236,6 +238,9 @@ class Rad2Policy:
             StallRecoveryStage(recovery, self.plan_dt, vehicle, self.bev_cfg,
                                self.cfg.input_channel_names(self.bev_cfg.channels), self.ego_size,
                                self.max_curvature, drivable),
+            MissionPaceStage(MissionPaceParams.from_params(params), self.plan_dt, self.bev_cfg,
+                             self.cfg.input_channel_names(self.bev_cfg.channels), self.ego_size,
+                             self.max_curvature, drivable),
             PlanBrakingStage(comfort, self.plan_dt, self.ego_size, self.max_curvature),
             TrafficRuleStage(rules, self.plan_dt, vehicle.length),
             # braking up to the vehicle's emergency limit where the envelope needs it
@@ -338,6 +343,7 @@ class Rad2Policy:
         selection: str | None = None,
         candidate_distribution: CandidateDistribution | None = None,
         return_discriminator_inputs: bool = False,
+        target_speeds: Sequence[float] | None = None,
     ) -> list[PlanResult]:
         """Plan for a batch of observations in one pass (B scenes × M candidates).
 
@@ -346,6 +352,8 @@ class Rad2Policy:
         from it instead of from ``seeds`` (ignored per cycle). ``selection`` and
         ``candidate_distribution`` override the policy's (``planner.selection_*``) for this call.
         ``return_discriminator_inputs``: attach to each result what the discriminator consumed.
+        ``target_speeds``: one per row, the speed (m/s) its mission asks for (NaN: none; the mission
+        pace stage, :mod:`rad2_planner.mission_pace`).
         """
         t_start = time.perf_counter()
         m = self._count("planner.num_candidates", num_candidates, self.num_candidates)
@@ -407,7 +415,8 @@ class Rad2Policy:
         timings["select"] = (time.perf_counter() - t0) * 1e3
         context = CycleContext(inputs, timings, signal_stop=getattr(observation, "signal_stop", None),
                                selection=mode, scene=scene, num_steps=k, scored=scored, seed=seed,
-                               row_seeds=row_seeds, t_start=t_start)
+                               row_seeds=row_seeds, t_start=t_start,
+                               target_speeds=_target_speeds(target_speeds, b))
         plans = self.pipeline.run(CyclePlans.of(candidates, selected, scores, logits), context)
         self.budget_stop_count += sum(bool(i.get("safety_stopped_by_budget", False)) for i in plans.info)
         recorded = self._recorded_inputs(inputs, scene) if return_discriminator_inputs else [None] * b
@@ -571,6 +580,20 @@ def stack_discriminator_inputs(results: Sequence[PlanResult]) -> tuple[np.ndarra
         k: np.stack([r.discriminator_inputs[k] for r in results]) for k in RECORDED_DISCRIMINATOR_INPUTS
     }
     return candidates, batched
+
+
+def _target_speeds(speeds: Sequence[float] | None, batch: int) -> np.ndarray | None:
+    """``plan_batch``'s ``target_speeds`` as a [B] array (None: no row has a mission speed); a wrong
+    count, or a speed that is negative or infinite, is a ValueError naming it (NaN: no mission speed)."""
+    if speeds is None:
+        return None
+    out = np.asarray(speeds, dtype=np.float64).reshape(-1)
+    if len(out) != batch:
+        raise ValueError(f"target_speeds: {len(out)} values for {batch} rows")
+    bad = ~np.isnan(out) & ~(np.isfinite(out) & (out >= 0.0))
+    if bad.any():
+        raise ValueError(f"target_speeds: value {float(out[bad][0])!r} is not a speed >= 0 (NaN: none)")
+    return out
 
 
 def _check_mode(mode: str) -> str:

@@ -41,6 +41,7 @@ from rad2_planner.comfort_limits import (
     limit_plan_braking,
 )
 from rad2_planner.drivable_area import DrivableAreaParams, first_exit
+from rad2_planner.mission_pace import MissionPaceParams
 from rad2_planner.safety_envelope import SafetyEnvelopeParams, apply_envelope
 from rad2_planner.stall_recovery import (
     StallRecoveryParams,
@@ -49,13 +50,15 @@ from rad2_planner.stall_recovery import (
     even_start,
     on_drivable_area,
     recovery_plan,
+    retime_towards,
 )
 from rad2_planner.traffic_rules import TrafficRuleParams, allowed_distance, limit_progress
 
-# The parameter blocks (params/planner.yaml) of the rule stages 2-7, each with its ``enabled`` switch
+# The parameter blocks (params/planner.yaml) of the rule stages 2-8, each with its ``enabled`` switch
 # (plan braking is comfort_limits'). All off: the networks' selected plan is executed as it is ("learned
 # only" in rad2 eval experiments, arm option @R=off).
-RULE_STAGE_BLOCKS = ("stall_recovery", "traffic_rules", "safety_envelope", "comfort_limits", "drivable_area")
+RULE_STAGE_BLOCKS = ("stall_recovery", "mission_pace", "traffic_rules", "safety_envelope", "comfort_limits",
+                     "drivable_area")
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,7 @@ class CycleContext:
     seed: int | None = None  # the cycle's seed (None: per-row ``row_seeds``)
     row_seeds: list[int] | None = None
     t_start: float = 0.0  # time.perf_counter() at the start of the cycle (round budget)
+    target_speeds: np.ndarray | None = None  # [B] m/s the mission asks each row to keep (NaN: none)
 
 
 class Stage(Protocol):
@@ -210,21 +214,88 @@ class StallRecoveryStage(RetimingStage):
                          f"(straight {straight:g} m, look-ahead {lookahead:g} m)")
 
     def clear_road(self, plan, speed, route, drivable, context, i) -> np.ndarray | None:
-        """:func:`clear_road_start`'s plan where, continued to its horizon, it meets no agent extrapolated
-        at constant velocity, keeps every point on the drivable area and the ego's box on it over the
-        drivable-area check's horizon; else None."""
+        """:func:`clear_road_start`'s plan where :func:`keeps_clear` (every agent); else None."""
         faster = clear_road_start(plan, speed, self.plan_dt, route, self.params)
-        if faster is None or not on_drivable_area(faster, drivable, self.bev_cfg):
-            return None
-        # the ego's box too, as the drivable-area check will sweep it (a corner cut by the box)
-        if first_exit(faster, self.plan_dt, self.ego_size, drivable, self.bev_cfg, self.drivable) is not None:
-            return None
-        inputs = context.inputs
-        first = first_overlaps(faster[None], inputs["agents"][i], inputs["agents_mask"][i], self.plan_dt,
-                               self.ego_size, self.max_curvature)
-        if first[0] < len(faster):
+        if faster is None or not keeps_clear(faster, drivable, context.inputs, i, self.plan_dt, self.ego_size,
+                                             self.max_curvature, self.bev_cfg, self.drivable):
             return None
         return faster[: plan.shape[0]]
+
+
+def keeps_clear(plan: np.ndarray, drivable: np.ndarray, inputs: dict[str, np.ndarray], i: int,
+                plan_dt: float, ego_size: tuple[float, float], max_curvature: float, bev_cfg,
+                drivable_params: DrivableAreaParams, ahead_only: bool = False) -> bool:
+    """Whether a re-timed ``plan`` (ego frame, continued to its check horizon) keeps every point on the
+    BEV's ``drivable`` area, the ego's box on it over the drivable-area check's horizon (a corner cut by
+    the box), and overlaps no observed agent of row ``i`` extrapolated at constant velocity
+    (``ahead_only``: no agent whose centre is ahead of the ego's now, one behind is not a reason to be
+    slower; and the road is judged only where the ego's box stays a box length inside the BEV's grid,
+    which a plan at road speeds leaves: beyond it the plan follows the route)."""
+    on_grid = plan
+    if ahead_only:
+        x_end = bev_cfg.origin_x + bev_cfg.width * bev_cfg.resolution - 1.5 * ego_size[0]
+        beyond = np.flatnonzero(plan[:, 0] > x_end)
+        on_grid = plan[: beyond[0]] if len(beyond) else plan
+    if len(on_grid) and not on_drivable_area(on_grid, drivable, bev_cfg):
+        return False
+    if len(on_grid) and first_exit(on_grid, plan_dt, ego_size, drivable, bev_cfg,
+                                   drivable_params) is not None:
+        return False
+    agents, mask = inputs["agents"][i], inputs["agents_mask"][i].astype(bool)
+    if ahead_only:
+        mask = mask & (agents[:, 0] > 0.0)
+    first = first_overlaps(plan[None], agents, mask, plan_dt, ego_size, max_curvature)
+    return bool(first[0] >= len(plan))
+
+
+class MissionPaceStage(RetimingStage):
+    """Each row with a mission speed (``CycleContext.target_speeds``, NaN: none) has its plan re-timed
+    towards it: faster where the road ahead is clear, slower along its own path
+    (:mod:`rad2_planner.mission_pace`)."""
+
+    name = "mission_pace"
+    note_key = "mission_pace"
+
+    def __init__(self, params: MissionPaceParams, plan_dt: float, bev_cfg, channel_names: list[str],
+                 ego_size: tuple[float, float], max_curvature: float, drivable: DrivableAreaParams):
+        self.params = params
+        self.plan_dt = float(plan_dt)
+        self.bev_cfg = bev_cfg
+        self.channel_names = list(channel_names)
+        self.ego_size = ego_size
+        self.max_curvature = float(max_curvature)
+        self.drivable = drivable
+
+    @property
+    def enabled(self) -> bool:
+        return self.params.enabled
+
+    def rows(self, plans, context):
+        if not self.enabled or context.target_speeds is None:
+            return range(0)
+        return [i for i in range(plans.batch_size) if np.isfinite(context.target_speeds[i])]
+
+    def retime(self, plan, context, i):
+        p = self.params
+        inputs = context.inputs
+        target = float(context.target_speeds[i])
+        speed = float(inputs["ego_state"][i][0])
+        path_speed = float(np.hypot(*(plan[-1] - (plan[-2] if len(plan) > 1 else 0.0)))) / self.plan_dt
+        if abs(speed - target) <= p.tolerance_m_s and abs(path_speed - target) <= p.tolerance_m_s:
+            return None, ""
+        route = observation_route(inputs["route"][i], inputs["route_mask"][i])
+        new = retime_towards(plan, speed, self.plan_dt, route, target, p.accel, p.decel, p.horizon_s,
+                             p.curve_accel, p.min_gain_m, join_margin_m=p.join_margin_m)
+        if new is None:
+            return None, ""
+        if target > speed:  # faster (continued to horizon_s): only on a clear road ahead
+            channel = drivable_channel(inputs["bev"], self.channel_names, self.bev_cfg)
+            if channel is None or not keeps_clear(new, inputs["bev"][i, channel], inputs, i, self.plan_dt,
+                                                  self.ego_size, self.max_curvature, self.bev_cfg,
+                                                  self.drivable, ahead_only=True):
+                return None, ""
+            return new[: len(plan)], f"towards the mission's pace {target:.1f} m/s (faster)"
+        return new, f"towards the mission's pace {target:.1f} m/s (slower)"
 
 
 def drivable_channel(bev: np.ndarray, channel_names: list[str], cfg) -> int | None:

@@ -151,35 +151,59 @@ def even_start(plan: np.ndarray, ego_speed: float, plan_dt: float, p: StallRecov
 def clear_road_start(plan: np.ndarray, ego_speed: float, plan_dt: float, route: np.ndarray | None,
                      p: StallRecoveryParams) -> np.ndarray | None:
     """``plan`` [T, 2] (ego frame, point k at (k+1)·plan_dt) re-timed so that a slow ego (below
-    ``clear_road_below``) accelerates at ``accel`` towards ``clear_road_speed``: along the plan's path,
-    then along ``route`` (ego frame, [P, 2]; straight on without one), and never behind the plan itself
-    at any point. Its speed stays within ``sqrt(clear_road_curve_accel / curvature)`` of the path ahead
-    (a bend the ego is already too fast for leaves the plan alone: it may be braking for it). Returned
-    continued to ``clear_road_horizon_s`` (at least T points), for the
-    caller's agent check; None when the plan already gains as much (less ``clear_road_min_gain_m``), the
-    ego is not slow, or the path's bends leave nothing to gain."""
+    ``clear_road_below``) accelerates at ``accel`` towards ``clear_road_speed`` (:func:`retime_towards`);
+    None when the ego is not slow, or as :func:`retime_towards` says."""
     v0 = max(float(ego_speed), 0.0) if np.isfinite(ego_speed) else np.nan
-    pts = np.asarray(plan, np.float64)
-    if (p.clear_road_below <= 0.0 or not np.isfinite(v0) or v0 >= p.clear_road_below or len(pts) == 0
-            or not np.isfinite(pts).all()):
+    if p.clear_road_below <= 0.0 or not np.isfinite(v0) or v0 >= p.clear_road_below:
         return None
+    return retime_towards(plan, v0, plan_dt, route, p.clear_road_speed, p.accel, p.decel,
+                          p.clear_road_horizon_s, p.clear_road_curve_accel, p.clear_road_min_gain_m)
+
+
+def retime_towards(plan: np.ndarray, ego_speed: float, plan_dt: float, route: np.ndarray | None,
+                   speed: float, accel: float, decel: float, horizon_s: float, curve_accel: float,
+                   min_gain_m: float, join_margin_m: float = 0.0) -> np.ndarray | None:
+    """``plan`` [T, 2] (ego frame, point k at (k+1)·plan_dt) re-timed so that the ego's speed goes from
+    ``ego_speed`` towards ``speed``: faster, at ``accel`` along the plan's path, then along ``route`` (ego
+    frame, [P, 2]; straight on without one), never behind the plan itself at any point and within
+    ``sqrt(curve_accel / curvature)`` of the path ahead (a bend the ego is already too fast for leaves
+    the plan alone: it may be braking for it), returned continued to ``horizon_s`` (at least T points,
+    for the caller's agent check); slower, braking at ``decel`` along the plan's own path, never ahead of
+    the plan at any point (T points). None when the plan's end moves by less than ``min_gain_m``.
+    ``join_margin_m``: the bends within this of where the plan's end joins the route are not looked at
+    (a plan that ends beside the route joins it with a kink no car drives)."""
+    v0 = float(ego_speed)
+    pts = np.asarray(plan, np.float64)
+    if not np.isfinite(v0) or not np.isfinite(speed) or len(pts) == 0 or not np.isfinite(pts).all():
+        return None
+    v0 = max(v0, 0.0)
     cum = arc_lengths(np.vstack([np.zeros((1, 2)), pts]))
-    n = max(len(pts), int(np.ceil(p.clear_road_horizon_s / plan_dt - 1e-9)))
+    if speed < v0:  # slower: along the plan's own path only
+        t = np.arange(1, len(pts) + 1) * plan_dt
+        t_low = (v0 - speed) / decel
+        profile = np.where(t <= t_low, v0 * t - 0.5 * decel * t**2,
+                           v0 * t_low - 0.5 * decel * t_low**2 + speed * (t - t_low))
+        s_new = np.minimum(profile, cum[1:])
+        if cum[-1] - s_new[-1] < min_gain_m:
+            return None
+        path = np.vstack([np.zeros((1, 2)), pts])
+        return np.stack([np.interp(s_new, cum, path[:, 0]), np.interp(s_new, cum, path[:, 1])], axis=-1)
+    n = max(len(pts), int(np.ceil(horizon_s / plan_dt - 1e-9)))
     t = np.arange(1, n + 1) * plan_dt
-    reach = v0 * t[-1] + 0.5 * p.accel * t[-1] ** 2  # no further than this, whatever the speed cap
+    reach = v0 * t[-1] + 0.5 * accel * t[-1] ** 2  # no further than this, whatever the speed cap
     path, knots = continued_path(pts, cum, route, reach)
     stations, kappa = path_curvature(path[:-1] if len(path) > 2 else path, 2.0)  # a 2 m chord
-    bend = float(kappa[stations <= reach].max(initial=0.0))
-    v_top = p.clear_road_speed if bend <= 0.0 else min(p.clear_road_speed,
-                                                        float(np.sqrt(p.clear_road_curve_accel / bend)))
+    looked_at = (stations <= reach) & (np.abs(stations - cum[-1]) >= join_margin_m)
+    bend = float(kappa[looked_at].max(initial=0.0))
+    v_top = speed if bend <= 0.0 else min(speed, float(np.sqrt(curve_accel / bend)))
     if v_top <= v0 + 1e-6:
         return None  # a bend ahead that the ego is already too fast for: the plan may be braking for it
-    t_top = (v_top - v0) / p.accel
-    floor = np.where(t <= t_top, v0 * t + 0.5 * p.accel * t**2,
-                     v0 * t_top + 0.5 * p.accel * t_top**2 + v_top * (t - t_top))
+    t_top = (v_top - v0) / accel
+    floor = np.where(t <= t_top, v0 * t + 0.5 * accel * t**2,
+                     v0 * t_top + 0.5 * accel * t_top**2 + v_top * (t - t_top))
     own = np.concatenate([cum[1:], np.full(n - len(pts), cum[-1])])  # the plan stays at its end
     s_new = np.maximum(floor, own)
-    if s_new[len(pts) - 1] < cum[-1] + p.clear_road_min_gain_m:
+    if s_new[len(pts) - 1] < cum[-1] + min_gain_m:
         return None
     return np.stack([np.interp(s_new, knots, path[:, 0]), np.interp(s_new, knots, path[:, 1])], axis=-1)
 

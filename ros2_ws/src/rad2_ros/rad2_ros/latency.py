@@ -42,11 +42,12 @@ def stats(values: Iterable[float]) -> dict[str, float]:
 
 def _stage_order(names: Iterable[str]) -> list[str]:
     """Pipeline order: preprocess, encode, denoise_0.. (or denoise_total: the fused sampler), score,
-    select, the safety layer (critic, corrections), stall_recovery, plan_braking, traffic_rules,
+    select, the safety layer (critic, corrections), stall_recovery, mission_pace, plan_braking, traffic_rules,
     safety_envelope, comfort_limits, drivable_area, validate_output, publish, then the rest."""
     first = ["preprocess", "encode"]
-    last = ["score", "select", "critic", "corrections", "stall_recovery", "plan_braking", "traffic_rules",
-            "safety_envelope", "comfort_limits", "drivable_area", "validate_output", "publish"]
+    last = ["score", "select", "critic", "corrections", "stall_recovery", "mission_pace", "plan_braking",
+            "traffic_rules", "safety_envelope", "comfort_limits", "drivable_area", "validate_output",
+            "publish"]
     names = set(names)
 
     def key(n: str) -> tuple:

@@ -7,7 +7,11 @@ obstacles on their recorded trajectories (--reactive-agents: the simulator's IDM
 paths instead; the judge still checks against the recorded ones). The route to the goal comes from
 commonroad-route-planner. rad2, PDM-Closed and IDM drive in the BEV-Warp simulator (planner, iLQR,
 kinematic bicycle) until the goal region is reached, the time window ends or the simulator ends the
-episode; commonroad-reactive-planner (default configuration) drives in its own replanning loop.
+episode; commonroad-reactive-planner (default configuration) drives in its own replanning loop. The
+simulated ego is the judged car (BMW_320i's box; --ego-box rad2: params/vehicle.yaml's), and rad2's own
+off-road verdict is the judge's rule (the whole box on the road, no margin). rad2 takes the goal's time
+window as its mission speed (the pace that reaches the goal region's centre at the window's middle,
+params/planner.yaml mission_pace); the reactive planner takes the goal's speed as its desired speed.
 
 Writes <out>/solutions/<planner>/<scenario>_<problem>.xml (CommonRoad solutions: KS model, BMW_320i,
 cost function from the benchmark ID or SM1), <out>/drives.jsonl (one line per drive, as it finishes:
@@ -22,7 +26,7 @@ state) is named; the run stops before driving (exit 2) unless --skip-bad.
 examples:
   rad2 eval commonroad --scenarios tests/fixtures/commonroad --planners rad2 idm --out runs/cr_fixture
   rad2 eval commonroad --scenarios data/splits/ngsim_test.txt --corpus-root /work/shared/data/ngsim \\
-      --planners rad2 rad2@checkpoints/rad2_il_real pdm_closed idm reactive --out runs/cr_test --skip-bad
+      --planners rad2 rad2@checkpoints/rad2_rl_real pdm_closed idm reactive --out runs/cr_test --skip-bad
 """
 
 from __future__ import annotations
@@ -53,9 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", default="runs/commonroad", help="output directory (default %(default)s)")
     ap.add_argument("--reactive-agents", action="store_true",
                     help="the simulator's reactive agents (IDM along their recorded paths) instead of replay")
-    ap.add_argument("--ego-box", choices=("rad2", "benchmark"), default="rad2",
-                    help="the simulated ego's box: params/vehicle.yaml's (rad2, default) or the benchmark "
-                         "vehicle's (BMW_320i, 4.508 x 1.61 m), which the judge checks")
+    ap.add_argument("--ego-box", choices=("rad2", "benchmark"), default="benchmark",
+                    help="the simulated ego's box: the benchmark vehicle's (BMW_320i, 4.508 x 1.61 m: the "
+                         "car the judge checks, default) or params/vehicle.yaml's (rad2, 4.8 x 1.9 m)")
     ap.add_argument("--skip-bad", action="store_true",
                     help="name the bad inputs and go on without them (default: name them and stop, exit 2)")
     ap.add_argument("--limit", type=int_at_least(1), default=None,
@@ -98,6 +102,8 @@ def main(argv: list[str]) -> int:
     files = load_all()
     # no logged ego exists: every observation is rendered at the simulated pose
     files["sim"]["sim"]["warp_max_uncovered"] = 0.0
+    # rad2's own off-road verdict by the judge's rule: the whole box on the road, no tolerance
+    files["sim"]["sim"]["offroad_check"], files["sim"]["sim"]["offroad_margin_m"] = "box", 0.0
     if args.reactive_agents:
         files["sim"]["sim"]["reactive_agents"] = True
     if args.ego_box == "benchmark":  # the whole stack (simulator, planners, checks) sees the judge's box

@@ -68,14 +68,45 @@ def obstacle_states(obstacle) -> dict[int, Any]:
     return out
 
 
+def _field(state, name: str):
+    """A state's own field ``name`` (None when the state class has none or it is unset): commonroad-io
+    2024 states also answer some names through derived properties (ExtendedPMState.velocity_y)."""
+    fields = getattr(state, "attributes", None)
+    if fields is not None and name not in fields:
+        return None
+    value = getattr(state, name, None)
+    return None if value is None else float(value)
+
+
 def _velocity(state) -> tuple[float, float]:
+    """World-frame (vx, vy) of an obstacle state. ``velocity`` is the speed along ``orientation`` (plus
+    ``slip_angle`` where the state has one); a ``velocity_y`` *field* beside an orientation is the lateral
+    speed in the body frame (the multi-body model's states); a point-mass state (no orientation) holds
+    world-frame ``velocity``, ``velocity_y``. The ExtendedPMState of commonroad-io 2024 (the recorded-
+    traffic scenarios' states) has no such field but a ``velocity_y`` *property*, ``sin(orientation) ·
+    velocity``, a world-frame component: read as a body lateral speed it turned a car driving 11 m/s along
+    its lane into one at 15 m/s drifting 10 m/s across, and every check that extrapolates agents saw the
+    car ahead leave the lane."""
     v = float(getattr(state, "velocity", 0.0) or 0.0)
-    vy_body = getattr(state, "velocity_y", None)
-    yaw = float(state.orientation)
-    if vy_body is not None:
-        c, s = np.cos(yaw), np.sin(yaw)
-        return v * c - float(vy_body) * s, v * s + float(vy_body) * c
-    return v * np.cos(yaw), v * np.sin(yaw)
+    vy = _field(state, "velocity_y")
+    yaw = _field(state, "orientation")
+    if yaw is None:  # point mass: world components
+        return v, (vy or 0.0)
+    if vy is None:  # the velocity points along the heading turned by the slip angle
+        yaw += _field(state, "slip_angle") or 0.0
+    c, s = np.cos(yaw), np.sin(yaw)
+    if vy is not None:
+        return v * c - vy * s, v * s + vy * c
+    return v * c, v * s
+
+
+def _yaw(state) -> float:
+    """A state's heading: its orientation, or (a point-mass state has none) its velocity's direction."""
+    yaw = _field(state, "orientation")
+    if yaw is not None:
+        return yaw
+    vx, vy = _velocity(state)
+    return float(np.arctan2(vy, vx))
 
 
 def _speed_limit(lanelet, network, limits: dict[str, float]) -> float:
@@ -296,7 +327,7 @@ def obstacle_arrays(scenario, others, t0: int, num_steps: int) -> tuple:
             j = k - t0
             if 0 <= j < num_steps:
                 ax[i, j], ay[i, j] = float(st.position[0]), float(st.position[1])
-                ayaw[i, j] = float(wrap_angle(float(st.orientation)))
+                ayaw[i, j] = float(wrap_angle(_yaw(st)))
                 avx[i, j], avy[i, j] = _velocity(st)
                 valid[i, j] = True
         types.append(_TYPE_MAP.get(o.obstacle_type.name, AGENT_OTHER))

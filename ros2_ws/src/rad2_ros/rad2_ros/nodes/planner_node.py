@@ -89,11 +89,11 @@ from rad2_ros.nodes.parameters import declare_parameters
 
 PARAM_FILES = ["bev", "vehicle", "planner", "nodes", "validators"]
 PREFIXES = ("bev", "tokens", "vehicle", "planner", "traffic_rules", "safety_envelope", "comfort_limits",
-            "drivable_area", "stall_recovery", "safety_layer", "model", "diffusion", "runtime",
-            "planner_node", "heartbeat", "validators")
+            "drivable_area", "stall_recovery", "mission_pace", "safety_layer", "model", "diffusion",
+            "runtime", "planner_node", "heartbeat", "validators")
 # Rad2Policy.timings_ms keys reported as stages besides encode and the denoising steps, in pipeline order
-POLICY_STAGES = ("encode", "score", "select", "critic", "corrections", "stall_recovery", "plan_braking",
-                 "traffic_rules", "safety_envelope", "comfort_limits", "drivable_area")
+POLICY_STAGES = ("encode", "score", "select", "critic", "corrections", "stall_recovery", "mission_pace",
+                 "plan_braking", "traffic_rules", "safety_envelope", "comfort_limits", "drivable_area")
 # PlanResult.info keys of the safety layer reported on /diagnostics
 SAFETY_INFO = ("safety_layer", "corrections", "critic_p", "critic_accepted", "safety_stopped_by_budget")
 
