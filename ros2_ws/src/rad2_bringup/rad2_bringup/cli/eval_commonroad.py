@@ -64,8 +64,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="name the bad inputs and go on without them (default: name them and stop, exit 2)")
     ap.add_argument("--limit", type=int_at_least(1), default=None,
                     help="benchmark only the first N planning problems (after bad ones are left out)")
-    ap.add_argument("--gifs", type=int_at_least(0), default=6,
-                    help="GIFs of rad2's unsolved drives (default 6)")
+    ap.add_argument("--gifs", type=int_at_least(0), default=20,
+                    help="GIFs of rad2's unsolved drives, the first planner's first (default 20)")
     ap.add_argument("--seed", type=int_at_least(0), default=0, help="the learned planner's seed (default 0)")
     ap.add_argument("--resume", action="store_true",
                     help="read the drives already in <out>/drives.jsonl back instead of driving them again")
