@@ -260,3 +260,13 @@ def test_the_command_writes_json_and_figure_and_names_a_bad_dataset(tmp_path, ca
     with pytest.raises(SystemExit) as done:
         main(["--data", str(tmp_path / "ds"), "--out", str(out), "--lane-half-width", "nan"])
     assert done.value.code == 2 and "'nan'" in capsys.readouterr().err
+
+
+def test_the_tools_read_their_thresholds_from_params():
+    """params/headway.yaml holds the values the command uses; the dataclass's defaults equal them, and
+    the file's last speed band is open above."""
+    from rad2_core.config import load_params
+
+    from_file = HeadwayParams.from_params(load_params("headway")).validate()
+    assert from_file == HeadwayParams()
+    assert from_file.speed_bands[-1] == float("inf")

@@ -59,6 +59,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from rad2_core.clip import AGENT_PEDESTRIAN, AGENT_VEHICLE, Clip
@@ -88,7 +89,9 @@ class HeadwayInputError(ClipValidationError):
 
 @dataclass(frozen=True)
 class HeadwayParams:
-    """How a leader is found and how the signals are smoothed (see the module's docstring)."""
+    """How a leader is found and how the signals are smoothed (see the module's docstring). The values
+    the tools use are params/headway.yaml's (:meth:`from_params`); the defaults here are those of a
+    clip-level call in code (tests, notebooks) and equal the file's."""
 
     lane_half_width: float = 1.75  # m: half a 3.5 m lane
     max_heading_deg: float = 30.0
@@ -105,6 +108,20 @@ class HeadwayParams:
     time_gap_bins: tuple[float, ...] = tuple(np.round(np.arange(0.0, 4.01, 0.25), 2).tolist())
     min_bin_count: int = 30  # envelope bins with fewer samples give no percentile
     min_band_samples: int = 100  # speed bands with fewer following samples give no percentile
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> HeadwayParams:
+        """From params/headway.yaml as loaded (its ``headway`` block); the last speed band is open above."""
+        from rad2_core.config import require
+
+        c = require(params, "headway", "headway.yaml")
+        floats = ("lane_half_width", "max_heading_deg", "max_range_m", "min_speed", "max_curvature",
+                  "curvature_window_s", "accel_window_s", "cut_in_memory_s", "cut_in_persist_s",
+                  "cut_in_window_s", "cut_in_response_s")
+        return cls(**{k: float(c[k]) for k in floats},
+                   speed_bands=(*(float(v) for v in c["speed_bands"]), math.inf),
+                   time_gap_bins=tuple(float(v) for v in c["time_gap_bins"]),
+                   min_bin_count=int(c["min_bin_count"]), min_band_samples=int(c["min_band_samples"]))
 
     def validate(self) -> HeadwayParams:
         positive = ("lane_half_width", "max_heading_deg", "max_range_m", "min_speed", "max_curvature",

@@ -36,14 +36,18 @@ def _parser():
     ap.add_argument("--figure", type=Path, help="write the PNG here instead of <out>/headway.png")
     ap.add_argument("--max-clips", type=int_at_least(1),
                     help="use at most N clips per dataset, evenly spread over its index (default: all)")
-    ap.add_argument("--lane-half-width", type=float_in(0.5, 5.0), default=1.75,
-                    help="largest lateral offset (m) of a leader's centre from the follower's path (1.75)")
-    ap.add_argument("--max-heading", type=float_in(1.0, 89.0), default=30.0,
-                    help="largest heading difference (deg) of a leader from the follower's path (30)")
-    ap.add_argument("--min-speed", type=float_in(0.1, 20.0), default=2.0,
-                    help="time gaps only at or above this follower speed, m/s (2)")
-    ap.add_argument("--accel-window", type=float_in(0.1, 5.0), default=1.0,
-                    help="window (s) over which speeds are smoothed before braking is taken (1.0)")
+    ap.add_argument("--lane-half-width", type=float_in(0.5, 5.0),
+                    help="largest lateral offset (m) of a leader's centre from the follower's path "
+                         "(default: params/headway.yaml's)")
+    ap.add_argument("--max-heading", type=float_in(1.0, 89.0),
+                    help="largest heading difference (deg) of a leader from the follower's path "
+                         "(default: params/headway.yaml's)")
+    ap.add_argument("--min-speed", type=float_in(0.1, 20.0),
+                    help="time gaps only at or above this follower speed, m/s "
+                         "(default: params/headway.yaml's)")
+    ap.add_argument("--accel-window", type=float_in(0.1, 5.0),
+                    help="window (s) over which speeds are smoothed before braking is taken "
+                         "(default: params/headway.yaml's)")
     ap.add_argument("--no-progress", action="store_true", help="no progress display")
     return ap
 
@@ -197,8 +201,15 @@ def main(argv: list[str]) -> int:
     from rich.progress import track
 
     console = Console(width=max(Console().width, 120))
-    params = HeadwayParams(lane_half_width=args.lane_half_width, max_heading_deg=args.max_heading,
-                           min_speed=args.min_speed, accel_window_s=args.accel_window).validate()
+    from dataclasses import replace
+
+    from rad2_core.config import load_params
+
+    # params/headway.yaml, with what the command line overrides
+    given = {"lane_half_width": args.lane_half_width, "max_heading_deg": args.max_heading,
+             "min_speed": args.min_speed, "accel_window_s": args.accel_window}
+    params = replace(HeadwayParams.from_params(load_params("headway")),
+                     **{k: v for k, v in given.items() if v is not None}).validate()
     stats, arrays = [], []
     for label, directory in zip(labels, dirs, strict=True):
         entries = _chosen_entries(directory, args.max_clips)
