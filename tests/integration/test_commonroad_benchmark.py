@@ -1,6 +1,7 @@
 """rad2 eval commonroad (rad2_evaluation.commonroad_benchmark): the official CommonRoad solution checker on a
 known-valid and a known-colliding solution of a small scenario built here, and the command's bad inputs
-(no planning problem, unreadable XML, a goal region off the map) named, with exit 2 or skipped.
+(no planning problem, unreadable XML, a goal region off the map) named, with exit 2 or skipped; and a
+scene logged with other state kinds and a lane-polygon goal, read and driven by the shipped planner.
 
 Needs commonroad-io >= 2024 with commonroad-drivability-checker and commonroad-route-planner
 (tools/requirements-commonroad.txt); skipped without them. About 15 s."""
@@ -168,3 +169,54 @@ def test_a_recorded_ego_kept_at_the_initial_state_is_named():
     scenario, pset = _scenario("StartsInside", obstacle_at=13.0)
     why = cb.why_bad(scenario, pset.planning_problem_dict[100], params)
     assert why is not None and "already collides with obstacle" in why
+
+
+def test_a_point_mass_leader_and_a_lanelet_goal_are_read_and_driven(tmp_path):
+    """Recorded scenes from other sources carry other state kinds and goals: a leader logged as
+    point-mass states (world-frame velocity components, no orientation) is read at its real speed and
+    heading, the goal given as a lane polygon without a speed gives rad2 a pace, and the shipped planner
+    drives the problem to a verdict without touching the slower leader."""
+    import json
+
+    from commonroad.geometry.shape import Polygon
+    from commonroad.prediction.prediction import TrajectoryPrediction
+    from commonroad.scenario.obstacle import DynamicObstacle
+    from commonroad.scenario.state import PMState
+    from commonroad.scenario.trajectory import Trajectory
+    from rad2_bringup.cli import main
+    from rad2_core.config import load_all, merged
+
+    scenario, pset = _scenario("PointMass")
+    lead_speed = 6.0
+    states = [PMState(time_step=k, position=np.array([40.0 + lead_speed * DT * k, 0.0]), velocity=lead_speed,
+                      velocity_y=0.0) for k in range(1, 121)]
+    scenario.add_objects(DynamicObstacle(
+        scenario.generate_object_id(), ObstacleType.CAR, Rectangle(4.5, 1.8),
+        InitialState(position=np.array([40.0, 0.0]), orientation=0.0, velocity=lead_speed, time_step=0),
+        TrajectoryPrediction(Trajectory(1, states), Rectangle(4.5, 1.8))))
+    lane = Polygon(np.array([[60.0, -1.75], [95.0, -1.75], [95.0, 1.75], [60.0, 1.75]]))
+    problem = pset.planning_problem_dict[100]
+    problem.goal = GoalRegion([CustomState(position=lane, time_step=Interval(60, 100))])
+    folder = tmp_path / "scenarios"
+    folder.mkdir()
+    _write(folder / "ZAM_PointMass-1_1_T-1.xml", scenario, pset)
+
+    files = load_all()
+    params = merged(files, *files)
+    (item,) = cb.load_problems(sorted(folder.glob("*.xml")), params, progress=False)
+    assert item.bad is None, item.bad
+    lead = list(item.clip.agent_ids).index(scenario.dynamic_obstacles[0].obstacle_id)
+    moving = item.clip.agent_valid[lead]
+    assert np.allclose(item.clip.agent_vx[lead][moving], lead_speed)
+    assert np.allclose(item.clip.agent_vy[lead][moving], 0.0)
+    assert np.allclose(item.clip.agent_yaw[lead][moving], 0.0)
+    pace = cb.goal_pace(item, params, DT)
+    assert pace is not None  # the lane polygon's centre and the window's middle
+
+    out = tmp_path / "out"
+    code = main(["eval", "commonroad", "--scenarios", str(folder), "--planners", "rad2", "--out", str(out),
+                 "--no-progress", "--gifs", "0"])
+    assert code == 0
+    (drive,) = json.loads((out / "results.json").read_text())["drives"]
+    assert drive["judge"]["collision_free"] and not drive["rad2_collided"], drive
+    assert drive["judge"]["on_road"] and drive["judge"]["feasible"]
