@@ -75,7 +75,8 @@ PLANNER_DRIVER = textwrap.dedent(r"""
     from rad2_ros import conversions as rc
     from rad2_core.bev import snapshot_from_clip
     from rad2_core.config import load_params
-    from rad2_ros.nodes.common import command_qos, report_qos
+    from rad2_ros.nodes.common import command_qos, report_qos, setting_qos
+    from std_msgs.msg import Float64
     from rad2_core.observation import build_observation
 
     planner_pid = int(sys.argv[1])
@@ -90,6 +91,7 @@ PLANNER_DRIVER = textwrap.dedent(r"""
     node = rclpy.create_node("planner_fault_driver")
     pub_bev = node.create_publisher(BevFeatures, "perception/bev_features", command_qos())
     pub_tok = node.create_publisher(SceneTokens, "perception/scene_tokens", command_qos())
+    pub_mission = node.create_publisher(Float64, "planning/mission_speed", setting_qos())
     diags, cands, trajs = [], [], []
     node.create_subscription(PlanningDiagnostics, "planning/diagnostics",
                              lambda m: diags.append(rc.planning_diagnostics_from_msg(m)), report_qos(100))
@@ -154,6 +156,12 @@ PLANNER_DRIVER = textwrap.dedent(r"""
 
     for i in range(6):
         step(i, "valid")
+    # a mission speed, two impossible ones (refused: the planner drives without one), then none (NaN)
+    for value, kind in ((15.0, "mission_15"), (-3.0, "mission_negative"), (float("inf"), "mission_inf"),
+                        (float("nan"), "mission_none")):
+        pub_mission.publish(Float64(data=value))
+        spin(0.3)
+        step(0, kind)
     for kind in ("nan_bev", "valid", "nan_tokens", "valid", "oversized", "valid", "wrong_grid", "valid",
                  "stale", "valid", "valid"):
         step(0, kind)
@@ -254,6 +262,21 @@ def test_bad_input_is_rejected_with_fallback(planner_fault_run, kind, why):
     assert nxt["kind"] == "valid"
     d2 = _diag_for(res, nxt["stamp"])
     assert d2 and not d2[0]["fallback_active"], d2
+
+
+def test_a_mission_speed_is_taken_and_impossible_ones_are_refused(planner_fault_run):
+    """planning/mission_speed: a speed is taken, a negative or infinite one is refused naming the field
+    and the value (the planner then drives without one), NaN clears it; every cycle meanwhile plans."""
+    res = planner_fault_run
+    log = res["planner_log"]
+    assert "mission speed: 15.00 m/s" in log
+    assert "planning/mission_speed.data: value -3.0 is not a speed >= 0" in log
+    assert "planning/mission_speed.data: value inf is not a speed >= 0" in log
+    assert "mission speed: none" in log
+    for kind in ("mission_15", "mission_negative", "mission_inf", "mission_none"):
+        step = next(s for s in res["steps"] if s["kind"] == kind)
+        d = _diag_for(res, step["stamp"])
+        assert d and not d[0]["fallback_active"], (kind, d)
 
 
 def test_rejections_counted_node_survives_and_exits_cleanly(planner_fault_run):

@@ -128,3 +128,12 @@ def test_plan_batch_refuses_impossible_mission_speeds(policy_and_inputs):
         _target_speeds([-1.0, 3.0], 2)
     with pytest.raises(ValueError, match="target_speeds: value inf"):
         _target_speeds([float("inf"), 3.0], 2)
+
+
+def test_a_mission_speed_is_refused_naming_the_value():
+    from rad2_planner.mission_pace import mission_speed_fault
+
+    assert mission_speed_fault(float("nan")) is None and mission_speed_fault(12.0, 35.0) is None
+    assert mission_speed_fault(-0.5) == "value -0.5 is not a speed >= 0 (NaN: none)"
+    assert "value inf" in mission_speed_fault(float("inf"))
+    assert mission_speed_fault(40.0, 35.0) == "value 40.0 is above the vehicle's top speed 35 m/s"

@@ -59,6 +59,19 @@ class MissionPaceParams:
                    float(c["min_time_s"]), float(c["join_margin_m"]))
 
 
+def mission_speed_fault(value: float, max_speed: float = float("inf")) -> str | None:
+    """Why ``value`` cannot be a mission speed (None: it can; NaN means "no mission speed" and is fine):
+    the planner never drives towards a negative, infinite or faster-than-the-vehicle speed."""
+    v = float(value)
+    if np.isnan(v):
+        return None
+    if not np.isfinite(v) or v < 0.0:
+        return f"value {v!r} is not a speed >= 0 (NaN: none)"
+    if v > max_speed:
+        return f"value {v!r} is above the vehicle's top speed {max_speed:g} m/s"
+    return None
+
+
 def arrival_speed(distance_m: float, time_left_s: float, goal_speed: tuple[float, float] | None,
                   max_speed: float, min_time_s: float) -> float:
     """The speed (m/s) that covers ``distance_m`` along the route in ``time_left_s`` (to the middle of

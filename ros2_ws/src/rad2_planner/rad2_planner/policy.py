@@ -77,7 +77,7 @@ from rad2_planner.candidates import (
 from rad2_planner.comfort_limits import ComfortLimitParams
 from rad2_planner.diffusion import NoiseSchedule, SamplerSpec, initial_noise
 from rad2_planner.drivable_area import DrivableAreaParams, candidate_exit_times
-from rad2_planner.mission_pace import MissionPaceParams
+from rad2_planner.mission_pace import MissionPaceParams, mission_speed_fault
 from rad2_planner.runtime.base import DISCRIMINATOR_INPUTS, SCENE_INPUTS, make_backend
 from rad2_planner.safety_envelope import SafetyEnvelopeParams
 from rad2_planner.safety_layer import CriticStage, SafetyLayerParams
@@ -590,9 +590,10 @@ def _target_speeds(speeds: Sequence[float] | None, batch: int) -> np.ndarray | N
     out = np.asarray(speeds, dtype=np.float64).reshape(-1)
     if len(out) != batch:
         raise ValueError(f"target_speeds: {len(out)} values for {batch} rows")
-    bad = ~np.isnan(out) & ~(np.isfinite(out) & (out >= 0.0))
-    if bad.any():
-        raise ValueError(f"target_speeds: value {float(out[bad][0])!r} is not a speed >= 0 (NaN: none)")
+    for value in out:
+        why = mission_speed_fault(value)
+        if why:
+            raise ValueError(f"target_speeds: {why}")
     return out
 
 

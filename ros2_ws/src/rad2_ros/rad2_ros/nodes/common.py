@@ -147,6 +147,17 @@ def command_qos(deadline_s: float | None = None, lease_s: float | None = None, d
     return qos
 
 
+def setting_qos() -> QoSProfile:
+    """A setting that holds until replaced (the mission speed): reliable, keep-last-1, transient local,
+    so a node that starts or restarts later still gets the value in force."""
+    return QoSProfile(
+        reliability=ReliabilityPolicy.RELIABLE,
+        history=HistoryPolicy.KEEP_LAST,
+        depth=1,
+        durability=DurabilityPolicy.TRANSIENT_LOCAL,
+    )
+
+
 def report_qos(depth: int = 10) -> QoSProfile:
     """Diagnostics, markers, episode results: reliable, a few deep, volatile."""
     return QoSProfile(

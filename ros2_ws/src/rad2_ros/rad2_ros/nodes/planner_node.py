@@ -3,7 +3,14 @@
 Subscribes (sensor-data QoS: best effort, keep-last-1)
     perception/bev_features   rad2_msgs/BevFeatures
     perception/scene_tokens   rad2_msgs/SceneTokens
-and pairs them by header stamp. Each pair is one planning cycle (``Rad2Policy.plan``); it publishes
+and pairs them by header stamp, and (reliable, transient local: the value in force reaches a late start)
+    planning/mission_speed    std_msgs/Float64   the speed the mission asks for (m/s; NaN: none), e.g.
+                              the pace that reaches a goal in its time window: the mission-pace stage
+                              re-times the selected plan towards it where the road ahead is clear
+                              (``rad2_planner.mission_pace``); a negative, infinite or faster-than-the-
+                              vehicle value is refused, named in the log and on /diagnostics, and the
+                              planner drives without one until a valid value comes.
+Each pair is one planning cycle (``Rad2Policy.plan``); it publishes
     planning/candidates   rad2_msgs/CandidateSet         all M candidates with scores (reliable)
     planning/trajectory   rad2_msgs/Trajectory           the selected one, ego frame at the input stamp
     planning/path         nav_msgs/Path                  the same for RViz / Foxglove
@@ -62,6 +69,7 @@ from rad2_core.bicycle import VehicleParams
 from rad2_core.observation import Observation
 from rad2_core.supervision import ClockLimits, Seen, StampClock, describe_violations, explain_starvation
 from rad2_msgs.msg import BevFeatures, CandidateSet, PlanningDiagnostics, SceneTokens, Trajectory
+from rad2_planner.mission_pace import mission_speed_fault
 from rad2_planner.planner_guard import (
     DeviationCheck,
     check_plan_kinematics,
@@ -71,6 +79,7 @@ from rad2_planner.planner_guard import (
     stopping_trajectory,
 )
 from rclpy.node import Node
+from std_msgs.msg import Float64
 from visualization_msgs.msg import MarkerArray
 
 from rad2_ros import conversions as rc
@@ -83,6 +92,7 @@ from rad2_ros.nodes.common import (
     report_qos,
     run_node,
     sensor_qos,
+    setting_qos,
     stop_heartbeat,
 )
 from rad2_ros.nodes.parameters import declare_parameters
@@ -163,6 +173,9 @@ class PlannerNode(Node):
         self._envelope_note = ""  # why, the last time it did
         self._drivable_cycles = 0  # cycles whose executed plan left the BEV's drivable area
         self._drivable_note = ""  # where, the last time it did
+        self._mission_speed: float | None = None  # m/s (planning/mission_speed); None: no mission speed
+        self._mission_note = "none"  # the mission speed in force, or why the last value was refused
+        self.create_subscription(Float64, "planning/mission_speed", self._on_mission_speed, setting_qos())
         self.create_subscription(BevFeatures, "perception/bev_features", self._on_bev, sensor_qos())
         self.create_subscription(SceneTokens, "perception/scene_tokens", self._on_tokens, sensor_qos())
         self.create_timer(float(n["input_period_s"]), self._watchdog)
@@ -232,6 +245,19 @@ class PlannerNode(Node):
         self._bev = msg
         self._seen["bev"] = Seen(rc.time_to_ns(msg.header.stamp), self._now_ns())
         self._try_cycle()
+
+    def _on_mission_speed(self, msg: Float64) -> None:
+        value = float(msg.data)
+        why = mission_speed_fault(value, self.vehicle.max_speed)
+        if why:
+            self._mission_speed = None
+            self._mission_note = f"refused: planning/mission_speed.data {why}"
+            self.get_logger().warning(f"planning/mission_speed.data: {why}; the planner drives without a "
+                                      "mission speed until a valid one comes")
+            return
+        self._mission_speed = None if math.isnan(value) else value
+        self._mission_note = "none" if self._mission_speed is None else f"{value:.2f} m/s"
+        self.get_logger().info(f"mission speed: {self._mission_note}")
 
     def _on_tokens(self, msg: SceneTokens) -> None:
         self._tokens = msg
@@ -332,7 +358,8 @@ class PlannerNode(Node):
         self._last_speed = (float(obs.ego_state[0]), self._clock_start_ns)
 
         try:
-            result = self.policy.plan(obs)
+            mission = {} if self._mission_speed is None else {"target_speeds": [self._mission_speed]}
+            result = self.policy.plan(obs, **mission)
             cands = np.asarray(result.candidates, dtype=np.float64)
             if cands.shape[1:] != (self.plan_points, 2) or not np.all(np.isfinite(cands)):
                 raise ValueError(f"planner output has shape {cands.shape} or non-finite values")
@@ -514,6 +541,7 @@ class PlannerNode(Node):
                 "safety_envelope_last": self._envelope_note[:300],
                 "drivable_area_cycle_count": self._drivable_cycles,
                 "drivable_area_last": self._drivable_note[:300],
+                "mission_speed": self._mission_note[:300],
                 **self._safety_values()})
         if rep.deadline_missed and self.throttle("deadline"):
             self.get_logger().warning(f"deadline missed: {rep.end_to_end_ms:.1f} ms end-to-end "
