@@ -220,3 +220,38 @@ def test_a_point_mass_leader_and_a_lanelet_goal_are_read_and_driven(tmp_path):
     (drive,) = json.loads((out / "results.json").read_text())["drives"]
     assert drive["judge"]["collision_free"] and not drive["rad2_collided"], drive
     assert drive["judge"]["on_road"] and drive["judge"]["feasible"]
+
+
+def test_a_clip_becomes_a_planning_problem_the_logged_driver_solves(tmp_path):
+    """rad2 data to-commonroad: a clip's map, agents and ego become a scenario with one planning problem
+    that rad2's reader takes back (lanes, obstacles with their speeds), whose goal the logged driver's
+    own track reaches without a collision and on the road, and that IDM drives to a verdict."""
+    import sys
+
+    from rad2_bringup.cli import main
+    from rad2_core.config import load_all, merged
+    from rad2_core.storage import save_dataset
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from synthetic_scenes import make_clip
+
+    clip = make_clip(num_steps=101)
+    data = tmp_path / "clips"
+    save_dataset([clip], data)
+    out = tmp_path / "cr"
+    assert main(["data", "to-commonroad", "--data", str(data), "--out", str(out)]) == 0
+    (path,) = sorted((out / "clips").glob("*.xml"))
+    files = load_all()
+    params = merged(files, *files)
+    (item,) = cb.load_problems([path], params, progress=False)
+    assert item.bad is None, item.bad
+    assert len(item.scenario.lanelet_network.lanelets) == clip.map.num_lanes
+    moving = item.clip.agent_valid & (np.hypot(item.clip.agent_vx, item.clip.agent_vy) > 1.0)
+    assert moving.any()
+    # the logged driver's track as a solution: in the goal area in time, no collision, on the road
+    track = np.stack([clip.ego_x, clip.ego_y, clip.ego_yaw, clip.ego_speed, np.zeros(clip.num_steps)], -1)
+    states = cb.ks_states(track[:81], 0, params)
+    verdict = cb.judge(item.scenario, item.problem, cb.make_solution(item.scenario, item.problem_id, states))
+    assert verdict["goal_reached"] and verdict["collision_free"] and verdict["on_road"], verdict["reasons"]
+    assert main(["eval", "commonroad", "--scenarios", str(out), "--planners", "idm", "--out",
+                 str(tmp_path / "run"), "--no-progress", "--gifs", "0"]) == 0

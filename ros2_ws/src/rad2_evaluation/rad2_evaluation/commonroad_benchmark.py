@@ -130,13 +130,14 @@ def source_of(path: str | Path) -> str:
 
 
 def scenario_files(items: Sequence[str | Path], corpus_root: str | Path | None = None) -> list[Path]:
-    """The XML files of ``items``: folders (their ``*.xml``), XML files, and split lists (``.txt``, one
-    path a line relative to ``corpus_root``, default the list's folder). A missing path is an error."""
+    """The XML files of ``items``: folders (their ``*.xml``, subfolders included: an unpacked scenario
+    collection nests them), XML files, and split lists (``.txt``, one path a line relative to
+    ``corpus_root``, default the list's folder). A missing path is an error."""
     out: list[Path] = []
     for item in items:
         p = Path(item)
         if p.is_dir():
-            out += sorted(p.glob("*.xml"))
+            out += sorted(p.rglob("*.xml"))
         elif p.suffix == ".txt" and p.is_file():
             root = Path(corpus_root) if corpus_root else p.parent
             out += [root / line.strip() for line in p.read_text().splitlines()

@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, dict[str, tuple[str, str]] | None]] = {
         "merge": ("data_merge", "merge clip datasets into a new one (clip ids must be unique)"),
         "mirror": ("data_mirror", "mirror a clip dataset left-right (right-hand traffic as left-hand)"),
         "to-bag": ("data_to_bag", "write a clip as a rosbag2 MCAP bag of perception inputs"),
+        "to-commonroad": ("data_to_commonroad", "write clips as CommonRoad scenarios with planning problems"),
         "repair-bag": ("data_repair_bag", "make the MCAP bag of a killed recorder readable again"),
     }),
     "train": ("training: imitation, closed-loop RL, collision critic, self-correction, composition", {

@@ -46,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
 
     ap = verb_parser("eval commonroad", __doc__)
     ap.add_argument("--scenarios", nargs="+", required=True,
-                    help="folders of CommonRoad XML files, XML files or split lists (.txt)")
+                    help="folders of CommonRoad XML files (subfolders too), XML files or split lists (.txt)")
     ap.add_argument("--corpus-root", default=None,
                     help="folder the paths of a split list are relative to (default: the list's folder)")
     ap.add_argument("--planners", nargs="+", default=["rad2", "pdm_closed", "idm", "reactive"],
