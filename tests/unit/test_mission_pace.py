@@ -112,6 +112,9 @@ def test_the_stage_paces_a_plan_only_on_a_clear_road_and_only_with_a_mission(pol
     behind = {k: v.copy() for k, v in ahead.items()}
     behind["agents"][0, 0, :8] = [-12.0, 0.0, 1.0, 0.0, 14.0, 0.0, 4.5, 1.9]  # closing from behind
     assert run(behind, 15.0)[1].startswith("towards the mission's pace 15.0 m/s (faster)")
+    crossing = {k: v.copy() for k, v in ahead.items()}  # behind the ego's centre, crossing its path
+    crossing["agents"][0, 0, :8] = [-1.0, -10.0, 0.766, 0.643, 12.0, 10.0, 4.5, 1.9]
+    assert run(crossing, 15.0)[1] == ""
     slow, note = run(inputs, 6.0)
     assert note.startswith("towards the mission's pace 6.0 m/s (slower)")
     assert slow[-1, 0] < candidates[0, 0, -1, 0]

@@ -54,6 +54,11 @@ from rad2_planner.stall_recovery import (
 )
 from rad2_planner.traffic_rules import TrafficRuleParams, allowed_distance, limit_progress
 
+# a follower (left out of the mission pace's agent check): behind, within a lane either side, heading the
+# ego's way within 45° (agent tokens carry cos and sin of the relative heading)
+FOLLOWER_LATERAL_M = 5.25
+COS_45 = float(np.cos(np.pi / 4))
+
 # The parameter blocks (params/planner.yaml) of the rule stages 2-8, each with its ``enabled`` switch
 # (plan braking is comfort_limits'). All off: the networks' selected plan is executed as it is ("learned
 # only" in rad2 eval experiments, arm option @R=off).
@@ -228,9 +233,10 @@ def keeps_clear(plan: np.ndarray, drivable: np.ndarray, inputs: dict[str, np.nda
     """Whether a re-timed ``plan`` (ego frame, continued to its check horizon) keeps every point on the
     BEV's ``drivable`` area, the ego's box on it over the drivable-area check's horizon (a corner cut by
     the box), and overlaps no observed agent of row ``i`` extrapolated at constant velocity
-    (``ahead_only``: no agent whose centre is ahead of the ego's now, one behind is not a reason to be
-    slower; and the road is judged only where the ego's box stays a box length inside the BEV's grid,
-    which a plan at road speeds leaves: beyond it the plan follows the route)."""
+    (``ahead_only``: a follower, behind the ego's centre within a lane either side and heading its way
+    within 45°, is left out, since it is no reason to be slower; a car crossing or coming the other way
+    counts wherever it is; and the road is judged only where the ego's box stays a box length inside
+    the BEV's grid, which a plan at road speeds leaves: beyond it the plan follows the route)."""
     on_grid = plan
     if ahead_only:
         x_end = bev_cfg.origin_x + bev_cfg.width * bev_cfg.resolution - 1.5 * ego_size[0]
@@ -243,7 +249,9 @@ def keeps_clear(plan: np.ndarray, drivable: np.ndarray, inputs: dict[str, np.nda
         return False
     agents, mask = inputs["agents"][i], inputs["agents_mask"][i].astype(bool)
     if ahead_only:
-        mask = mask & (agents[:, 0] > 0.0)
+        behind = (agents[:, 0] < 0.0) & (np.abs(agents[:, 1]) < FOLLOWER_LATERAL_M)
+        follower = behind & (agents[:, 2] > COS_45)
+        mask = mask & ~follower
     first = first_overlaps(plan[None], agents, mask, plan_dt, ego_size, max_curvature)
     return bool(first[0] >= len(plan))
 
