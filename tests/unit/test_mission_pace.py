@@ -131,6 +131,10 @@ def test_plan_batch_refuses_impossible_mission_speeds(policy_and_inputs):
         _target_speeds([-1.0, 3.0], 2)
     with pytest.raises(ValueError, match="target_speeds: value inf"):
         _target_speeds([float("inf"), 3.0], 2)
+    with pytest.raises(ValueError, match="target_speeds: value 1000000.0 is above the vehicle's top speed"):
+        _target_speeds([1e6, 3.0], 2, 35.0)
+    policy, inputs = policy_and_inputs
+    assert policy.max_speed == pytest.approx(float(PARAMS["vehicle"]["max_speed"]))
 
 
 def test_a_mission_speed_is_refused_naming_the_value():

@@ -168,6 +168,7 @@ class Rad2Policy:
         vehicle = VehicleParams.from_params(vehicle_params if vehicle_params is not None
                                             else require(params, "vehicle", "vehicle.yaml"))
         self.ego_size = (vehicle.length, vehicle.width)
+        self.max_speed = float(vehicle.max_speed)  # a mission speed above it is refused
         self.max_curvature = float(slip_and_curvature(vehicle.max_steer, vehicle)[1])
         require(params, "bev", "bev.yaml")
         self.bev_cfg = get_bev_config(params)  # the observations' grid and channels
@@ -416,7 +417,7 @@ class Rad2Policy:
         context = CycleContext(inputs, timings, signal_stop=getattr(observation, "signal_stop", None),
                                selection=mode, scene=scene, num_steps=k, scored=scored, seed=seed,
                                row_seeds=row_seeds, t_start=t_start,
-                               target_speeds=_target_speeds(target_speeds, b))
+                               target_speeds=_target_speeds(target_speeds, b, self.max_speed))
         plans = self.pipeline.run(CyclePlans.of(candidates, selected, scores, logits), context)
         self.budget_stop_count += sum(bool(i.get("safety_stopped_by_budget", False)) for i in plans.info)
         recorded = self._recorded_inputs(inputs, scene) if return_discriminator_inputs else [None] * b
@@ -582,16 +583,18 @@ def stack_discriminator_inputs(results: Sequence[PlanResult]) -> tuple[np.ndarra
     return candidates, batched
 
 
-def _target_speeds(speeds: Sequence[float] | None, batch: int) -> np.ndarray | None:
+def _target_speeds(speeds: Sequence[float] | None, batch: int,
+                   max_speed: float = float("inf")) -> np.ndarray | None:
     """``plan_batch``'s ``target_speeds`` as a [B] array (None: no row has a mission speed); a wrong
-    count, or a speed that is negative or infinite, is a ValueError naming it (NaN: no mission speed)."""
+    count, or a speed that is negative, infinite or above ``max_speed``, is a ValueError naming it (NaN:
+    no mission speed)."""
     if speeds is None:
         return None
     out = np.asarray(speeds, dtype=np.float64).reshape(-1)
     if len(out) != batch:
         raise ValueError(f"target_speeds: {len(out)} values for {batch} rows")
     for value in out:
-        why = mission_speed_fault(value)
+        why = mission_speed_fault(value, max_speed)
         if why:
             raise ValueError(f"target_speeds: {why}")
     return out
