@@ -229,16 +229,17 @@ class StallRecoveryStage(RetimingStage):
 
 def keeps_clear(plan: np.ndarray, drivable: np.ndarray, inputs: dict[str, np.ndarray], i: int,
                 plan_dt: float, ego_size: tuple[float, float], max_curvature: float, bev_cfg,
-                drivable_params: DrivableAreaParams, ahead_only: bool = False) -> bool:
+                drivable_params: DrivableAreaParams, pacing: bool = False) -> bool:
     """Whether a re-timed ``plan`` (ego frame, continued to its check horizon) keeps every point on the
     BEV's ``drivable`` area, the ego's box on it over the drivable-area check's horizon (a corner cut by
     the box), and overlaps no observed agent of row ``i`` extrapolated at constant velocity
-    (``ahead_only``: a follower, behind the ego's centre within a lane either side and heading its way
-    within 45°, is left out, since it is no reason to be slower; a car crossing or coming the other way
-    counts wherever it is; and the road is judged only where the ego's box stays a box length inside
-    the BEV's grid, which a plan at road speeds leaves: beyond it the plan follows the route)."""
+    (``pacing``, the mission pace's check: a follower, behind the ego's centre within a lane either side
+    and heading its way within 45°, is left out, since it is no reason to be slower; a car crossing or
+    coming the other way counts wherever it is; and the road is judged only where the ego's box stays a
+    box length inside the BEV's grid, which a plan at road speeds leaves: beyond it the plan follows the
+    route)."""
     on_grid = plan
-    if ahead_only:
+    if pacing:
         x_end = bev_cfg.origin_x + bev_cfg.width * bev_cfg.resolution - 1.5 * ego_size[0]
         beyond = np.flatnonzero(plan[:, 0] > x_end)
         on_grid = plan[: beyond[0]] if len(beyond) else plan
@@ -248,7 +249,7 @@ def keeps_clear(plan: np.ndarray, drivable: np.ndarray, inputs: dict[str, np.nda
                                    drivable_params) is not None:
         return False
     agents, mask = inputs["agents"][i], inputs["agents_mask"][i].astype(bool)
-    if ahead_only:
+    if pacing:
         behind = (agents[:, 0] < 0.0) & (np.abs(agents[:, 1]) < FOLLOWER_LATERAL_M)
         follower = behind & (agents[:, 2] > COS_45)
         mask = mask & ~follower
@@ -300,7 +301,7 @@ class MissionPaceStage(RetimingStage):
             channel = drivable_channel(inputs["bev"], self.channel_names, self.bev_cfg)
             if channel is None or not keeps_clear(new, inputs["bev"][i, channel], inputs, i, self.plan_dt,
                                                   self.ego_size, self.max_curvature, self.bev_cfg,
-                                                  self.drivable, ahead_only=True):
+                                                  self.drivable, pacing=True):
                 return None, ""
             return new[: len(plan)], f"towards the mission's pace {target:.1f} m/s (faster)"
         return new, f"towards the mission's pace {target:.1f} m/s (slower)"
