@@ -175,3 +175,27 @@ def make_signal_clip(red_steps: int, num_steps: int = 160, stop_line_x: float = 
                ego_accel=np.gradient(np.asarray(speed), dt))
     return replace(clip.select_agents(np.zeros(clip.num_agents, bool)), signal_states=states,
                    **ego).validate()
+
+
+def empty_road_inputs(policy, bev_params: dict, speed: float) -> dict[str, np.ndarray]:
+    """A batch of one model input for ``policy``: an ego at ``speed`` (wheels straight) on a BEV that is
+    drivable everywhere, a straight route ahead (2.5 m spacing) and no agent: the scene a stage test
+    then adds agents or an edge to."""
+    from rad2_core.bev import get_config
+    from rad2_planner.runtime.base import SCENE_INPUTS
+    from rad2_planner.runtime.onnx_export import example_inputs
+
+    cfg = get_config(bev_params)
+    ex = example_inputs(policy.cfg, batch=1, seed=0)
+    inputs = {k: np.array(ex[k]) for k in SCENE_INPUTS}
+    inputs["ego_state"][:] = 0.0
+    inputs["ego_state"][:, 0] = speed
+    inputs["bev"][:] = 0.0
+    inputs["bev"][:, cfg.channel_index("drivable_area")] = 1.0
+    route = np.stack([np.arange(policy.cfg.n_route) * 2.5, np.zeros(policy.cfg.n_route)], axis=-1)
+    inputs["route"][:] = 0.0
+    inputs["route"][0, :, :2] = route
+    inputs["route_mask"][:] = True
+    inputs["agents"][:] = 0.0
+    inputs["agents_mask"][:] = False
+    return inputs

@@ -8,7 +8,6 @@ import math
 
 import numpy as np
 import pytest
-from rad2_core.bev import get_config
 from rad2_core.config import load_merged, load_params
 from rad2_planner.mission_pace import MissionPaceParams, arrival_speed
 from rad2_planner.stall_recovery import retime_towards
@@ -67,24 +66,10 @@ def test_bad_parameters_are_named():
 @pytest.fixture(scope="module")
 def policy_and_inputs():
     from rad2_planner.policy import Rad2Policy
-    from rad2_planner.runtime.base import SCENE_INPUTS
-    from rad2_planner.runtime.onnx_export import example_inputs
+    from synthetic_scenes import empty_road_inputs
 
     policy = Rad2Policy.from_params(PARAMS, backend="pytorch")
-    cfg = get_config(BEV)
-    ex = example_inputs(policy.cfg, batch=1, seed=0)
-    inputs = {k: np.array(ex[k]) for k in SCENE_INPUTS}
-    inputs["ego_state"][:] = 0.0
-    inputs["ego_state"][:, 0] = 10.0  # 10 m/s, wheels straight
-    inputs["bev"][:] = 0.0
-    inputs["bev"][:, cfg.channel_index("drivable_area")] = 1.0
-    route = np.stack([np.arange(policy.cfg.n_route) * 2.5, np.zeros(policy.cfg.n_route)], axis=-1)
-    inputs["route"][:] = 0.0
-    inputs["route"][0, :, :2] = route
-    inputs["route_mask"][:] = True
-    inputs["agents"][:] = 0.0
-    inputs["agents_mask"][:] = False
-    return policy, inputs
+    return policy, empty_road_inputs(policy, BEV, speed=10.0)
 
 
 def test_the_stage_paces_a_plan_only_on_a_clear_road_and_only_with_a_mission(policy_and_inputs):

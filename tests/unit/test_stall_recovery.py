@@ -280,26 +280,14 @@ def test_the_stage_accelerates_a_crawl_only_where_no_agent_and_no_edge_is_met():
     car standing 14 m ahead in the lane (met within clear_road_horizon_s), or a road that is not
     drivable, leaves the crawl as it is."""
     from rad2_planner.policy import Rad2Policy
-    from rad2_planner.runtime.base import SCENE_INPUTS
-    from rad2_planner.runtime.onnx_export import example_inputs
     from rad2_planner.stages import CycleContext, CyclePlans
+    from synthetic_scenes import empty_road_inputs
 
     recovery = {**PARAMS["stall_recovery"], "enabled": True, "clear_road_below": CR.clear_road_below,
                 "clear_road_speed": CR.clear_road_speed}
     policy = Rad2Policy.from_params({**PARAMS, "stall_recovery": recovery}, backend="pytorch")
     cfg = get_config(BEV)
-    ex = example_inputs(policy.cfg, batch=1, seed=0)
-    inputs = {k: np.array(ex[k]) for k in SCENE_INPUTS}
-    inputs["ego_state"][:] = 0.0
-    inputs["ego_state"][:, 0] = 1.0  # 1 m/s, wheels straight
-    inputs["bev"][:] = 0.0
-    inputs["bev"][:, cfg.channel_index("drivable_area")] = 1.0
-    route = np.stack([np.arange(policy.cfg.n_route) * 2.5, np.zeros(policy.cfg.n_route)], axis=-1)
-    inputs["route"][:] = 0.0
-    inputs["route"][0, :, :2] = route
-    inputs["route_mask"][:] = True
-    inputs["agents"][:] = 0.0
-    inputs["agents_mask"][:] = False
+    inputs = empty_road_inputs(policy, BEV, speed=1.0)
     candidates = np.stack([_crawl()] * 4)[None].astype(np.float32)
 
     def run(inp):
