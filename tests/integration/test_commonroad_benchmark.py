@@ -255,3 +255,15 @@ def test_a_clip_becomes_a_planning_problem_the_logged_driver_solves(tmp_path):
     assert verdict["goal_reached"] and verdict["collision_free"] and verdict["on_road"], verdict["reasons"]
     assert main(["eval", "commonroad", "--scenarios", str(out), "--planners", "idm", "--out",
                  str(tmp_path / "run"), "--no-progress", "--gifs", "0"]) == 0
+
+
+def test_to_commonroad_names_bad_input(tmp_path, capsys):
+    """A folder that is no clip dataset stops the command with exit 2 and the folder named."""
+    from rad2_bringup.cli import main
+
+    not_data = tmp_path / "empty"
+    not_data.mkdir()
+    with pytest.raises(SystemExit) as stop:
+        main(["data", "to-commonroad", "--data", str(not_data), "--out", str(tmp_path / "out")])
+    assert stop.value.code == 2
+    assert f"--data {not_data}: not a clip dataset" in capsys.readouterr().err

@@ -52,7 +52,7 @@ def main(argv: list[str]) -> int:
         shape = ProblemShape(horizon_s=args.horizon_s, goal_window_s=args.goal_window_s)
     except CommonRoadExportError as exc:
         ap.error(str(exc))
-    written, skipped = 0, []
+    written, skipped, paths = 0, [], set()
     for data in args.data:
         ddir = Path(data)
         try:
@@ -66,12 +66,22 @@ def main(argv: list[str]) -> int:
             try:
                 clip = load_clip(ddir / entry["file"], maps_dir=ddir / "maps")
                 scenario, pset, notes = clip_problem(clip, shape)
-            except (ClipFormatError, CommonRoadExportError, ValueError) as exc:
-                skipped.append(f"{ddir.name}/{entry.get('clip_id', entry.get('file'))}: {exc}")
+            except (ClipFormatError, CommonRoadExportError, ValueError, KeyError, AssertionError) as exc:
+                # commonroad-io refuses a lanelet it cannot take with an AssertionError
+                skipped.append(f"{ddir.name}/{entry.get('clip_id', entry.get('file'))}: "
+                               f"{type(exc).__name__}: {exc}")
                 continue
-            name = f"{scenario.scenario_id}.xml"
+            path = args.out / ddir.name / f"{scenario.scenario_id}.xml"
+            if path in paths:  # two clip ids alike once shortened to a scenario name: keep both
+                path = path.with_name(f"{path.stem}_{len(paths)}.xml")
+            paths.add(path)
             source = str(clip.metadata.get("source", ddir.name))
-            write_problem(scenario, pset, args.out / ddir.name / name, source=source)
+            try:
+                write_problem(scenario, pset, path, source=source)
+            except OSError as exc:
+                print(f"rad2 data to-commonroad: error: --out: cannot write {path} ({exc}); "
+                      f"{written} scenario(s) written before it stay", file=sys.stderr)
+                return 2
             written += 1
             skipped += [f"{ddir.name}/{clip.clip_id}: {n}" for n in notes]
     for line in skipped:
