@@ -72,6 +72,26 @@ def test_skip_bad_drives_the_others_and_reports_the_skip(datasets, tmp_path):
     assert (out / "summary_one_bad.png").is_file()
 
 
+def test_skip_bad_renders_the_worst_clips_where_a_clip_file_does_not_load(datasets, tmp_path):
+    """A split whose index names a clip file that is not there: --skip-bad drives the others, and the
+    GIFs of the worst of them are rendered without loading the missing one."""
+    import shutil
+
+    split = tmp_path / "one_missing"
+    shutil.copytree(datasets["good"], split)
+    index = json.loads((split / "index.json").read_text())
+    index["clips"].insert(0, {**index["clips"][0], "clip_id": "gone", "file": "clips/gone.npz"})
+    index["num_clips"] = len(index["clips"])
+    (split / "index.json").write_text(json.dumps(index))
+    out = tmp_path / "eval"
+    res = _run("--split", split, "--out", out, "--policy", "idm", "--gifs", "1", "--max-clips", "2",
+               "--no-progress", "--skip-bad")
+    assert res.returncode == 0, res.stderr
+    data = json.loads((out / "results.json").read_text())
+    assert "gone" in [s["clip_id"] for s in data[0]["skipped"]]
+    assert len(list((out / "gifs").glob("idm_one_missing_*.gif"))) == 1
+
+
 def _ids(split: Path) -> list[str]:
     return [e["clip_id"] for e in json.loads((split / "index.json").read_text())["clips"]]
 

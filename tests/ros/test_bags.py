@@ -553,7 +553,7 @@ _KILLED_WRITER = textwrap.dedent("""
 def test_sigkilled_writer_loses_at_most_one_chunk(tmp_path):
     """A real process writing at 50 Hz is SIGKILLed after ~3 s; the bag opens as it is (no repair, in
     the project's reader and the mcap package's) and the lost tail stays within chunk_duration_s + one
-    publish period, under 1 s."""
+    publish period, under 1 s. metadata.yaml is at most one checkpoint behind the MCAP."""
     period = 0.02
     script = tmp_path / "writer.py"
     script.write_text(_KILLED_WRITER)
@@ -583,7 +583,12 @@ def test_sigkilled_writer_loses_at_most_one_chunk(tmp_path):
         got = [(int(m.msg.pose.pose.position.x), m.log_time_ns) for m in reader.messages()]
         assert reader.message_count == len(got)
     assert len(_mcap_package_reads(tmp_path / "rec" / "rec.mcap")) == len(got)
-    assert not bags.recover_bag(tmp_path / "rec").repaired  # nothing to repair
+    # nothing to repair, except where the kill fell between the MCAP's fsync and metadata.yaml's
+    # replacement (two files cannot change in one step): then metadata.yaml is one checkpoint behind
+    # the MCAP, and the repair rewrites it losing no message
+    report = bags.recover_bag(tmp_path / "rec")
+    if report.repaired:
+        assert report.message_count == len(got) and report.skipped_messages == 0, report.summary()
     # an exact prefix of what was written; the writer logs a message after writing it, so the kill can
     # fall between the two and the bag may hold one message more than the log names (index len(sent))
     assert got[: len(sent)] == sent[: len(got)]

@@ -15,7 +15,7 @@ EGO = (4.8, 1.9)
 EMERGENCY = 8.0
 P = SafetyEnvelopeParams(enabled=True, reaction_time_s=0.5, ego_decel=4.0, agent_decel=4.0, margin_m=2.0,
                          lateral_margin_m=0.2, station_step_m=1.0, crossing_angle_deg=45.0,
-                         crossing_horizon_s=1.0, cut_in_horizon_s=2.0,
+                         along_angle_deg=20.0, crossing_horizon_s=1.0, cut_in_horizon_s=2.0,
                          alongside_horizon_s=1.0, entry_brake_decel=0.0,
                          entry_imminent_s=1.0)
 
@@ -347,3 +347,66 @@ def test_headway_parameters_are_checked():
         with pytest.raises(ValueError, match=name):
             SafetyEnvelopeParams(**{**P.__dict__, name: -1.0})
     assert not SafetyEnvelopeParams(**{**P.__dict__, "follow_time_gap_s": 1.0}).closing_bound
+
+
+def test_a_fast_crossing_car_is_seen_between_plan_points_with_substeps():
+    """A car crossing at 16 m/s is on either side of the ego's path at 0 s and 0.5 s, and across it in
+    between: looked at only at plan points the envelope misses it; at 0.1 s it brakes for it."""
+    crosser = np.array([6.0, 3.6, 0.0, -1.0, 0.0, -16.0, 4.5, 1.8, 0.0, 0.0])
+    plan = straight_plan(2.0)
+    assert not run(plan, 2.0, [crosser]).fired
+    res = apply_envelope(plan, DT, 2.0, crosser[None], np.ones(1, bool), EGO, EMERGENCY, P, substeps=5)
+    assert res.fired and res.agent == 0
+    # it slows so as to stay short of where the car crosses (its near side at 5.1 m) while it does
+    assert ego_front_progress(res.plan)[0] <= 5.1 and res.plan[0, 0] < plan[0, 0]
+    with pytest.raises(ValueError, match="substeps"):
+        apply_envelope(plan, DT, 2.0, crosser[None], np.ones(1, bool), EGO, EMERGENCY, P, substeps=0)
+
+
+def test_a_creeping_ego_stops_for_a_car_crossing_a_station_ahead_of_its_nose():
+    """The ego at 2 m/s can stop in 0.25 m; a car crossing 1 m ahead of its nose is stopped for, not
+    waved through as if the ego were already in its way."""
+    crosser = np.array([4.3, 4.0, 0.0, -1.0, 0.0, -8.0, 4.5, 1.8, 0.0, 0.0])
+    res = run(straight_plan(2.0), 2.0, [crosser])
+    assert res.fired
+    assert ego_front_progress(res.plan)[:2].max() <= 4.3 - 0.9  # short of it while it crosses
+
+
+def test_only_an_agent_heading_along_the_path_is_credited_with_its_braking_way():
+    """A car entering the path 35 degrees off it, across the ego's nose, is stopped for where it meets
+    the path; credited like a leader (along_angle_deg 45) the bound would let the creeping ego on."""
+    heading = np.radians(-35.0)
+    entering = np.array([6.5, 3.2, np.cos(heading), np.sin(heading), 8.5 * np.cos(heading),
+                         8.5 * np.sin(heading), 4.5, 1.8, 0.0, 0.0])
+    plan = straight_plan(3.0)
+    credited = SafetyEnvelopeParams(**{**P.__dict__, "along_angle_deg": 45.0})
+    assert not run(plan, 3.0, [entering], credited).fired
+    assert run(plan, 3.0, [entering]).fired
+    # a leader along the path keeps its credit: 12 m ahead at 10 m/s, the creeping ego goes on
+    assert not run(plan, 3.0, [agent(14.0, 0.0, vx=10.0)]).fired
+    with pytest.raises(ValueError, match="along_angle_deg"):
+        SafetyEnvelopeParams(**{**P.__dict__, "along_angle_deg": 60.0})
+
+
+def test_a_much_faster_car_cutting_in_across_the_nose_is_not_run_into():
+    """A car passing the ego on its right at 14.7 m/s (the ego at 6) and moving in at 2 m/s: credited
+    with its braking way it looks harmless to the stopping bound, but its rear corner sweeps the ego's
+    front within 0.3 s. The contact bound slows the ego from the first interval."""
+    heading = np.radians(8.0)
+    cutting = np.array([1.0, -2.3, np.cos(heading), np.sin(heading), 14.6, 2.0, 4.5, 1.8, 0.0, 0.0])
+    plan = straight_plan(6.0)
+    res = apply_envelope(plan, DT, 6.0, cutting[None], np.ones(1, bool), EGO, EMERGENCY, P, substeps=5)
+    assert res.fired and res.agent == 0
+    assert res.plan[0, 0] / DT < 6.0 - 0.5
+
+
+def test_braking_starts_now_for_a_crossing_car_that_arrives_in_the_next_interval():
+    """A car crossing 3.6 m ahead of the ego's nose arrives in the plan's second interval. Keeping
+    3 m/s through the first and stopping at the second looked possible to a plan whose speed is
+    constant per interval; the ego would be past the point it must stop by. It brakes from now."""
+    crosser = np.array([4.5, 9.0, 0.0, -1.0, 0.0, -8.5, 4.5, 1.8, 0.0, 0.0])
+    res = apply_envelope(straight_plan(3.0), DT, 3.0, crosser[None], np.ones(1, bool), EGO, EMERGENCY, P,
+                         substeps=5)
+    assert res.fired
+    assert res.plan[0, 0] / DT <= 3.0 - EMERGENCY * DT / 2  # braking in the first interval
+    assert ego_front_progress(res.plan)[:2].max() <= 4.5 - 0.9  # short of its path while it crosses

@@ -535,12 +535,17 @@ def render_worst(evaluation: SplitEvaluation, out_dir: str | Path, n: int, fps: 
     """GIFs of the ``n`` worst episodes (:func:`bev_warp_sim.metrics.worst_results`), with their
     candidates where ``evaluation.records`` kept them (evaluate_split's ``keep_worst``); ``progress(1)``
     after each (a GIF takes seconds)."""
-    from rad2_core.storage import load_dataset
+    from rad2_core.storage import load_clip, read_index
 
     worst = worst_results(evaluation.results, n)
     if not worst:
         return []
-    clips = {c.clip_id: c for c in load_dataset(evaluation.split)}
+    # only the clips rendered are loaded: a split driven with --skip-bad holds clips that do not load
+    split = Path(evaluation.split)
+    files = {e["clip_id"]: e["file"] for e in read_index(split)["clips"]}
+    cache: dict = {}
+    clips = {r.clip_id: load_clip(split / files[r.clip_id], maps_dir=split / "maps", map_cache=cache)
+             for r in worst}
     paths = []
     for r in worst:
         name = f"{evaluation.policy}_{Path(evaluation.split).name}_{r.clip_id}.gif"

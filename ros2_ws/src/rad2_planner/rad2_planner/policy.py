@@ -208,6 +208,12 @@ class Rad2Policy:
         self.always_score = always_score
         self.distribution = candidate_distribution or CandidateDistribution.from_params(p)
         self.plan_dt = float(p["plan_dt"])
+        # how often per plan interval the collision checks place the agents (safe set, stages)
+        step = float(require(p, "collision_time_step_s", "planner.yaml", block="planner"))
+        if not np.isfinite(step) or step <= 0.0:
+            raise ValueError(f"planner.collision_time_step_s: must be a positive number of seconds, "
+                             f"got {step!r}")
+        self.collision_substeps = max(1, int(np.ceil(self.plan_dt / step - 1e-9)))
         d = require(params, "diffusion")
         if int(d["num_train_steps"]) != self.cfg.num_train_steps:  # the file against the checkpoint
             raise ValueError(
@@ -238,15 +244,16 @@ class Rad2Policy:
             self.critic_stage,
             StallRecoveryStage(recovery, self.plan_dt, vehicle, self.bev_cfg,
                                self.cfg.input_channel_names(self.bev_cfg.channels), self.ego_size,
-                               self.max_curvature, drivable),
+                               self.max_curvature, drivable, self.collision_substeps),
             MissionPaceStage(MissionPaceParams.from_params(params), self.plan_dt, self.bev_cfg,
                              self.cfg.input_channel_names(self.bev_cfg.channels), self.ego_size,
-                             self.max_curvature, drivable),
-            PlanBrakingStage(comfort, self.plan_dt, self.ego_size, self.max_curvature),
+                             self.max_curvature, drivable, self.collision_substeps),
+            PlanBrakingStage(comfort, self.plan_dt, self.ego_size, self.max_curvature,
+                             self.collision_substeps),
             TrafficRuleStage(rules, self.plan_dt, vehicle.length),
             # braking up to the vehicle's emergency limit where the envelope needs it
             SafetyEnvelopeStage(envelope, self.plan_dt, self.ego_size, -float(vehicle.min_accel),
-                                float(vehicle.max_speed)),
+                                float(vehicle.max_speed), self.collision_substeps),
             ComfortLimitStage(comfort, self.plan_dt),
             DrivableAreaStage(drivable, self.plan_dt, self.ego_size,
                               self.bev_cfg, self.cfg.input_channel_names(self.bev_cfg.channels)),
@@ -532,7 +539,8 @@ class Rad2Policy:
         for i in range(candidates.shape[0]):
             mask[i, safe_candidates(candidates[i], inputs["agents"][i], inputs["agents_mask"][i],
                                     self.plan_dt, self.ego_size, self.max_curvature,
-                                    self._exit_times(candidates[i], inputs, i))] = True
+                                    self._exit_times(candidates[i], inputs, i),
+                                    self.collision_substeps)] = True
         return mask
 
     def _exit_times(self, candidates: np.ndarray, inputs: dict[str, np.ndarray], i: int) -> np.ndarray | None:
@@ -555,7 +563,7 @@ class Rad2Policy:
             route = observation_route(inputs["route"][i], inputs["route_mask"][i])
         return safe_medoid_index(candidates, inputs["agents"][i], inputs["agents_mask"][i], self.plan_dt,
                                  self.ego_size, self.max_curvature, route, self.progress_quantile,
-                                 self._exit_times(candidates, inputs, i))
+                                 self._exit_times(candidates, inputs, i), self.collision_substeps)
 
     def _recorded_inputs(self, inputs: dict[str, np.ndarray], scene: dict[str, Any]) -> list[dict]:
         """Per row, the discriminator's inputs besides the trajectories (copies, float32 / bool)."""

@@ -68,6 +68,7 @@ class SafetyEnvelopeParams:
     lateral_margin_m: float  # m, the ego's box is widened by this on each side for the in-path test
     station_step_m: float  # m, spacing of the ego boxes swept along the path
     crossing_angle_deg: float  # deg, an agent whose heading differs more from the path's is crossing it
+    along_angle_deg: float  # deg, only an agent heading within this of the path is credited its braking way
     crossing_horizon_s: float  # s, a crossing agent counts only where it meets the path this soon
     cut_in_horizon_s: float  # s, an agent moving into the path from beside it counts only this soon
     alongside_horizon_s: float  # s, ... and one doing so while alongside the ego only this soon
@@ -85,6 +86,9 @@ class SafetyEnvelopeParams:
         if not 0.0 < self.crossing_angle_deg <= 90.0:
             raise ValueError(f"safety_envelope.crossing_angle_deg: must be in (0, 90], got "
                              f"{self.crossing_angle_deg!r}")
+        if not 0.0 <= self.along_angle_deg <= self.crossing_angle_deg:
+            raise ValueError(f"safety_envelope.along_angle_deg: must be in [0, crossing_angle_deg = "
+                             f"{self.crossing_angle_deg!r}], got {self.along_angle_deg!r}")
         for name in ("reaction_time_s", "margin_m", "lateral_margin_m", "crossing_horizon_s",
                      "cut_in_horizon_s", "alongside_horizon_s", "entry_brake_decel", "entry_imminent_s",
                      "follow_time_gap_s", "closing_decel"):
@@ -99,7 +103,7 @@ class SafetyEnvelopeParams:
         c = require(params, "safety_envelope")
         return cls(bool(c["enabled"]), float(c["reaction_time_s"]), float(c["ego_decel"]),
                    float(c["agent_decel"]), float(c["margin_m"]), float(c["lateral_margin_m"]),
-                   float(c["station_step_m"]), float(c["crossing_angle_deg"]),
+                   float(c["station_step_m"]), float(c["crossing_angle_deg"]), float(c["along_angle_deg"]),
                    float(c["crossing_horizon_s"]), float(c["cut_in_horizon_s"]),
                    float(c["alongside_horizon_s"]), float(c["entry_brake_decel"]),
                    float(c["entry_imminent_s"]), float(c["follow_time_gap_s"]), float(c["closing_decel"]))
@@ -157,10 +161,16 @@ def _path(plan: np.ndarray, extension_m: float) -> tuple[np.ndarray, np.ndarray]
 
 def apply_envelope(plan: np.ndarray, plan_dt: float, ego_speed: float, agents: np.ndarray,
                    agents_mask: np.ndarray, ego_size: tuple[float, float], emergency_decel: float,
-                   p: SafetyEnvelopeParams, max_speed: float | None = None) -> EnvelopeResult:
+                   p: SafetyEnvelopeParams, max_speed: float | None = None,
+                   substeps: int = 1) -> EnvelopeResult:
     """``plan`` [T, 2] (ego frame, point k at (k+1)·plan_dt) re-timed along its path within the bound
     of the module doc against the agents ``agents [N, 10]`` (observation tokens, ``agents_mask [N]``),
     braking at most at ``emergency_decel`` (m/s^2, > 0).
+
+    ``substeps``: the agents are placed in the path at this many times per plan interval, and the bound
+    holds at each of them (``planner.collision_time_step_s``). Why: at the plan's 0.5 s a car crossing
+    at 8.5 m/s moves 4 m between two looks, about its own length, and passed through the ego's swept
+    path unseen (a car crossing a crawling ego's nose at a junction, hit at fault).
 
     ``max_speed`` (m/s, the vehicle's): the speed the swept path's length is computed from is capped
     there, so an impossible ego or plan speed (the nodes' validators reject those before planning) cannot
@@ -197,7 +207,10 @@ def apply_envelope(plan: np.ndarray, plan_dt: float, ego_speed: float, agents: n
     yaw = np.arctan2(d[:, 1], d[:, 0])
     ego = np.stack(np.broadcast_arrays(np.interp(s, cum, path[:, 0]), np.interp(s, cum, path[:, 1]), yaw,
                                        ego_size[0], ego_size[1] + 2.0 * p.lateral_margin_m), -1)  # S 5
-    times = np.arange(len(pts) + 1) * plan_dt  # now and every plan point
+    n = int(substeps)
+    if n < 1:
+        raise ValueError(f"substeps: must be an integer >= 1, got {substeps!r}")
+    times = np.arange(len(pts) * n + 1) * (plan_dt / n)  # now and n times per plan interval
     boxes = constant_velocity_boxes(a, times)  # N T+1 5
     hit = boxes_overlap(ego[None, None], boxes[:, :, None])  # N T+1 S
     any_hit = hit.any(-1)
@@ -206,16 +219,25 @@ def apply_envelope(plan: np.ndarray, plan_dt: float, ego_speed: float, agents: n
     first = hit.argmax(-1)
     # the last station before the first touching one (conservative by at most one station)
     s_hit = np.where(any_hit, np.maximum(s[first] - p.station_step_m, 0.0), np.inf)  # N T+1
-    # the agent's speed along the path where it is met, >= 0 (an oncoming agent stops nowhere ahead)
+    # the agent's speed along the path where it is met, >= 0 (an oncoming agent stops nowhere ahead);
+    # only an agent heading along the path there (within along_angle_deg: a leader, a car changing into
+    # the lane) is credited with the way it would still go braking. One entering at a steeper angle
+    # sweeps across the path where it meets it, its side first: credited with its speed's projection, a
+    # car passing across a crawling ego's nose as the ego turned right into its lane (30-40 degrees off
+    # the path) "would stop 5 m further on", and the bound let the ego drive into its side.
+    heading_off = np.arctan2(a[:, 3], a[:, 2])[:, None] - yaw[first]  # N T+1
     v_along = np.maximum(a[:, None, 4] * np.cos(yaw[first]) + a[:, None, 5] * np.sin(yaw[first]), 0.0)
     v_along = np.minimum(v_along, a_speed[:, None])
+    v_along = np.where(np.cos(heading_off) >= np.cos(np.radians(p.along_angle_deg)), v_along, 0.0)
     # where the ego's centre must be able to stop by, per agent and time
     limit = s_hit + v_along**2 / (2.0 * p.agent_decel) - p.margin_m  # N T+1
     # an agent crossing the path that the ego cannot stop before even at its emergency limit (it is
-    # already in the agent's way): braking would leave it standing there, so the plan goes on
-    crossing = np.abs(np.cos(np.arctan2(a[:, 3], a[:, 2])[:, None] - yaw[first])) < np.cos(
-        np.radians(p.crossing_angle_deg))
-    limit = np.where(crossing & (v0**2 / (2.0 * emergency_decel) > s_hit), np.inf, limit)
+    # already in the agent's way): braking would leave it standing there, so the plan goes on. Going on
+    # is the choice that gives up braking, so it is judged against the first touching station itself,
+    # not the one before it: with s_hit, a crawling ego (stopping in 0.4 m) whose nose is a station
+    # short of a car sweeping across it was waved on into its side.
+    crossing = np.abs(np.cos(heading_off)) < np.cos(np.radians(p.crossing_angle_deg))
+    limit = np.where(crossing & (v0**2 / (2.0 * emergency_decel) > s[first]), np.inf, limit)
     # constant velocity is trusted only so far for an agent not in the path now: a crossing one counts up
     # to crossing_horizon_s (cross traffic may stop at its own signal), one beside the path moving into
     # it up to cut_in_horizon_s (lateral drift within a lane two lanes over is not a cut-in), and one
@@ -231,7 +253,9 @@ def apply_envelope(plan: np.ndarray, plan_dt: float, ego_speed: float, agents: n
     # the middle of the stations touching the agent: where it is along the path
     last = hit.shape[-1] - 1 - hit[..., ::-1].argmax(-1)
     middle = np.where(any_hit, 0.5 * (s[first] + s[last]), -np.inf)  # N T+1
-    b = p.reaction_time_s + plan_dt
+    # the substeps of an interval: their time since the interval's start
+    tau = np.arange(1, n + 1) * (plan_dt / n)
+    b = p.reaction_time_s + tau
     step_down = emergency_decel * plan_dt
     c_gap = p.follow_time_gap_s + plan_dt
 
@@ -239,10 +263,11 @@ def apply_envelope(plan: np.ndarray, plan_dt: float, ego_speed: float, agents: n
         """The largest speed u on interval k from which the ego keeps follow_time_gap_s behind every
         leader ahead (at constant velocity) and can come down to its speed at closing_decel:
         s_now + u·(dt + follow_time_gap_s) + max(u - v_a, 0)²/(2·closing_decel) <= s_hit - margin."""
-        who = np.flatnonzero((middle[:, k + 1] > s_now) & np.isfinite(close_at[:, k + 1]))
+        end = (k + 1) * n
+        who = np.flatnonzero((middle[:, end] > s_now) & np.isfinite(close_at[:, end]))
         if len(who) == 0:
             return np.inf, -1
-        room, v_a = np.maximum(close_at[who, k + 1] - s_now, 0.0), v_along[who, k + 1]
+        room, v_a = np.maximum(close_at[who, end] - s_now, 0.0), v_along[who, end]
         # below the leader's speed only the time gap binds; above it the closing term too
         disc = np.maximum(c_gap * c_gap + 2.0 * (room - c_gap * v_a) / p.closing_decel, 0.0)
         above = v_a + p.closing_decel * (-c_gap + np.sqrt(disc))
@@ -250,9 +275,33 @@ def apply_envelope(plan: np.ndarray, plan_dt: float, ego_speed: float, agents: n
         j = int(np.argmin(u))
         return float(u[j]), int(who[j])
 
-    def room_at(lim: np.ndarray, k: int, s_now: float) -> tuple[float, np.ndarray]:
-        ahead_now = middle[:, k + 1] > s_now  # agents ahead of the ego where they meet its path
-        return lim[ahead_now, k + 1].min(initial=np.inf) - s_now, ahead_now
+    def speed_bound(lim: np.ndarray, k: int, s_now: float) -> tuple[float, int, bool]:
+        """The largest constant speed u on interval k with, at each of its substeps τ and for every
+        agent ahead of the ego where it meets its path:
+        - the stopping bound: s_now + u·τ + u·reaction_time_s + u²/(2·ego_decel) <= its limit;
+        - the contact bound: s_now + u·τ + u²/(2·emergency_decel) <= s_hit, where the agent is then.
+        With the agent that binds it (-1: none) and whether the ego is past one of these bounds at the
+        interval's start already (no speed meets it).
+
+        Why the contact bound: the stopping bound credits an agent moving along the path with the way it
+        would still go braking, right for a leader, but a much faster car cutting in across the ego's
+        nose (passing it on the right and moving in at 2.5 m/s, 9 m/s faster) got 26 m of credit while
+        its rear corner swept the ego's front: at every moment the ego must still be able to stop short
+        of where such an agent is. An agent the ego's box touches where it stands now (s[first] = 0: it
+        comes to the ego, e.g. grazing its side) has no such bound: braking would not keep it off."""
+        cols = k * n + np.arange(1, n + 1)
+        lims = np.where(middle[:, cols] > s_now, lim[:, cols], np.inf)  # N n
+        room = np.maximum(lims.min(0, initial=np.inf) - s_now, 0.0)  # n
+        u = np.where(room > 0, p.ego_decel * (-b + np.sqrt(b * b + 2.0 * room / p.ego_decel)), 0.0)
+        contact = np.where(np.isfinite(lims) & (s[first[:, cols]] > 0.0), s_hit[:, cols], np.inf)  # N n
+        c_room = np.maximum(contact.min(0, initial=np.inf) - s_now, 0.0)
+        e = float(emergency_decel)
+        u_contact = np.where(c_room > 0, e * (-tau + np.sqrt(tau * tau + 2.0 * c_room / e)), 0.0)
+        passed = bool(min(lims.min(initial=np.inf), contact.min(initial=np.inf)) < s_now - 1e-9)
+        j = int(np.argmin(np.minimum(u, u_contact)))
+        if u_contact[j] < u[j]:
+            return float(u_contact[j]), int(np.argmin(contact[:, j])), passed
+        return float(u[j]), (int(np.argmin(lims[:, j])) if np.isfinite(lims[:, j]).any() else -1), passed
 
     def retime(lim: np.ndarray, forced: int) -> tuple[np.ndarray, bool, int, int]:
         """Forward pass against the limits ``lim`` braking at the emergency limit on the first ``forced``
@@ -272,21 +321,22 @@ def apply_envelope(plan: np.ndarray, plan_dt: float, ego_speed: float, agents: n
                     u = min(u, max(u_close, v_prev - p.closing_decel * plan_dt, 0.0))
                     lowered = True
                     binding = leader if binding < 0 else binding
-            room, ahead_now = room_at(lim, k, s_now)
-            # the largest constant speed u on the interval with s_now + u·dt + u·reaction_time_s
-            # + u²/(2·ego_decel) <= the limit at its end
-            u_max = p.ego_decel * (-b + np.sqrt(b * b + 2.0 * room / p.ego_decel)) if room > 0 else 0.0
+            u_max, bound_by, passed = speed_bound(lim, k, s_now)
             floor = max(v_prev - step_down, 0.0)
             if k < forced:
                 u = min(u, floor)
             elif u_max < u - 1e-6:
                 u = min(u, max(u_max, floor))
-                if short_of < 0 and u_max < floor - 1e-6:
+                # unreachable: even the emergency limit is too slow, or the ego is past a bound already
+                # when the interval starts (the plan's speeds are constant per interval, so a drop to 0
+                # at its start looks possible from any speed: a plan that kept 2.9 m/s for 0.5 s and
+                # then "stopped" in front of a crossing car drove on into it, cycle after cycle)
+                if short_of < 0 and (u_max < floor - 1e-6 or passed):
                     short_of = k
             if u < v_own - 1e-6:
                 lowered = True
-                if binding < 0 and ahead_now.any():
-                    binding = int(np.flatnonzero(ahead_now)[np.argmin(lim[ahead_now, k + 1])])
+                if binding < 0 and bound_by >= 0:
+                    binding = bound_by
             s_now += u * plan_dt
             out[k] = s_now
             v_prev = u

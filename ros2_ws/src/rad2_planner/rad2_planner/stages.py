@@ -180,8 +180,9 @@ class StallRecoveryStage(RetimingStage):
 
     def __init__(self, params: StallRecoveryParams, plan_dt: float, vehicle, bev_cfg,
                  channel_names: list[str], ego_size: tuple[float, float], max_curvature: float,
-                 drivable: DrivableAreaParams):
+                 drivable: DrivableAreaParams, collision_substeps: int = 1):
         self.params = params
+        self.collision_substeps = int(collision_substeps)
         self.drivable = drivable
         self.plan_dt = float(plan_dt)
         self.vehicle = vehicle
@@ -222,14 +223,15 @@ class StallRecoveryStage(RetimingStage):
         """:func:`clear_road_start`'s plan where :func:`keeps_clear` (every agent); else None."""
         faster = clear_road_start(plan, speed, self.plan_dt, route, self.params)
         if faster is None or not keeps_clear(faster, drivable, context.inputs, i, self.plan_dt, self.ego_size,
-                                             self.max_curvature, self.bev_cfg, self.drivable):
+                                             self.max_curvature, self.bev_cfg, self.drivable,
+                                             substeps=self.collision_substeps):
             return None
         return faster[: plan.shape[0]]
 
 
 def keeps_clear(plan: np.ndarray, drivable: np.ndarray, inputs: dict[str, np.ndarray], i: int,
                 plan_dt: float, ego_size: tuple[float, float], max_curvature: float, bev_cfg,
-                drivable_params: DrivableAreaParams, pacing: bool = False) -> bool:
+                drivable_params: DrivableAreaParams, pacing: bool = False, substeps: int = 1) -> bool:
     """Whether a re-timed ``plan`` (ego frame, continued to its check horizon) keeps every point on the
     BEV's ``drivable`` area, the ego's box on it over the drivable-area check's horizon (a corner cut by
     the box), and overlaps no observed agent of row ``i`` extrapolated at constant velocity
@@ -253,7 +255,7 @@ def keeps_clear(plan: np.ndarray, drivable: np.ndarray, inputs: dict[str, np.nda
         behind = (agents[:, 0] < 0.0) & (np.abs(agents[:, 1]) < FOLLOWER_LATERAL_M)
         follower = behind & (agents[:, 2] > COS_45)
         mask = mask & ~follower
-    first = first_overlaps(plan[None], agents, mask, plan_dt, ego_size, max_curvature)
+    first = first_overlaps(plan[None], agents, mask, plan_dt, ego_size, max_curvature, substeps)
     return bool(first[0] >= len(plan))
 
 
@@ -266,8 +268,10 @@ class MissionPaceStage(RetimingStage):
     note_key = "mission_pace"
 
     def __init__(self, params: MissionPaceParams, plan_dt: float, bev_cfg, channel_names: list[str],
-                 ego_size: tuple[float, float], max_curvature: float, drivable: DrivableAreaParams):
+                 ego_size: tuple[float, float], max_curvature: float, drivable: DrivableAreaParams,
+                 collision_substeps: int = 1):
         self.params = params
+        self.collision_substeps = int(collision_substeps)
         self.plan_dt = float(plan_dt)
         self.bev_cfg = bev_cfg
         self.channel_names = list(channel_names)
@@ -301,7 +305,8 @@ class MissionPaceStage(RetimingStage):
             channel = drivable_channel(inputs["bev"], self.channel_names, self.bev_cfg)
             if channel is None or not keeps_clear(new, inputs["bev"][i, channel], inputs, i, self.plan_dt,
                                                   self.ego_size, self.max_curvature, self.bev_cfg,
-                                                  self.drivable, pacing=True):
+                                                  self.drivable, pacing=True,
+                                                  substeps=self.collision_substeps):
                 return None, ""
             return new[: len(plan)], f"towards the mission's pace {target:.1f} m/s (faster)"
         return new, f"towards the mission's pace {target:.1f} m/s (slower)"
@@ -354,8 +359,9 @@ class SafetyEnvelopeStage(RetimingStage):
     note_key = "safety_envelope"
 
     def __init__(self, params: SafetyEnvelopeParams, plan_dt: float, ego_size: tuple[float, float],
-                 emergency_decel: float, max_speed: float):
+                 emergency_decel: float, max_speed: float, collision_substeps: int = 1):
         self.params = params
+        self.collision_substeps = int(collision_substeps)
         self.plan_dt = float(plan_dt)
         self.ego_size = ego_size
         self.emergency_decel = float(emergency_decel)
@@ -369,7 +375,7 @@ class SafetyEnvelopeStage(RetimingStage):
         inputs = context.inputs
         res = apply_envelope(plan, self.plan_dt, float(inputs["ego_state"][i, 0]), inputs["agents"][i],
                              inputs["agents_mask"][i], self.ego_size, self.emergency_decel, self.params,
-                             max_speed=self.max_speed)
+                             max_speed=self.max_speed, substeps=self.collision_substeps)
         return (res.plan, res.note()) if res.fired else (None, "")
 
 
@@ -390,8 +396,9 @@ class PlanBrakingStage(RetimingStage):
     note_key = "plan_braking"
 
     def __init__(self, params: ComfortLimitParams, plan_dt: float, ego_size: tuple[float, float],
-                 max_curvature: float):
+                 max_curvature: float, collision_substeps: int = 1):
         self.params = params
+        self.collision_substeps = int(collision_substeps)
         self.plan_dt = float(plan_dt)
         self.ego_size = ego_size
         self.max_curvature = float(max_curvature)
@@ -410,7 +417,7 @@ class PlanBrakingStage(RetimingStage):
             return None, ""
         both = np.stack([np.asarray(plan, np.float64), limited])
         latest = safe_candidates(both, inputs["agents"][i], inputs["agents_mask"][i], self.plan_dt,
-                                 self.ego_size, self.max_curvature)
+                                 self.ego_size, self.max_curvature, substeps=self.collision_substeps)
         if 1 not in latest:
             return None, ""
         return limited, f"the plan's braking held to {self.params.max_plan_decel:g} m/s^2"

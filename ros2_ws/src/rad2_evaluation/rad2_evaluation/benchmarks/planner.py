@@ -49,7 +49,8 @@ def bench_selection(policy, ms, n_agents: int, repeats: int, seed: int = 0) -> d
         for i in range(repeats + 10):
             cand, agents, mask = scenes[i % len(scenes)]
             t0 = time.perf_counter()
-            safe_medoid_index(cand, agents, mask, policy.plan_dt, policy.ego_size, policy.max_curvature)
+            safe_medoid_index(cand, agents, mask, policy.plan_dt, policy.ego_size, policy.max_curvature,
+                              substeps=policy.collision_substeps)
             if i >= 10:
                 times.append((time.perf_counter() - t0) * 1e3)
         out[m] = percentiles(times)
