@@ -232,6 +232,17 @@ def _risk(critic, result):
     return 1.0 / (1.0 + np.exp(-(result.candidates[:, -1, 0] - critic.offset)))
 
 
+def _safe_among(policy, observation, result, allowed):
+    """Of the candidates ``allowed``, those the discriminator ranks: its safe set (planner.
+    discriminator_candidates: safe) among them, or all of them where none of them is in it."""
+    from rad2_planner.candidates import observation_inputs
+
+    inputs = observation_inputs(observation, policy.cfg, policy.observation_channels)
+    mask = policy.discriminator_mask(result.candidates[None], inputs)
+    both = allowed if mask is None else allowed[mask[0, allowed]]
+    return both if len(both) else allowed
+
+
 def test_mode_off_leaves_plan_batch_unchanged_and_loads_no_critic(tiny, tmp_path):
     model, obs = tiny
     off = _policy(model, tmp_path, critic_checkpoint=str(tmp_path / "nowhere"), mode="off")  # never read
@@ -267,8 +278,10 @@ def test_candidate_selection_never_picks_a_rejected_candidate_when_one_is_accept
             p = _risk(critic, r)
             accepted = np.flatnonzero(p < 0.5)
             assert len(accepted) > 0 and r.selected in accepted
-            # the policy's own rule among the accepted ones: the highest discriminator logit
-            assert r.selected == accepted[np.argmax(r.logits[accepted])]
+            # the policy's own rule among the accepted ones: the highest discriminator logit (of the
+            # safe set among them, as always)
+            ranked = _safe_among(base, row, r, accepted)
+            assert r.selected == ranked[np.argmax(r.logits[ranked])]
             assert r.info["corrections"] == int(r.selected != r0.selected)
             assert r.info["critic_p"] == pytest.approx(p[r.selected], abs=1e-6)
     # nothing accepted (threshold 0): the least risky candidate
@@ -284,12 +297,14 @@ def test_rejection_sampling_stops_at_max_rounds_and_keeps_the_least_risky(tiny, 
     res = pol.plan_batch(obs, seeds=[5, 6, 7])
     assert critic.calls == 1 + 3  # the first proposal, then one call per round for the rejected rows
     first = _policy(model, tmp_path).plan_batch(obs, seeds=[5, 6, 7])
-    for r, f in zip(res, first):
+    for i, (r, f) in enumerate(zip(res, first)):
         assert r.info["corrections"] == 3 and not r.info["critic_accepted"]
         # the executed proposal is no riskier than the first one, and it is its set's own selection
         assert r.info["critic_p"] <= _risk(critic, f)[f.selected] + 1e-9
         assert r.info["critic_p"] == pytest.approx(_risk(critic, r)[r.selected], abs=1e-6)
-        assert r.selected == int(np.argmax(r.logits))
+        row = {k: v[i : i + 1] for k, v in obs.items()}
+        ranked = _safe_among(pol, row, r, np.arange(len(r.logits)))
+        assert r.selected == int(ranked[np.argmax(r.logits[ranked])])
         assert r.timings_ms["corrections"] > 0.0
     # deterministic: the same seeds give the same redraws
     again = pol.plan_batch(obs, seeds=[5, 6, 7])

@@ -186,7 +186,7 @@ def test_the_safety_envelope_after_the_plan_braking_limit_still_stops_before_a_c
     plan = _plan_from_speeds(18.0, [-6.0] * 8)
     limited = limit_plan_braking(plan, DT, 18.0, 3.0)
     car = np.array([[40.0, 0.0, 1.0, 0.0, 0.0, 0.0, 4.5, 1.8, 0.0, 0.0]])
-    p = SafetyEnvelopeParams(True, 0.5, 4.0, 4.0, 2.0, 0.2, 1.0, 45.0, 1.0, 2.0, 1.0, 2.5, 1.0)
+    p = SafetyEnvelopeParams(True, 0.5, 4.0, 4.0, 2.0, 0.2, 1.0, 45.0, 20.0, 1.0, 2.0, 1.0, 2.5, 1.0)
     res = apply_envelope(limited, DT, 18.0, car, np.ones(1, bool), (4.8, 1.9), 8.0, p)
     assert res.fired
     assert _progress(res.plan)[-1] + 0.5 * 4.8 <= 40.0 - 0.5 * 4.5 - 2.0 + 1e-6
