@@ -37,6 +37,10 @@ form of the RSS longitudinal distance):
   of a later point cannot be met even so (an agent cutting in), the plan brakes at that limit from now
   on, for as few intervals as make it reachable: braking starts at once, not when the agent is in the
   path. A plan that satisfies the bound is returned unchanged.
+- only an agent heading within ``along_angle_deg`` of the path where it meets it gets the braking credit
+  ``v_a²/(2·agent_decel)``; and at every moment the ego can still stop, at the emergency limit, short of
+  where an agent in its path is then (the contact bound, ``speed_bound``). Agents are placed in the path
+  ``substeps`` times per plan interval (``planner.collision_time_step_s``).
 - except where only predicted entries make the bound unreachable: agents not in the path now whose
   constant-velocity entry into it lies more than ``entry_imminent_s`` ahead. Then the plan brakes at
   ``entry_brake_decel`` from now (within the tracker's jerk limits) and keeps every other agent's bound;
@@ -255,6 +259,10 @@ def apply_envelope(plan: np.ndarray, plan_dt: float, ego_speed: float, agents: n
     middle = np.where(any_hit, 0.5 * (s[first] + s[last]), -np.inf)  # N T+1
     # the substeps of an interval: their time since the interval's start
     tau = np.arange(1, n + 1) * (plan_dt / n)
+    # the contact bound's station per agent and time (speed_bound); none where the ego's box touches the
+    # agent where it stands now
+    contact_at = np.where(s[first] > 0.0, s_hit, np.inf)  # N T+1
+    e = float(emergency_decel)
     b = p.reaction_time_s + tau
     step_down = emergency_decel * plan_dt
     c_gap = p.follow_time_gap_s + plan_dt
@@ -293,9 +301,8 @@ def apply_envelope(plan: np.ndarray, plan_dt: float, ego_speed: float, agents: n
         lims = np.where(middle[:, cols] > s_now, lim[:, cols], np.inf)  # N n
         room = np.maximum(lims.min(0, initial=np.inf) - s_now, 0.0)  # n
         u = np.where(room > 0, p.ego_decel * (-b + np.sqrt(b * b + 2.0 * room / p.ego_decel)), 0.0)
-        contact = np.where(np.isfinite(lims) & (s[first[:, cols]] > 0.0), s_hit[:, cols], np.inf)  # N n
+        contact = np.where(np.isfinite(lims), contact_at[:, cols], np.inf)  # N n
         c_room = np.maximum(contact.min(0, initial=np.inf) - s_now, 0.0)
-        e = float(emergency_decel)
         u_contact = np.where(c_room > 0, e * (-tau + np.sqrt(tau * tau + 2.0 * c_room / e)), 0.0)
         passed = bool(min(lims.min(initial=np.inf), contact.min(initial=np.inf)) < s_now - 1e-9)
         j = int(np.argmin(np.minimum(u, u_contact)))
