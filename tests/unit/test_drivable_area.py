@@ -130,3 +130,23 @@ def test_the_safe_set_prefers_candidates_that_stay_on_the_road():
     assert safe_medoid_index(cands, no_agents, mask, DT, EGO, 0.3, exit_times=exits) in (0, 1)
     # every candidate leaves the road: those leaving it latest
     assert list(safe_candidates(cands[2:], no_agents, mask, DT, EGO, 0.3, exits[2:])) == [0]
+
+
+def test_the_box_turns_no_faster_than_the_car_can():
+    from rad2_core.bicycle import VehicleParams, slip_and_curvature
+
+    vehicle = VehicleParams.from_params(load_params("vehicle"))
+    kappa = float(slip_and_curvature(vehicle.max_steer, vehicle)[1])
+    # a standing ego's plan: its first points centimetres apart, pointing sideways, then on along the lane
+    jitter = np.array([[0.01, 0.13], [0.2, 0.3], [0.8, 0.3], [1.6, 0.1], [2.6, 0.0], [3.8, 0.0]])
+    lane = _drivable(lambda x, y: np.abs(y) < 1.9)  # a 3.8 m turn lane, the 1.9 m wide ego in its middle
+    raw = path_headings(jitter)
+    assert abs(raw[0]) > 1.4  # the first segment's direction: 86 degrees off the lane
+    assert first_exit(jitter, DT, EGO, lane, CFG, P).index == 0  # read as sideways across the lane
+    held = path_headings(jitter, kappa)
+    assert np.abs(held).max() < 0.2  # the car cannot turn more on 4 m of path
+    assert first_exit(jitter, DT, EGO, lane, CFG, P, kappa) is None
+    # on a circle just inside the car's tightest turn every chord's direction is reachable: unchanged
+    arc, bend = np.arange(1, 7) * 1.5, 0.95 * kappa  # points 1.5 m apart
+    circle = np.stack([np.sin(bend * arc), 1 - np.cos(bend * arc)], axis=1) / bend
+    assert path_headings(circle, kappa) == pytest.approx(path_headings(circle), abs=1e-6)

@@ -251,6 +251,20 @@ def test_ego_and_agents_match_the_csv(clips):
     np.testing.assert_allclose(c.agent_yaw[rider, :100], 0.0, atol=1e-9)  # heading of its velocity
 
 
+def test_a_heading_logged_against_the_motion_is_turned(tmp_path):
+    # car 2's psi_rad says west while it drives east at 12 m/s: mislabelled, not reversing
+    rows = [r[:8] + [np.pi] + r[9:] if r[0] == 2 else r for r in vehicle_rows()]
+    clip = next(iter_interaction_clips(make_dataset(tmp_path, rows=rows), PARAMS, ego_track_ids=[2]))
+    np.testing.assert_allclose(np.cos(clip.ego_yaw), 1.0, atol=1e-9)
+    np.testing.assert_allclose(clip.ego_speed, 12.0, atol=1e-6)  # forwards, not -12 m/s
+    # a car slowly backing out against its heading (1.5 m/s) keeps it
+    backing = _vehicle(6, FRAMES, X0 + 60.0, Y0 - 1.75, -1.5, 4.5, 1.8)
+    clip = next(iter_interaction_clips(make_dataset(tmp_path / "b", rows=vehicle_rows() + backing), PARAMS,
+                                       ego_track_ids=[2]))
+    k = clip.agent_ids.tolist().index(6)
+    np.testing.assert_allclose(clip.agent_yaw[k], 0.0, atol=1e-9)
+
+
 def test_the_route_runs_along_the_ego_lane(clips):
     for c, lanes, y in ((clips[0][0], [111, 112, 113], Y0 + 1.75), (clips[0][1], [101, 102, 103], Y0 - 1.75)):
         assert c.route_lane_ids.tolist() == lanes

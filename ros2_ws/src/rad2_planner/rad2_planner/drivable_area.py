@@ -63,20 +63,37 @@ class DrivableExit:
                 f"({self.time_s:.1f} s, point {self.index})")
 
 
-def path_headings(plan: np.ndarray) -> np.ndarray:
-    """Heading of the path at each point of ``plan`` [T, 2] (ego frame, points at (k+1)·dt): the
-    direction from the previous point (the ego at the origin for the first); a point that has not
-    moved keeps the heading before it."""
-    path = np.vstack([np.zeros((1, 2)), np.asarray(plan, np.float64)])
-    step = np.diff(path, axis=0)
-    moved = np.hypot(step[:, 0], step[:, 1]) > 1e-3
-    heading = np.arctan2(step[:, 1], step[:, 0])
-    out = np.empty(len(step))
-    last = 0.0  # the ego's own heading in its frame
-    for k in range(len(step)):
-        last = heading[k] if moved[k] else last
-        out[k] = last
+def kinematic_headings(paths: np.ndarray, max_curvature: float = np.inf) -> np.ndarray:
+    """[..., T] heading of the ego's box on each segment of ``paths`` [..., T+1, 2] (ego frame, starting
+    at the ego with heading 0): the segment's direction, turned from the heading before it by no more
+    than a car turning at ``max_curvature`` can over the arc between them (the chord of a circle of
+    curvature k turns k·L/2 from the tangent at its start, consecutive chords k·(L1 + L2)/2). Why: from
+    a standing ego the generator's points are centimetres apart and point in any direction; a box set on
+    such a segment's direction stood sideways across a narrow turn lane, and the plan read as leaving the
+    road the first 0.1 m (the ego waited 15 s on a free road). A segment that has not moved keeps the
+    heading before it."""
+    path = np.asarray(paths, np.float64)
+    step = np.diff(path, axis=-2)
+    length = np.hypot(step[..., 0], step[..., 1])
+    direction = np.arctan2(step[..., 1], step[..., 0])
+    out = np.empty(length.shape)
+    last = np.zeros(length.shape[:-1])  # the ego's own heading in its frame
+    previous = np.zeros(length.shape[:-1])  # the length of the segment before (none before the first)
+    for k in range(length.shape[-1]):
+        turn = np.angle(np.exp(1j * (direction[..., k] - last)))
+        bound = max_curvature * 0.5 * (previous + length[..., k]) if np.isfinite(max_curvature) else np.inf
+        moved = length[..., k] > 1e-3
+        last = np.where(moved, last + np.clip(turn, -bound, bound), last)
+        previous = np.where(moved, length[..., k], previous)
+        out[..., k] = last
     return out
+
+
+def path_headings(plan: np.ndarray, max_curvature: float = np.inf) -> np.ndarray:
+    """Heading of the ego's box on the path to each point of ``plan`` [T, 2] (ego frame, points at
+    (k+1)·dt, the ego at the origin before the first): :func:`kinematic_headings`."""
+    pts = np.asarray(plan, np.float64)
+    return kinematic_headings(np.vstack([np.zeros((1, 2)), pts]), max_curvature)
 
 
 def footprint_corners(points: np.ndarray, yaw: np.ndarray, ego_size: tuple[float, float]) -> np.ndarray:
@@ -90,13 +107,14 @@ def footprint_corners(points: np.ndarray, yaw: np.ndarray, ego_size: tuple[float
     return np.stack([pts[:, :1] + c * dx - s * dy, pts[:, 1:2] + s * dx + c * dy], axis=-1)
 
 
-def swept_samples(plan: np.ndarray, plan_dt: float, step_m: float) -> tuple[np.ndarray, ...]:
+def swept_samples(plan: np.ndarray, plan_dt: float, step_m: float,
+                  max_curvature: float = np.inf) -> tuple[np.ndarray, ...]:
     """The plan's path from the ego (the origin) through ``plan`` [T, 2], sampled at most ``step_m``
     apart: points [N, 2], headings [N], arc lengths [N], times [N] and the plan point each sample's
     segment ends at [N]. The plan's points are a plan_dt apart in time, metres apart in space; the box
     is checked between them as well."""
     path = np.vstack([np.zeros((1, 2)), np.asarray(plan, np.float64)])
-    yaw = path_headings(plan)
+    yaw = path_headings(plan, max_curvature)
     pts, hdg, arc, times, seg = [], [], [], [], []
     s0 = 0.0
     for k in range(len(path) - 1):
@@ -132,12 +150,14 @@ def _corners_covered(corners: np.ndarray, drivable: np.ndarray, cfg: BevConfig,
 
 
 def first_exit(plan: np.ndarray, plan_dt: float, ego_size: tuple[float, float], drivable: np.ndarray,
-               cfg: BevConfig, p: DrivableAreaParams) -> DrivableExit | None:
+               cfg: BevConfig, p: DrivableAreaParams, max_curvature: float = np.inf) -> DrivableExit | None:
     """Where, within ``p.horizon_s``, the ego box swept along ``plan`` [T, 2] first has a corner on a
     cell of ``drivable`` [H, W] (grid ``cfg``) covered less than ``p.coverage_threshold``; None when it
-    never does (corners outside the grid are not looked at)."""
+    never does (corners outside the grid are not looked at). The box turns along the path no faster
+    than ``max_curvature`` allows (:func:`kinematic_headings`)."""
     n = min(len(plan), max(int(np.ceil(p.horizon_s / plan_dt - 1e-9)), 1))
-    pts, yaw, arc, times, seg = swept_samples(np.asarray(plan, np.float64)[:n], plan_dt, p.sample_step_m)
+    pts, yaw, arc, times, seg = swept_samples(np.asarray(plan, np.float64)[:n], plan_dt, p.sample_step_m,
+                                              max_curvature)
     corners = footprint_corners(pts, yaw, ego_size)  # [N, 4, 2]
     bad = ~_corners_covered(corners, drivable, cfg, p.coverage_threshold).all(axis=1)
     if not bad.any():
@@ -148,13 +168,13 @@ def first_exit(plan: np.ndarray, plan_dt: float, ego_size: tuple[float, float], 
 
 def candidate_exit_times(candidates: np.ndarray, plan_dt: float, ego_size: tuple[float, float],
                          drivable: np.ndarray, cfg: BevConfig, p: DrivableAreaParams,
-                         samples_per_point: int = 8) -> np.ndarray:
+                         samples_per_point: int = 8, max_curvature: float = np.inf) -> np.ndarray:
     """[M] time (s from now) at which the ego box swept along each of ``candidates`` [M, T, 2] first has
     a corner on a cell of ``drivable`` [H, W] covered less than ``p.coverage_threshold``, within
     ``p.horizon_s``; inf where it never does. The check of :func:`first_exit` for a whole candidate set
     in one pass (the selection's drivable-area preference, every cycle): each plan segment is sampled
     ``samples_per_point`` times (1.25 m apart at 20 m/s for 0.5 s points) instead of every
-    ``sample_step_m``, with the segment's heading (a point that has not moved keeps the one before)."""
+    ``sample_step_m``, with the box's heading of :func:`kinematic_headings` (``max_curvature``)."""
     c = np.asarray(candidates, np.float64)
     m = c.shape[0]
     n = min(c.shape[1], max(int(np.ceil(p.horizon_s / plan_dt - 1e-9)), 1))
@@ -162,11 +182,7 @@ def candidate_exit_times(candidates: np.ndarray, plan_dt: float, ego_size: tuple
         return np.zeros(0)
     path = np.concatenate([np.zeros((m, 1, 2)), c[:, :n]], axis=1)  # M n+1 2
     step = np.diff(path, axis=1)  # M n 2
-    heading = np.arctan2(step[..., 1], step[..., 0])
-    moved = np.hypot(step[..., 0], step[..., 1]) > 1e-3
-    # carry the last moved heading forward (0, the ego's own, before any)
-    last = np.maximum.accumulate(np.where(moved, np.arange(n)[None], -1), axis=1)
-    yaw = np.where(last >= 0, np.take_along_axis(heading, np.maximum(last, 0), axis=1), 0.0)  # M n
+    yaw = kinematic_headings(path, max_curvature)  # M n
     f = np.arange(1, samples_per_point + 1) / samples_per_point  # fractions along each segment
     pts = path[:, :-1, None, :] + f[None, None, :, None] * step[:, :, None, :]  # M n S 2
     times = (np.arange(n)[:, None] + f[None, :]) * plan_dt  # n S
@@ -182,4 +198,4 @@ def candidate_exit_times(candidates: np.ndarray, plan_dt: float, ego_size: tuple
 
 
 __all__ = ["DrivableAreaParams", "DrivableExit", "candidate_exit_times", "first_exit", "footprint_corners",
-           "path_headings", "swept_samples"]
+           "kinematic_headings", "path_headings", "swept_samples"]

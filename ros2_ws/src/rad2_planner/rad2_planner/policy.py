@@ -255,8 +255,8 @@ class Rad2Policy:
             SafetyEnvelopeStage(envelope, self.plan_dt, self.ego_size, -float(vehicle.min_accel),
                                 float(vehicle.max_speed), self.collision_substeps),
             ComfortLimitStage(comfort, self.plan_dt),
-            DrivableAreaStage(drivable, self.plan_dt, self.ego_size,
-                              self.bev_cfg, self.cfg.input_channel_names(self.bev_cfg.channels)),
+            DrivableAreaStage(drivable, self.plan_dt, self.ego_size, self.bev_cfg,
+                              self.cfg.input_channel_names(self.bev_cfg.channels), self.max_curvature),
         ))
         self.set_safety_layer(safety_layer or SafetyLayerParams.from_params(params))
 
@@ -552,7 +552,7 @@ class Rad2Policy:
         if channel is None:
             return None
         return candidate_exit_times(candidates, self.plan_dt, self.ego_size, inputs["bev"][i, channel],
-                                    self.bev_cfg, self._drivable)
+                                    self.bev_cfg, self._drivable, max_curvature=self.max_curvature)
 
     def _safe_medoid(self, candidates: np.ndarray, inputs: dict[str, np.ndarray], i: int) -> int:
         """:func:`safe_medoid_index` of row ``i``'s candidates ``[M', T, 2]`` with this policy's settings."""

@@ -247,8 +247,8 @@ def keeps_clear(plan: np.ndarray, drivable: np.ndarray, inputs: dict[str, np.nda
         on_grid = plan[: beyond[0]] if len(beyond) else plan
     if len(on_grid) and not on_drivable_area(on_grid, drivable, bev_cfg):
         return False
-    if len(on_grid) and first_exit(on_grid, plan_dt, ego_size, drivable, bev_cfg,
-                                   drivable_params) is not None:
+    if len(on_grid) and first_exit(on_grid, plan_dt, ego_size, drivable, bev_cfg, drivable_params,
+                                   max_curvature) is not None:
         return False
     agents, mask = inputs["agents"][i], inputs["agents_mask"][i].astype(bool)
     if pacing:
@@ -454,10 +454,11 @@ class DrivableAreaStage(RetimingStage):
     note_key = "drivable_area"
 
     def __init__(self, params: DrivableAreaParams, plan_dt: float, ego_size: tuple[float, float], bev_cfg,
-                 channel_names: list[str]):
+                 channel_names: list[str], max_curvature: float):
         self.params = params
         self.plan_dt = float(plan_dt)
         self.ego_size = ego_size
+        self.max_curvature = float(max_curvature)
         self.bev_cfg = bev_cfg
         self.channel_names = list(channel_names)
 
@@ -471,7 +472,7 @@ class DrivableAreaStage(RetimingStage):
         if channel is None:
             return None, ""
         found = first_exit(plan, self.plan_dt, self.ego_size, inputs["bev"][i, channel], self.bev_cfg,
-                           self.params)
+                           self.params, self.max_curvature)
         if found is None:
             return None, ""
         if self.params.action != "stop":

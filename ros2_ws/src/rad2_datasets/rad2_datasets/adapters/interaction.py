@@ -9,6 +9,8 @@ The dataset's layout (v1)::
 - **Vehicle tracks**: one row per vehicle and frame, ``track_id, frame_id, timestamp_ms, agent_type, x,
   y, vx, vy, psi_rad, length, width`` (metres, m/s, radians; box centres; 10 Hz; ``track_id`` unique
   within its file only).
+  A vehicle logged mostly at 3 m/s or faster against its ``psi_rad`` gets the heading turned by pi
+  (:func:`heading_along_motion`: no car reverses that fast; the heading is mislabelled).
 - **Pedestrian tracks**: the same without ``psi_rad, length, width`` (``track_id`` may be written
   ``P<n>``). They are read with the vehicle file of the same number and become pedestrian or cyclist
   agents: ``pedestrian`` / ``bicycle`` by their type, the dataset's combined type ``pedestrian/bicycle``
@@ -82,6 +84,10 @@ PEDESTRIAN_ID_OFFSET = 1_000_000
 CYCLIST_MIN_MEDIAN_SPEED = 2.5
 # A pedestrian's heading follows its velocity from this speed (m/s) on; slower, the last such heading.
 _HEADING_MIN_SPEED = 0.2
+# No vehicle reverses this fast (m/s): a track logged mostly this fast against its psi_rad has a heading
+# off by pi (a car of the roundabout's files "reversed" 100 m through it at 7 m/s, and as an ego the
+# planner, which has no reverse, stood facing the wrong way until a car drove into it).
+REVERSING_MAX_SPEED = 3.0
 
 # the types whose tracks may be promoted to ego (box size decides the rest, as for NGSIM)
 EGO_TYPES = ("car",)
@@ -326,6 +332,17 @@ def _velocity_heading(vx: np.ndarray, vy: np.ndarray) -> np.ndarray:
     return np.arctan2(vy[nearest], vx[nearest])
 
 
+def heading_along_motion(yaw: np.ndarray, vx: np.ndarray, vy: np.ndarray) -> np.ndarray:
+    """A vehicle track's logged heading ``yaw``, turned by pi when most of its frames at
+    :data:`REVERSING_MAX_SPEED` or faster move against it (the heading is then mislabelled, not the car
+    reversing); else as logged."""
+    fast = np.hypot(vx, vy) >= REVERSING_MAX_SPEED
+    if not fast.any():
+        return yaw
+    against = (vx * np.cos(yaw) + vy * np.sin(yaw))[fast] < 0.0
+    return wrap_angle(yaw + np.pi) if float(against.mean()) > 0.5 else yaw
+
+
 def _make_track(key: int, rec: dict[str, Any], pedestrian: bool, sizes: dict[str, Any]) -> Track:
     a = np.asarray([r[:7] for r in rec["rows"]], np.float64)
     lines = np.asarray([r[-1] for r in rec["rows"]], np.int64)
@@ -338,7 +355,7 @@ def _make_track(key: int, rec: dict[str, Any], pedestrian: bool, sizes: dict[str
     else:
         kind = _TYPE_MAP.get(rec["type"], AGENT_OTHER)
         length, width = float(rec["length"]), float(rec["width"])
-        yaw = wrap_angle(a[:, 6])
+        yaw = heading_along_motion(wrap_angle(a[:, 6]), vx, vy)
     return Track(agent_id=key, raw_id=rec["raw_id"], agent_type=rec["type"], frames=a[:, 0].astype(np.int64),
                  timestamps_ms=a[:, 1].astype(np.int64), x=a[:, 2], y=a[:, 3], vx=vx, vy=vy,
                  yaw=np.asarray(yaw, np.float64), length=length, width=width, lines=lines, kind=kind,
