@@ -410,3 +410,21 @@ def test_braking_starts_now_for_a_crossing_car_that_arrives_in_the_next_interval
     assert res.fired
     assert res.plan[0, 0] / DT <= 3.0 - EMERGENCY * DT / 2  # braking in the first interval
     assert ego_front_progress(res.plan)[:2].max() <= 4.5 - 0.9  # short of its path while it crosses
+
+
+def test_a_car_overtaking_from_behind_and_moving_across_the_nose_is_braked_for():
+    """A car 7 m/s faster, its centre a metre behind the ego's in the lane to the left, heading 26
+    degrees into the ego's path: it sweeps across the ego's nose within a second. It counted only once
+    its centre passed the ego's, when the accelerating ego could no longer keep out of it."""
+    heading = np.radians(-26.0)
+    overtaker = np.array([-0.9, 3.2, np.cos(heading), np.sin(heading), 10.4, -5.0, 4.5, 1.8, 0.0, 0.0])
+    plan = np.stack([np.cumsum(np.linspace(4.0, 8.0, T)) * DT, np.zeros(T)], -1)  # accelerating
+    res = apply_envelope(plan, DT, 3.6, overtaker[None], np.ones(1, bool), EGO, EMERGENCY, P, substeps=5)
+    assert res.fired and res.agent == 0
+    assert res.plan[0, 0] / DT < 3.6  # braking in the first interval
+    # the same car overtaking parallel to the ego's lane, and a faster follower in the ego's lane: no brake
+    parallel = overtaker.copy()
+    parallel[2:6] = [1.0, 0.0, 10.4, 0.0]
+    follower = np.array([-7.0, 0.0, 1.0, 0.0, 10.4, 0.0, 4.5, 1.8, 0.0, 0.0])
+    for other in (parallel, follower):
+        assert not apply_envelope(plan, DT, 3.6, other[None], np.ones(1, bool), EGO, EMERGENCY, P, substeps=5).fired

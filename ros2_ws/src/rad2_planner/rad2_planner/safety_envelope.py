@@ -16,7 +16,8 @@ form of the RSS longitudinal distance):
   which the ego box, widened by ``lateral_margin_m`` on each side, first touches the agent's box at
   time t predicted at constant velocity from its observation token (the agent is *in the path* at t
   when there is such a point); ``v_a`` the agent's speed along the path there (>= 0).
-- only agents whose centre is ahead of the ego's centre now count (a follower is its own hazard), and
+- only agents whose centre is ahead of the ego's centre now count (a follower is its own hazard), or
+  that overtake it in another lane and are ahead of its centre within ``alongside_horizon_s``, and
   at a plan point only where they meet the path ahead of the ego there (an agent crossing behind it,
   or moving in beside it, is not one to stop for). An agent crossing the path (heading more than
   ``crossing_angle_deg`` from the path's) where the ego could not stop before it even at the emergency
@@ -188,11 +189,18 @@ def apply_envelope(plan: np.ndarray, plan_dt: float, ego_speed: float, agents: n
     if not p.enabled or len(idx) == 0 or len(pts) == 0:
         return unchanged
     a = np.asarray(agents, np.float64)[idx]
-    ahead = a[:, 0] > 0.0  # centre ahead of the ego's centre now
+    v0 = max(float(ego_speed), 0.0)
+    # the agents that count: centre ahead of the ego's centre now, or overtaking from behind in another
+    # lane (clear of the ego's width now) fast enough to be ahead of the ego's centre within
+    # alongside_horizon_s: a car 7 m/s faster coming up from behind-left and moving across the ego's nose
+    # was left out until its centre passed the ego's, when the ego, accelerating, could no longer avoid
+    # it. A follower in the ego's own lane stays out (braking for it is its own hazard).
+    overtaking = ((np.abs(a[:, 1]) > 0.5 * (ego_size[1] + a[:, 7]))
+                  & (a[:, 0] + (a[:, 4] - v0) * p.alongside_horizon_s > 0.0))
+    ahead = (a[:, 0] > 0.0) | overtaking
     idx, a = idx[ahead], a[ahead]
     if len(idx) == 0:
         return unchanged
-    v0 = max(float(ego_speed), 0.0)
     own_cum = arc_lengths(np.vstack([np.zeros((1, 2)), pts]))
     own_speed = np.diff(own_cum) / plan_dt  # the plan's speed on each interval
     v_top = max(v0, float(own_speed.max()))
