@@ -427,4 +427,5 @@ def test_a_car_overtaking_from_behind_and_moving_across_the_nose_is_braked_for()
     parallel[2:6] = [1.0, 0.0, 10.4, 0.0]
     follower = np.array([-7.0, 0.0, 1.0, 0.0, 10.4, 0.0, 4.5, 1.8, 0.0, 0.0])
     for other in (parallel, follower):
-        assert not apply_envelope(plan, DT, 3.6, other[None], np.ones(1, bool), EGO, EMERGENCY, P, substeps=5).fired
+        res = apply_envelope(plan, DT, 3.6, other[None], np.ones(1, bool), EGO, EMERGENCY, P, substeps=5)
+        assert not res.fired
