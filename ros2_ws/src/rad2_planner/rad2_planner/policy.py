@@ -546,7 +546,7 @@ class Rad2Policy:
     def _exit_times(self, candidates: np.ndarray, inputs: dict[str, np.ndarray], i: int) -> np.ndarray | None:
         """[M'] when each of row ``i``'s candidates leaves the BEV's drivable area (inf: never) where the
         safe set prefers those that stay on it (``planner.selection_drivable``), else None."""
-        if not self.selection_drivable:
+        if not self.selection_drivable or "bev" not in inputs:  # no raster, no road to judge by
             return None
         channel = drivable_channel(inputs["bev"], self._channel_names, self.bev_cfg)
         if channel is None:
